@@ -1,0 +1,276 @@
+// Package config holds the settings of one metastore node: where it keeps its
+// data, where it listens, how it joins a cluster and how Raft is tuned.
+//
+// The struct is filled from DefaultConfig, then from METASTORE_* environment
+// variables, then from command-line flags (the binding lives in cmd/metastore
+// only). Validate reports the first bad setting by its flag name.
+package config
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// DefaultHTTPAddr is the loopback address the embedded single-node store
+// serves its HTTP API on when no address is configured.
+const DefaultHTTPAddr = "127.0.0.1:7070"
+
+// DefaultRaftAddr is the loopback address Raft traffic uses by default.
+const DefaultRaftAddr = "127.0.0.1:7071"
+
+// DefaultDataDir is the data directory, relative to the working directory,
+// used when none is configured.
+const DefaultDataDir = "metastore-data"
+
+// Peer is one member of the initial cluster.
+type Peer struct {
+	ID       string
+	RaftAddr string
+}
+
+// Config is the complete configuration of one node.
+type Config struct {
+	// NodeID names this node in the Raft configuration. It must be unique in
+	// the cluster and stable across restarts.
+	NodeID string
+	// DataDir holds the Raft log, the snapshots and the state machine.
+	DataDir string
+
+	// HTTPAddr is the address the HTTP API listens on.
+	HTTPAddr string
+	// HTTPAdvertise is the address other members and clients use to reach
+	// the HTTP API; empty means HTTPAddr.
+	HTTPAdvertise string
+	// RaftAddr is the address Raft listens on.
+	RaftAddr string
+	// RaftAdvertise is the address other members dial for Raft; empty means
+	// RaftAddr.
+	RaftAdvertise string
+
+	// InitialCluster is the static set of members bootstrapped when the node
+	// starts with an empty data directory. Empty (and no Join) means a single
+	// node cluster made of this node alone.
+	InitialCluster []Peer
+	// Join lists HTTP addresses of running members. A node with Join set
+	// never bootstraps; it asks the cluster to add it as a voter.
+	Join []string
+
+	// Raft tuning.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotInterval   time.Duration
+	SnapshotThreshold  uint64
+	TrailingLogs       uint64
+	SnapshotRetain     int
+
+	// ApplyTimeout bounds how long a write waits for its Raft entry to commit
+	// and apply before the client is told the outcome is unknown.
+	ApplyTimeout time.Duration
+	// MaxBodyBytes bounds the size of an HTTP request body.
+	MaxBodyBytes int64
+	// ShutdownTimeout bounds a clean shutdown (leadership transfer included).
+	ShutdownTimeout time.Duration
+	// LogLevel is one of debug, info, warn, error.
+	LogLevel string
+	// LogFormat is text or json.
+	LogFormat string
+}
+
+// DefaultConfig returns the configuration of the embedded single-node store.
+func DefaultConfig() Config {
+	return Config{
+		NodeID:             "node1",
+		DataDir:            DefaultDataDir,
+		HTTPAddr:           DefaultHTTPAddr,
+		RaftAddr:           DefaultRaftAddr,
+		HeartbeatTimeout:   1000 * time.Millisecond,
+		ElectionTimeout:    1000 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		SnapshotInterval:   120 * time.Second,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+		SnapshotRetain:     2,
+		ApplyTimeout:       10 * time.Second,
+		MaxBodyBytes:       1 << 20,
+		ShutdownTimeout:    10 * time.Second,
+		LogLevel:           "info",
+		LogFormat:          "text",
+	}
+}
+
+// IDPattern is the charset of node ids (and of job and task ids in the API).
+var IDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// Error names the setting (by its flag name) that failed validation.
+type Error struct {
+	Setting string
+	Problem string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("invalid --%s: %s", e.Setting, e.Problem) }
+
+func bad(setting, format string, args ...any) error {
+	return &Error{Setting: setting, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks every setting and returns the first problem as an *Error.
+func (c *Config) Validate() error {
+	if !IDPattern.MatchString(c.NodeID) {
+		return bad("node-id", "%q must match %s", c.NodeID, IDPattern)
+	}
+	if strings.TrimSpace(c.DataDir) == "" {
+		return bad("data-dir", "must not be empty")
+	}
+	if err := checkHostPort(c.HTTPAddr, false); err != nil {
+		return bad("http-addr", "%v", err)
+	}
+	if c.HTTPAdvertise != "" {
+		if err := checkHostPort(c.HTTPAdvertise, true); err != nil {
+			return bad("http-advertise", "%v", err)
+		}
+	}
+	if err := checkHostPort(c.RaftAddr, false); err != nil {
+		return bad("raft-addr", "%v", err)
+	}
+	if c.RaftAdvertise != "" {
+		if err := checkHostPort(c.RaftAdvertise, true); err != nil {
+			return bad("raft-advertise", "%v", err)
+		}
+	} else if host, _, _ := net.SplitHostPort(c.RaftAddr); host == "" || host == "0.0.0.0" || host == "::" {
+		return bad("raft-advertise", "required when --raft-addr %q does not name a routable host", c.RaftAddr)
+	}
+	if len(c.InitialCluster) > 0 && len(c.Join) > 0 {
+		return bad("join", "cannot be combined with --initial-cluster: a joining node never bootstraps")
+	}
+	if len(c.InitialCluster) > 0 {
+		seen := map[string]bool{}
+		self := false
+		for _, p := range c.InitialCluster {
+			if !IDPattern.MatchString(p.ID) {
+				return bad("initial-cluster", "member id %q must match %s", p.ID, IDPattern)
+			}
+			if seen[p.ID] {
+				return bad("initial-cluster", "member id %q appears twice", p.ID)
+			}
+			seen[p.ID] = true
+			if err := checkHostPort(p.RaftAddr, true); err != nil {
+				return bad("initial-cluster", "member %q: %v", p.ID, err)
+			}
+			if p.ID == c.NodeID {
+				self = true
+				if p.RaftAddr != c.RaftAdvertiseAddr() {
+					return bad("initial-cluster", "member %q has raft address %q but this node advertises %q", p.ID, p.RaftAddr, c.RaftAdvertiseAddr())
+				}
+			}
+		}
+		if !self {
+			return bad("initial-cluster", "does not list this node (--node-id %q)", c.NodeID)
+		}
+	}
+	for _, j := range c.Join {
+		if strings.TrimSpace(j) == "" {
+			return bad("join", "empty address")
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		min  time.Duration
+	}{
+		{"heartbeat-timeout", c.HeartbeatTimeout, 5 * time.Millisecond},
+		{"election-timeout", c.ElectionTimeout, 5 * time.Millisecond},
+		{"leader-lease-timeout", c.LeaderLeaseTimeout, 5 * time.Millisecond},
+		{"commit-timeout", c.CommitTimeout, time.Millisecond},
+		{"snapshot-interval", c.SnapshotInterval, 5 * time.Millisecond},
+		{"apply-timeout", c.ApplyTimeout, 10 * time.Millisecond},
+		{"shutdown-timeout", c.ShutdownTimeout, 0},
+	} {
+		if d.v < d.min {
+			return bad(d.name, "%s is below the minimum %s", d.v, d.min)
+		}
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		return bad("leader-lease-timeout", "%s must not exceed --heartbeat-timeout %s", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.SnapshotThreshold == 0 {
+		return bad("snapshot-threshold", "must be positive")
+	}
+	if c.SnapshotRetain < 1 {
+		return bad("snapshot-retain", "must be at least 1")
+	}
+	if c.MaxBodyBytes < 64<<10 {
+		return bad("max-body-bytes", "%d is below the minimum %d", c.MaxBodyBytes, 64<<10)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log-level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return bad("log-format", "%q is not one of text, json", c.LogFormat)
+	}
+	return nil
+}
+
+// HTTPAdvertiseAddr is the HTTP address other members use to reach this node.
+func (c *Config) HTTPAdvertiseAddr() string {
+	if c.HTTPAdvertise != "" {
+		return c.HTTPAdvertise
+	}
+	return c.HTTPAddr
+}
+
+// RaftAdvertiseAddr is the Raft address other members dial.
+func (c *Config) RaftAdvertiseAddr() string {
+	if c.RaftAdvertise != "" {
+		return c.RaftAdvertise
+	}
+	return c.RaftAddr
+}
+
+// RaftDir, SnapshotDir and FSMPath locate the parts of the data directory.
+func (c *Config) RaftDir() string     { return filepath.Join(c.DataDir, "raft") }
+func (c *Config) SnapshotDir() string { return filepath.Join(c.DataDir, "snapshots") }
+func (c *Config) FSMPath() string     { return filepath.Join(c.DataDir, "fsm.db") }
+
+// ParseInitialCluster parses "id=host:port,id=host:port".
+func ParseInitialCluster(s string) ([]Peer, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	var peers []Peer
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, bad("initial-cluster", "%q is not id=host:port", part)
+		}
+		peers = append(peers, Peer{ID: id, RaftAddr: addr})
+	}
+	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })
+	return peers, nil
+}
+
+func checkHostPort(addr string, needHost bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if needHost && (host == "" || host == "0.0.0.0" || host == "::") {
+		return fmt.Errorf("%q must name a routable host", addr)
+	}
+	if port == "" {
+		return fmt.Errorf("%q has no port", addr)
+	}
+	return nil
+}

@@ -1,0 +1,535 @@
+package fsm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+)
+
+func init() {
+	register(CmdEpochBegin, "epoch-begin", 1, applyEpochBegin)
+	register(CmdTaskAck, "task-ack", 1, applyTaskAck)
+	register(CmdEpochAbort, "epoch-abort", 1, applyEpochAbort)
+	register(CmdEpochPin, "epoch-pin", 1, applyEpochPin)
+	register(CmdEpochUnpin, "epoch-unpin", 1, applyEpochUnpin)
+	register(CmdEpochsTimeout, "epochs-timeout", 1, applyEpochsTimeout)
+}
+
+// EpochBegin opens an epoch.
+type EpochBegin struct {
+	Job        string `json:"job"`
+	Generation uint64 `json:"generation"`
+	Epoch      uint64 `json:"epoch"`
+}
+
+func (p *EpochBegin) Validate() error {
+	if err := checkID("job", p.Job); err != nil {
+		return err
+	}
+	if p.Generation == 0 {
+		return ruleErr(CodeInvalid, "generation", "required (the generation of the current attempt)")
+	}
+	if p.Epoch == 0 {
+		return ruleErr(CodeInvalid, "epoch", "must be a positive integer")
+	}
+	return nil
+}
+
+// TaskAck is one task's acknowledgement of an epoch, with its inline
+// payloads by kind.
+type TaskAck struct {
+	Job        string          `json:"job"`
+	Generation uint64          `json:"generation"`
+	Epoch      uint64          `json:"epoch"`
+	Task       string          `json:"task"`
+	Payloads   map[Kind][]byte `json:"payloads,omitempty"`
+}
+
+func (p *TaskAck) Validate() error {
+	if err := checkID("job", p.Job); err != nil {
+		return err
+	}
+	if err := checkID("task", p.Task); err != nil {
+		return err
+	}
+	if p.Generation == 0 {
+		return ruleErr(CodeInvalid, "generation", "required (the generation of the current attempt)")
+	}
+	if p.Epoch == 0 {
+		return ruleErr(CodeInvalid, "epoch", "must be a positive integer")
+	}
+	for k, v := range p.Payloads {
+		if !slices.Contains(Kinds, k) {
+			return ruleErr(CodeInvalid, "payloads", "unknown kind %q (want input, state or output)", k)
+		}
+		if len(v) > MaxInlinePayload {
+			return ruleErr(CodePayloadTooLarge, "payloads."+string(k), "%d bytes is above the inline limit of %d; store larger state in the object store", len(v), MaxInlinePayload)
+		}
+	}
+	return nil
+}
+
+// contentHash identifies the ack's content, so a retried ack is recognised
+// and a different ack for the same slot is a conflict.
+func (p *TaskAck) contentHash() string {
+	h := sha256.New()
+	for _, k := range sortedKinds(p.Payloads) {
+		fmt.Fprintf(h, "%s:%d:", k, len(p.Payloads[k]))
+		h.Write(p.Payloads[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// AckResult is the answer to an ack: the epoch after it, and whether this
+// ack completed it.
+type AckResult struct {
+	Ack       *Ack   `json:"ack"`
+	Epoch     *Epoch `json:"epoch"`
+	Completed bool   `json:"completed_by_this_ack"`
+}
+
+// EpochAbort aborts a pending epoch.
+type EpochAbort struct {
+	Job        string `json:"job"`
+	Generation uint64 `json:"generation"`
+	Epoch      uint64 `json:"epoch"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+func (p *EpochAbort) Validate() error {
+	if err := checkID("job", p.Job); err != nil {
+		return err
+	}
+	if p.Generation == 0 {
+		return ruleErr(CodeInvalid, "generation", "required (the generation of the current attempt)")
+	}
+	if p.Epoch == 0 {
+		return ruleErr(CodeInvalid, "epoch", "must be a positive integer")
+	}
+	return checkText("reason", p.Reason)
+}
+
+// EpochPin pins a completed epoch as a savepoint; EpochUnpin releases it.
+type EpochPin struct {
+	Job   string `json:"job"`
+	Epoch uint64 `json:"epoch"`
+	Name  string `json:"name,omitempty"`
+}
+
+func (p *EpochPin) Validate() error {
+	if err := checkID("job", p.Job); err != nil {
+		return err
+	}
+	if p.Epoch == 0 {
+		return ruleErr(CodeInvalid, "epoch", "must be a positive integer")
+	}
+	if p.Name != "" {
+		return checkID("name", p.Name)
+	}
+	return nil
+}
+
+// EpochRef names one epoch of one job.
+type EpochRef struct {
+	Job   string `json:"job"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// EpochsTimeout aborts epochs whose ack deadline has passed, as seen by the
+// proposer's clock stamped in the command.
+type EpochsTimeout struct {
+	Epochs []EpochRef `json:"epochs"`
+}
+
+// checkGeneration fences writes from older attempts.
+func checkGeneration(j *Job, gen uint64) error {
+	switch {
+	case j.Generation == 0:
+		return ruleErr(CodeNoAttempt, "generation", "job %q has no attempt yet; start one first", j.ID)
+	case gen < j.Generation:
+		return ruleErr(CodeFenced, "generation", "generation %d was superseded by generation %d", gen, j.Generation)
+	case gen > j.Generation:
+		return ruleErr(CodeInvalid, "generation", "generation %d does not exist (current is %d)", gen, j.Generation)
+	}
+	return nil
+}
+
+func mustJob(t *txn, id string) (*Job, error) {
+	j, err := t.job(id)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		return nil, ruleErr(CodeNotFound, "job", "job %q does not exist", id)
+	}
+	return j, nil
+}
+
+func mustEpoch(t *txn, j *Job, n uint64) (*Epoch, error) {
+	e, err := t.epoch(j.ID, n)
+	if err != nil {
+		return nil, err
+	}
+	if e == nil {
+		if n <= j.LastEpoch {
+			return nil, ruleErr(CodeNotFound, "epoch", "epoch %d of job %q is no longer remembered", n, j.ID)
+		}
+		return nil, ruleErr(CodeNotFound, "epoch", "epoch %d of job %q was never begun", n, j.ID)
+	}
+	return e, nil
+}
+
+func applyEpochBegin(t *txn, c Command) (any, error) {
+	var p EpochBegin
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	j, err := mustJob(t, p.Job)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkGeneration(j, p.Generation); err != nil {
+		return nil, err
+	}
+	if e, err := t.epoch(p.Job, p.Epoch); err != nil {
+		return nil, err
+	} else if e != nil && e.Generation == p.Generation {
+		return e, nil // a retried begin
+	}
+	if p.Epoch <= j.LastEpoch {
+		return nil, ruleErr(CodeEpochNotIncreasing, "epoch", "epoch %d is not above the last begun epoch %d", p.Epoch, j.LastEpoch)
+	}
+	if len(j.Pending) >= MaxPendingEpochs {
+		return nil, ruleErr(CodeTooManyPending, "epoch", "job %q already has %d pending epochs", p.Job, len(j.Pending))
+	}
+	a, err := t.attempt(p.Job, p.Generation)
+	if err != nil {
+		return nil, err
+	}
+	e := &Epoch{
+		Job: p.Job, Epoch: p.Epoch, Generation: p.Generation, State: EpochPending,
+		BeganAt: c.Time, Deadline: c.Time.Add(time.Duration(j.Config.AckTimeout)),
+		Expected: a.Expected, CreateIndex: t.index, ModifyIndex: t.index,
+	}
+	j.LastEpoch = p.Epoch
+	j.UpdatedAt = c.Time
+	j.ModifyIndex = t.index
+	if e.Expected == 0 {
+		// No task checkpoints anything: the epoch is complete as it begins.
+		if err := completeEpoch(t, j, e, c.Time); err != nil {
+			return nil, err
+		}
+	} else {
+		j.Pending = append(j.Pending, p.Epoch)
+		if err := t.b(bucketDeadlines).Put(deadlineKey(e.Deadline.UnixNano(), p.Job, p.Epoch), nil); err != nil {
+			return nil, err
+		}
+		if err := t.putEpoch(e); err != nil {
+			return nil, err
+		}
+	}
+	return e, t.putJob(j)
+}
+
+func applyTaskAck(t *txn, c Command) (any, error) {
+	var p TaskAck
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	j, err := mustJob(t, p.Job)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkGeneration(j, p.Generation); err != nil {
+		return nil, err
+	}
+	tk, err := t.task(p.Job, p.Generation, p.Task)
+	if err != nil {
+		return nil, err
+	}
+	if tk == nil {
+		return nil, ruleErr(CodeTaskNotInAttempt, "task", "task %q is not in attempt generation %d", p.Task, p.Generation)
+	}
+	if !tk.Caps.Expected() {
+		return nil, ruleErr(CodeTaskNotExpected, "task", "task %q has no capabilities and is not expected to ack", p.Task)
+	}
+	for _, k := range sortedKinds(p.Payloads) {
+		if !tk.Caps.Has(k) {
+			return nil, ruleErr(CodeCapabilityMissing, "payloads."+string(k), "task %q did not register capability %s", p.Task, k)
+		}
+	}
+	e, err := mustEpoch(t, j, p.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	if e.Generation != p.Generation {
+		return nil, ruleErr(CodeEpochNotPending, "epoch", "epoch %d belongs to generation %d and is %s", p.Epoch, e.Generation, e.State)
+	}
+	hash := p.contentHash()
+	prev, err := t.ack(p.Job, p.Epoch, p.Task)
+	if err != nil {
+		return nil, err
+	}
+	if prev != nil {
+		if prev.ContentHash != hash {
+			return nil, ruleErr(CodeConflict, "task", "task %q already acknowledged epoch %d with different content", p.Task, p.Epoch)
+		}
+		return &AckResult{Ack: prev, Epoch: e}, nil // a retried ack
+	}
+	if e.State != EpochPending {
+		return nil, ruleErr(CodeEpochNotPending, "epoch", "epoch %d is %s", p.Epoch, e.State)
+	}
+
+	ack := &Ack{Task: p.Task, At: c.Time, Delay: Duration(c.Time.Sub(e.BeganAt)), Sizes: map[Kind]int{}, ContentHash: hash, Index: t.index}
+	for k, v := range p.Payloads {
+		ack.Sizes[k] = len(v)
+		e.PayloadBytes += int64(len(v))
+		if err := t.b(bucketPayloads).Put(payloadKey(p.Job, p.Epoch, p.Task, k), v); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.putJSON(bucketAcks, taskKey(p.Job, p.Epoch, p.Task), ack); err != nil {
+		return nil, err
+	}
+	e.Acked++
+	e.ModifyIndex = t.index
+	res := &AckResult{Ack: ack, Epoch: e}
+	if e.Acked < e.Expected {
+		return res, t.putEpoch(e)
+	}
+	res.Completed = true
+	if err := t.del(bucketDeadlines, deadlineKey(e.Deadline.UnixNano(), p.Job, p.Epoch)); err != nil {
+		return nil, err
+	}
+	j.Pending = slices.DeleteFunc(j.Pending, func(n uint64) bool { return n == p.Epoch })
+	j.UpdatedAt = c.Time
+	j.ModifyIndex = t.index
+	if err := completeEpoch(t, j, e, c.Time); err != nil {
+		return nil, err
+	}
+	return res, t.putJob(j)
+}
+
+// completeEpoch marks e completed (e is not in j.Pending any more), aborts
+// older pending epochs, which can no longer complete usefully, and applies
+// retention. The caller writes j.
+func completeEpoch(t *txn, j *Job, e *Epoch, now time.Time) error {
+	e.State = EpochCompleted
+	e.CompletedAt = &now
+	e.ModifyIndex = t.index
+	if err := t.putEpoch(e); err != nil {
+		return err
+	}
+	for _, n := range append([]uint64(nil), j.Pending...) {
+		if n < e.Epoch {
+			if err := abortEpoch(t, j, n, now, fmt.Sprintf("subsumed by completed epoch %d", e.Epoch)); err != nil {
+				return err
+			}
+		}
+	}
+	j.Retained = append(j.Retained, e.Epoch)
+	j.LatestCompleted = e.Epoch
+	if err := applyRetention(t, j, now); err != nil {
+		return err
+	}
+	return trimHistory(t, j)
+}
+
+// abortEpoch aborts pending epoch n of j and drops its payloads. The caller
+// writes j.
+func abortEpoch(t *txn, j *Job, n uint64, now time.Time, reason string) error {
+	e, err := t.epoch(j.ID, n)
+	if err != nil {
+		return err
+	}
+	if e == nil || e.State != EpochPending {
+		return fmt.Errorf("fsm: job %q lists epoch %d as pending but it is not", j.ID, n)
+	}
+	e.State = EpochAborted
+	e.EndedAt = &now
+	e.Reason = reason
+	e.ModifyIndex = t.index
+	if err := t.putEpoch(e); err != nil {
+		return err
+	}
+	if err := t.del(bucketDeadlines, deadlineKey(e.Deadline.UnixNano(), j.ID, n)); err != nil {
+		return err
+	}
+	if err := t.deletePrefix(bucketPayloads, jobNumKey(j.ID, n)); err != nil {
+		return err
+	}
+	j.Pending = slices.DeleteFunc(j.Pending, func(p uint64) bool { return p == n })
+	j.Ended = append(j.Ended, n)
+	j.UpdatedAt = now
+	j.ModifyIndex = t.index
+	return nil
+}
+
+func applyEpochAbort(t *txn, c Command) (any, error) {
+	var p EpochAbort
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	j, err := mustJob(t, p.Job)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkGeneration(j, p.Generation); err != nil {
+		return nil, err
+	}
+	e, err := mustEpoch(t, j, p.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	switch e.State {
+	case EpochAborted:
+		return e, nil // a retried abort, or one that lost a race with a timeout
+	case EpochPending:
+	default:
+		return nil, ruleErr(CodeEpochNotPending, "epoch", "epoch %d is %s and cannot be aborted", p.Epoch, e.State)
+	}
+	reason := p.Reason
+	if reason == "" {
+		reason = "aborted on request"
+	}
+	if err := abortEpoch(t, j, p.Epoch, c.Time, reason); err != nil {
+		return nil, err
+	}
+	if err := trimHistory(t, j); err != nil {
+		return nil, err
+	}
+	if err := t.putJob(j); err != nil {
+		return nil, err
+	}
+	return t.epoch(p.Job, p.Epoch)
+}
+
+func applyEpochPin(t *txn, c Command) (any, error) {
+	var p EpochPin
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	j, err := mustJob(t, p.Job)
+	if err != nil {
+		return nil, err
+	}
+	e, err := mustEpoch(t, j, p.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	if e.State != EpochCompleted {
+		return nil, ruleErr(CodeEpochNotCompleted, "epoch", "epoch %d is %s; only a completed, retained epoch can be pinned", p.Epoch, e.State)
+	}
+	if e.Pinned {
+		if e.PinName != p.Name {
+			return nil, ruleErr(CodeConflict, "name", "epoch %d is already pinned as %q", p.Epoch, e.PinName)
+		}
+		return e, nil
+	}
+	if p.Name != "" {
+		for _, n := range j.Retained {
+			other, err := t.epoch(p.Job, n)
+			if err != nil {
+				return nil, err
+			}
+			if other.Pinned && other.PinName == p.Name {
+				return nil, ruleErr(CodeConflict, "name", "savepoint name %q already pins epoch %d", p.Name, n)
+			}
+		}
+	}
+	e.Pinned = true
+	e.PinName = p.Name
+	e.ModifyIndex = t.index
+	return e, t.putEpoch(e)
+}
+
+func applyEpochUnpin(t *txn, c Command) (any, error) {
+	var p EpochPin
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	j, err := mustJob(t, p.Job)
+	if err != nil {
+		return nil, err
+	}
+	e, err := mustEpoch(t, j, p.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	if !e.Pinned {
+		return e, nil
+	}
+	e.Pinned = false
+	e.PinName = ""
+	e.ModifyIndex = t.index
+	if err := t.putEpoch(e); err != nil {
+		return nil, err
+	}
+	j.UpdatedAt = c.Time
+	j.ModifyIndex = t.index
+	if err := applyRetention(t, j, c.Time); err != nil {
+		return nil, err
+	}
+	if err := trimHistory(t, j); err != nil {
+		return nil, err
+	}
+	if err := t.putJob(j); err != nil {
+		return nil, err
+	}
+	return t.epoch(p.Job, p.Epoch)
+}
+
+func applyEpochsTimeout(t *txn, c Command) (any, error) {
+	var p EpochsTimeout
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	aborted := []EpochRef{}
+	for _, ref := range p.Epochs {
+		j, err := t.job(ref.Job)
+		if err != nil {
+			return nil, err
+		}
+		if j == nil {
+			continue
+		}
+		e, err := t.epoch(ref.Job, ref.Epoch)
+		if err != nil {
+			return nil, err
+		}
+		// Checked against the proposer's time: the epoch may have completed
+		// or been aborted since the leader looked.
+		if e == nil || e.State != EpochPending || c.Time.Before(e.Deadline) {
+			continue
+		}
+		reason := fmt.Sprintf("ack timeout after %s: %d of %d tasks acknowledged", time.Duration(j.Config.AckTimeout), e.Acked, e.Expected)
+		if err := abortEpoch(t, j, ref.Epoch, c.Time, reason); err != nil {
+			return nil, err
+		}
+		if err := trimHistory(t, j); err != nil {
+			return nil, err
+		}
+		if err := t.putJob(j); err != nil {
+			return nil, err
+		}
+		aborted = append(aborted, ref)
+	}
+	return aborted, nil
+}

@@ -1,0 +1,285 @@
+package fsm
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"sort"
+	"strconv"
+	"time"
+)
+
+func init() {
+	register(CmdMemberUpsert, "member-upsert", 1, applyMemberUpsert)
+	register(CmdMemberRemove, "member-remove", 1, applyMemberRemove)
+	register(CmdJobPut, "job-put", 1, applyJobPut)
+	register(CmdAttemptStart, "attempt-start", 1, applyAttemptStart)
+}
+
+// MemberUpsert records a member's addresses.
+type MemberUpsert struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+func (m *MemberUpsert) Validate() error {
+	if err := checkID("id", m.ID); err != nil {
+		return err
+	}
+	if m.RaftAddr == "" || len(m.RaftAddr) > 256 {
+		return ruleErr(CodeInvalid, "raft_addr", "must be host:port")
+	}
+	if m.HTTPAddr == "" || len(m.HTTPAddr) > 256 {
+		return ruleErr(CodeInvalid, "http_addr", "must be host:port")
+	}
+	return nil
+}
+
+// MemberRemove forgets a member's record.
+type MemberRemove struct {
+	ID string `json:"id"`
+}
+
+func applyMemberUpsert(t *txn, c Command) (any, error) {
+	var p MemberUpsert
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	m := Member(p)
+	return &m, t.putJSON(bucketMembers, []byte(p.ID), &m)
+}
+
+func applyMemberRemove(t *txn, c Command) (any, error) {
+	var p MemberRemove
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	return nil, t.del(bucketMembers, []byte(p.ID))
+}
+
+// JobPut creates a job or replaces its config.
+type JobPut struct {
+	Job    string    `json:"job"`
+	Config JobConfig `json:"config"`
+}
+
+func (p *JobPut) Validate() error {
+	if err := checkID("job", p.Job); err != nil {
+		return err
+	}
+	p.Config = p.Config.WithDefaults()
+	return p.Config.Validate()
+}
+
+func applyJobPut(t *txn, c Command) (any, error) {
+	var p JobPut
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	j, err := t.job(p.Job)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		j = &Job{ID: p.Job, CreatedAt: c.Time, CreateIndex: t.index, Pending: []uint64{}, Retained: []uint64{}, Ended: []uint64{}}
+	} else if j.Config == p.Config {
+		return j, nil
+	}
+	j.Config = p.Config
+	j.UpdatedAt = c.Time
+	j.ModifyIndex = t.index
+	if err := applyRetention(t, j, c.Time); err != nil {
+		return nil, err
+	}
+	if err := trimHistory(t, j); err != nil {
+		return nil, err
+	}
+	return j, t.putJob(j)
+}
+
+// AttemptStart starts a new attempt of a job: it bumps the generation,
+// registers the task set and aborts the epochs still pending.
+type AttemptStart struct {
+	Job string `json:"job"`
+	// AttemptID is chosen by the caller and makes a retried start
+	// recognisable: the same id with the same tasks answers the same
+	// generation.
+	AttemptID string `json:"attempt_id"`
+	Tasks     []Task `json:"tasks"`
+}
+
+func (p *AttemptStart) Validate() error {
+	if err := checkID("job", p.Job); err != nil {
+		return err
+	}
+	if err := checkID("attempt_id", p.AttemptID); err != nil {
+		return err
+	}
+	if len(p.Tasks) == 0 {
+		return ruleErr(CodeInvalid, "tasks", "an attempt needs at least one task")
+	}
+	if len(p.Tasks) > MaxTasks {
+		return ruleErr(CodeInvalid, "tasks", "%d tasks is above the limit of %d", len(p.Tasks), MaxTasks)
+	}
+	seen := make(map[string]bool, len(p.Tasks))
+	for i, tk := range p.Tasks {
+		if err := checkID("tasks[].id", tk.ID); err != nil {
+			return err
+		}
+		if seen[tk.ID] {
+			return ruleErr(CodeInvalid, "tasks[].id", "task %q listed twice (index %d)", tk.ID, i)
+		}
+		seen[tk.ID] = true
+		if tk.Caps.Incremental() && !tk.Caps.Has(KindState) {
+			return ruleErr(CodeInvalid, "tasks[].capabilities", "task %q: incremental requires state", tk.ID)
+		}
+	}
+	return nil
+}
+
+// contentHash identifies the task set regardless of the order it was sent.
+func (p *AttemptStart) contentHash() string {
+	tasks := append([]Task(nil), p.Tasks...)
+	sort.Slice(tasks, func(i, j int) bool { return tasks[i].ID < tasks[j].ID })
+	h := sha256.New()
+	for _, tk := range tasks {
+		h.Write([]byte(tk.ID))
+		h.Write([]byte{0, byte(tk.Caps)})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func applyAttemptStart(t *txn, c Command) (any, error) {
+	var p AttemptStart
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	j, err := t.job(p.Job)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		return nil, ruleErr(CodeNotFound, "job", "job %q does not exist; create it first", p.Job)
+	}
+	hash := p.contentHash()
+	if raw := t.b(bucketAttemptIDs).Get(append(jobPrefix(p.Job), p.AttemptID...)); raw != nil {
+		gen := binary.BigEndian.Uint64(raw)
+		if gen != j.Generation {
+			return nil, ruleErr(CodeFenced, "attempt_id", "attempt %q (generation %d) was superseded by generation %d", p.AttemptID, gen, j.Generation)
+		}
+		a, err := t.attempt(p.Job, gen)
+		if err != nil {
+			return nil, err
+		}
+		if a.ContentHash != hash {
+			return nil, ruleErr(CodeConflict, "tasks", "attempt %q already started with a different task set", p.AttemptID)
+		}
+		return a, nil
+	}
+
+	gen := j.Generation + 1
+	a := &Attempt{Job: p.Job, Generation: gen, AttemptID: p.AttemptID, StartedAt: c.Time, Tasks: len(p.Tasks), ContentHash: hash, Index: t.index}
+	for i := range p.Tasks {
+		tk := p.Tasks[i]
+		if tk.Caps.Expected() {
+			a.Expected++
+		}
+		if err := t.putJSON(bucketTasks, taskKey(p.Job, gen, tk.ID), &tk); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.putJSON(bucketAttempts, jobNumKey(p.Job, gen), a); err != nil {
+		return nil, err
+	}
+	if err := t.b(bucketAttemptIDs).Put(append(jobPrefix(p.Job), p.AttemptID...), u64(gen)); err != nil {
+		return nil, err
+	}
+	for _, n := range append([]uint64(nil), j.Pending...) {
+		if err := abortEpoch(t, j, n, c.Time, "superseded by attempt generation "+strconv.FormatUint(gen, 10)); err != nil {
+			return nil, err
+		}
+	}
+	j.Generation = gen
+	j.AttemptID = p.AttemptID
+	j.UpdatedAt = c.Time
+	j.ModifyIndex = t.index
+	if err := trimHistory(t, j); err != nil {
+		return nil, err
+	}
+	return a, t.putJob(j)
+}
+
+// applyRetention subsumes the completed epochs beyond the job's retention:
+// the newest Retained unpinned completed epochs stay, pinned ones always
+// stay, the rest become subsumed and lose their payloads.
+func applyRetention(t *txn, j *Job, now time.Time) error {
+	keep := make([]uint64, 0, len(j.Retained))
+	unpinned := 0
+	var subsume []uint64
+	for i := len(j.Retained) - 1; i >= 0; i-- {
+		n := j.Retained[i]
+		e, err := t.epoch(j.ID, n)
+		if err != nil {
+			return err
+		}
+		if e.Pinned || unpinned < j.Config.Retained {
+			if !e.Pinned {
+				unpinned++
+			}
+			keep = append(keep, n)
+			continue
+		}
+		e.State = EpochSubsumed
+		e.EndedAt = &now
+		e.ModifyIndex = t.index
+		if err := t.putEpoch(e); err != nil {
+			return err
+		}
+		if err := t.deletePrefix(bucketPayloads, jobNumKey(j.ID, n)); err != nil {
+			return err
+		}
+		subsume = append(subsume, n)
+	}
+	if len(subsume) == 0 {
+		return nil
+	}
+	// keep was built newest first.
+	for l, r := 0, len(keep)-1; l < r; l, r = l+1, r-1 {
+		keep[l], keep[r] = keep[r], keep[l]
+	}
+	j.Retained = keep
+	for i := len(subsume) - 1; i >= 0; i-- {
+		j.Ended = append(j.Ended, subsume[i])
+	}
+	return nil
+}
+
+// trimHistory forgets the oldest ended epochs beyond the job's history
+// limit: their records and acks are deleted.
+func trimHistory(t *txn, j *Job) error {
+	for len(j.Ended) > j.Config.History {
+		n := j.Ended[0]
+		j.Ended = j.Ended[1:]
+		prefix := jobNumKey(j.ID, n)
+		if err := t.del(bucketEpochs, prefix); err != nil {
+			return err
+		}
+		if err := t.deletePrefix(bucketAcks, prefix); err != nil {
+			return err
+		}
+		if err := t.deletePrefix(bucketPayloads, prefix); err != nil {
+			return err
+		}
+	}
+	return nil
+}

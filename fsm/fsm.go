@@ -1,0 +1,349 @@
+package fsm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	bolt "go.etcd.io/bbolt"
+)
+
+// FSM is the replicated state machine: a bbolt file holding the checkpoint
+// model, its own last applied Raft index written in the same transaction as
+// the data.
+//
+// It implements raft.BatchingFSM. Apply and Restore run on Raft's FSM
+// goroutine; reads run concurrently and take the read side of mu, which
+// Restore takes exclusively while it swaps the file.
+type FSM struct {
+	path   string
+	logger *slog.Logger
+
+	mu sync.RWMutex // guards db against Restore's swap
+	db *bolt.DB
+
+	applied atomic.Uint64
+
+	// changed is closed and replaced after every applied batch, waking
+	// blocking queries.
+	changedMu sync.Mutex
+	changed   chan struct{}
+}
+
+var _ raft.BatchingFSM = (*FSM)(nil)
+
+func boltOptions() *bolt.Options {
+	return &bolt.Options{
+		// A snapshot holds a read transaction while Apply keeps writing; a
+		// generous initial map avoids the remap that would block on it.
+		InitialMmapSize: 256 << 20,
+		Timeout:         2 * time.Second,
+		NoFreelistSync:  true,
+		FreelistType:    bolt.FreelistMapType,
+	}
+}
+
+// Open opens (or creates) the state machine file at path.
+func Open(path string, logger *slog.Logger) (*FSM, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	f := &FSM{path: path, logger: logger, changed: make(chan struct{})}
+	db, err := openDB(path)
+	if err != nil {
+		return nil, err
+	}
+	f.db = db
+	f.applied.Store(readApplied(db))
+	return f, nil
+}
+
+func openDB(path string) (*bolt.DB, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("fsm: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, boltOptions())
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("fsm: %s is locked by another process (is another metastore using this data directory?)", path)
+		}
+		return nil, fmt.Errorf("fsm: open %s: %w", path, err)
+	}
+	if err := db.Update(initSchema); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+func readApplied(db *bolt.DB) uint64 {
+	var idx uint64
+	_ = db.View(func(tx *bolt.Tx) error {
+		idx = (&txn{tx: tx}).appliedIndex()
+		return nil
+	})
+	return idx
+}
+
+// Close closes the file.
+func (f *FSM) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.db == nil {
+		return nil
+	}
+	err := f.db.Close()
+	f.db = nil
+	return err
+}
+
+// AppliedIndex is the index of the last Raft entry applied to the file.
+func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
+
+// changes returns a channel closed at the next applied batch.
+func (f *FSM) changes() <-chan struct{} {
+	f.changedMu.Lock()
+	defer f.changedMu.Unlock()
+	return f.changed
+}
+
+func (f *FSM) notify() {
+	f.changedMu.Lock()
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.changedMu.Unlock()
+}
+
+// WaitApplied returns once the state machine has applied index, or with
+// ctx's error.
+func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
+	for {
+		ch := f.changes()
+		if f.AppliedIndex() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitChange returns when a batch is applied after the call, or when ctx
+// ends (with no error: a blocking query answers with what it has).
+func (f *FSM) WaitChange(ctx context.Context) {
+	select {
+	case <-f.changes():
+	case <-ctx.Done():
+	}
+}
+
+// view runs fn in a read transaction; the txn's index is the applied index
+// the read reflects.
+func (f *FSM) view(fn func(t *txn) error) (uint64, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		return 0, errors.New("fsm: closed")
+	}
+	var idx uint64
+	err := f.db.View(func(tx *bolt.Tx) error {
+		t := &txn{tx: tx}
+		idx = t.appliedIndex()
+		t.index = idx
+		return fn(t)
+	})
+	return idx, err
+}
+
+// Apply applies one log entry. See ApplyBatch.
+func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch applies a batch of entries in one bbolt transaction and returns
+// one response per entry, in order: a *Result for each command entry, nil
+// for other entries. Entries at or below the stored applied index were
+// applied before a restart and are skipped.
+//
+// A rule violation is a Result with Err set and no writes. An entry that
+// cannot be decoded, or a failed write, panics: the node stops rather than
+// diverge from its peers.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	resp := make([]any, len(logs))
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	last := f.applied.Load()
+	err := f.db.Update(func(tx *bolt.Tx) error {
+		t := &txn{tx: tx}
+		for i, l := range logs {
+			if l.Index <= last {
+				continue
+			}
+			last = l.Index
+			if l.Type != raft.LogCommand {
+				continue
+			}
+			t.index = l.Index
+			resp[i] = f.applyOne(t, l)
+		}
+		return tx.Bucket(bucketMeta).Put(metaAppliedIndex, u64(last))
+	})
+	if err != nil {
+		panic(fmt.Sprintf("fsm: apply batch ending at index %d: %v", last, err))
+	}
+	f.applied.Store(last)
+	f.notify()
+	return resp
+}
+
+func (f *FSM) applyOne(t *txn, l *raft.Log) *Result {
+	c, err := Decode(l.Data)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: entry %d: %v", l.Index, err))
+	}
+	v, err := handlers[c.Type].apply(t, c)
+	var rule *RuleError
+	switch {
+	case err == nil:
+		return &Result{Index: l.Index, Value: v}
+	case errors.As(err, &rule):
+		return &Result{Index: l.Index, Err: rule}
+	default:
+		panic(fmt.Sprintf("fsm: entry %d (%s): %v", l.Index, c.Type, err))
+	}
+}
+
+// snapshotMagic starts every snapshot, followed by the schema version.
+var snapshotMagic = []byte("METASTORE-SNAP\n")
+
+// Snapshot captures the state: it opens a read transaction, which Persist
+// streams while Apply goes on.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	tx, err := f.db.Begin(false)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: snapshot: %w", err)
+	}
+	return &snapshot{tx: tx, logger: f.logger}, nil
+}
+
+type snapshot struct {
+	tx     *bolt.Tx
+	logger *slog.Logger
+	once   sync.Once
+}
+
+// Persist writes the header and the bbolt file as of the read transaction.
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	err := func() error {
+		hdr := append(append([]byte{}, snapshotMagic...), u64(SchemaVersion)...)
+		if _, err := sink.Write(hdr); err != nil {
+			return err
+		}
+		_, err := s.tx.WriteTo(sink)
+		return err
+	}()
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("fsm: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+// Release ends the read transaction.
+func (s *snapshot) Release() { s.once.Do(func() { _ = s.tx.Rollback() }) }
+
+// Restore replaces the whole state with a snapshot.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	return f.RestoreFrom(rc)
+}
+
+// RestoreFrom replaces the whole state with the snapshot read from r: it
+// writes the file beside the current one, syncs it, checks it opens, then
+// swaps it in under the exclusive lock so no reader sees a mix.
+func (f *FSM) RestoreFrom(r io.Reader) error {
+	hdr := make([]byte, len(snapshotMagic)+8)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return fmt.Errorf("fsm: restore: read header: %w", err)
+	}
+	if string(hdr[:len(snapshotMagic)]) != string(snapshotMagic) {
+		return errors.New("fsm: restore: not a metastore snapshot")
+	}
+	if v := binary.BigEndian.Uint64(hdr[len(snapshotMagic):]); v > SchemaVersion {
+		return fmt.Errorf("fsm: restore: snapshot schema version %d; this build reads up to %d", v, SchemaVersion)
+	}
+	tmp := f.path + ".restore"
+	if err := writeSynced(tmp, r); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	check, err := openDB(tmp)
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("fsm: restore: snapshot content: %w", err)
+	}
+	idx := readApplied(check)
+	if err := check.Close(); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.db != nil {
+		if err := f.db.Close(); err != nil {
+			return fmt.Errorf("fsm: restore: close current: %w", err)
+		}
+		f.db = nil
+	}
+	if err := os.Rename(tmp, f.path); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	if err := syncDir(filepath.Dir(f.path)); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	db, err := openDB(f.path)
+	if err != nil {
+		return fmt.Errorf("fsm: restore: reopen: %w", err)
+	}
+	f.db = db
+	f.applied.Store(idx)
+	f.logger.Info("state restored from snapshot", "applied_index", idx)
+	f.notify()
+	return nil
+}
+
+func writeSynced(path string, r io.Reader) error {
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, r); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,419 @@
+package fsm
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+	"time"
+)
+
+// Every read runs in one bbolt read transaction and returns the applied
+// Raft index the answer reflects.
+
+// Members lists the member records, ordered by id.
+func (f *FSM) Members() ([]Member, error) {
+	var out []Member
+	_, err := f.view(func(t *txn) error {
+		return t.scan(bucketMembers, nil, func(_, v []byte) (bool, error) {
+			var m Member
+			if err := json.Unmarshal(v, &m); err != nil {
+				return false, err
+			}
+			out = append(out, m)
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+// Job returns a job.
+func (f *FSM) Job(id string) (*Job, uint64, error) {
+	var j *Job
+	idx, err := f.view(func(t *txn) (err error) {
+		j, err = mustJob(t, id)
+		return err
+	})
+	return j, idx, err
+}
+
+// Jobs lists every job, ordered by id.
+func (f *FSM) Jobs() ([]Job, uint64, error) {
+	out := []Job{}
+	idx, err := f.view(func(t *txn) error {
+		return t.scan(bucketJobs, nil, func(_, v []byte) (bool, error) {
+			var j Job
+			if err := json.Unmarshal(v, &j); err != nil {
+				return false, err
+			}
+			out = append(out, j)
+			return true, nil
+		})
+	})
+	return out, idx, err
+}
+
+// AttemptDetail is an attempt with its task set.
+type AttemptDetail struct {
+	Attempt
+	TaskList []Task `json:"task_list"`
+}
+
+// Attempt returns attempt gen of a job with its tasks; gen 0 means the
+// current attempt.
+func (f *FSM) Attempt(job string, gen uint64) (*AttemptDetail, uint64, error) {
+	var out *AttemptDetail
+	idx, err := f.view(func(t *txn) error {
+		j, err := mustJob(t, job)
+		if err != nil {
+			return err
+		}
+		if gen == 0 {
+			gen = j.Generation
+		}
+		if gen == 0 {
+			return ruleErr(CodeNoAttempt, "generation", "job %q has no attempt yet", job)
+		}
+		a, err := t.attempt(job, gen)
+		if err != nil {
+			return err
+		}
+		if a == nil {
+			return ruleErr(CodeNotFound, "generation", "job %q has no attempt generation %d", job, gen)
+		}
+		out = &AttemptDetail{Attempt: *a, TaskList: []Task{}}
+		return t.scan(bucketTasks, jobNumKey(job, gen), func(_, v []byte) (bool, error) {
+			var tk Task
+			if err := json.Unmarshal(v, &tk); err != nil {
+				return false, err
+			}
+			out.TaskList = append(out.TaskList, tk)
+			return true, nil
+		})
+	})
+	return out, idx, err
+}
+
+// EpochDetail is an epoch with its per-task statistics.
+type EpochDetail struct {
+	Epoch
+	// Acks lists the acknowledgements in the order they arrived.
+	Acks []Ack `json:"acks"`
+	// Stragglers lists the expected tasks that have not acknowledged.
+	Stragglers []string `json:"stragglers"`
+	// Duration is the time from begin to completion or end (to the last
+	// ack while pending).
+	Duration Duration `json:"duration"`
+}
+
+// Epoch returns an epoch with its statistics.
+func (f *FSM) Epoch(job string, n uint64) (*EpochDetail, uint64, error) {
+	var out *EpochDetail
+	idx, err := f.view(func(t *txn) error {
+		j, err := mustJob(t, job)
+		if err != nil {
+			return err
+		}
+		e, err := mustEpoch(t, j, n)
+		if err != nil {
+			return err
+		}
+		out = &EpochDetail{Epoch: *e, Acks: []Ack{}, Stragglers: []string{}}
+		acked := map[string]bool{}
+		err = t.scan(bucketAcks, jobNumKey(job, n), func(_, v []byte) (bool, error) {
+			var a Ack
+			if err := json.Unmarshal(v, &a); err != nil {
+				return false, err
+			}
+			acked[a.Task] = true
+			out.Acks = append(out.Acks, a)
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		sort.Slice(out.Acks, func(i, k int) bool { return out.Acks[i].Index < out.Acks[k].Index })
+		switch {
+		case e.CompletedAt != nil:
+			out.Duration = Duration(e.CompletedAt.Sub(e.BeganAt))
+		case e.EndedAt != nil:
+			out.Duration = Duration(e.EndedAt.Sub(e.BeganAt))
+		case len(out.Acks) > 0:
+			out.Duration = out.Acks[len(out.Acks)-1].Delay
+		}
+		if e.Acked >= e.Expected {
+			return nil
+		}
+		return t.scan(bucketTasks, jobNumKey(job, e.Generation), func(_, v []byte) (bool, error) {
+			var tk Task
+			if err := json.Unmarshal(v, &tk); err != nil {
+				return false, err
+			}
+			if tk.Caps.Expected() && !acked[tk.ID] {
+				out.Stragglers = append(out.Stragglers, tk.ID)
+			}
+			return true, nil
+		})
+	})
+	return out, idx, err
+}
+
+// Epochs lists the remembered epochs of a job, ascending; state filters
+// when not empty.
+func (f *FSM) Epochs(job string, state EpochState) ([]Epoch, uint64, error) {
+	out := []Epoch{}
+	idx, err := f.view(func(t *txn) error {
+		if _, err := mustJob(t, job); err != nil {
+			return err
+		}
+		return t.scan(bucketEpochs, jobPrefix(job), func(_, v []byte) (bool, error) {
+			var e Epoch
+			if err := json.Unmarshal(v, &e); err != nil {
+				return false, err
+			}
+			if state == "" || e.State == state {
+				out = append(out, e)
+			}
+			return true, nil
+		})
+	})
+	return out, idx, err
+}
+
+// ExpiredEpochs lists up to max pending epochs whose ack deadline is at or
+// before now, oldest deadline first.
+func (f *FSM) ExpiredEpochs(now time.Time, max int) ([]EpochRef, error) {
+	var out []EpochRef
+	_, err := f.view(func(t *txn) error {
+		c := t.b(bucketDeadlines).Cursor()
+		for k, _ := c.First(); k != nil && len(out) < max; k, _ = c.Next() {
+			if len(k) < 8+1+8 {
+				continue
+			}
+			if int64(binary.BigEndian.Uint64(k[:8])) > now.UnixNano() {
+				break
+			}
+			rest := k[8:]
+			sep := bytes.IndexByte(rest, 0)
+			if sep < 0 || len(rest) != sep+1+8 {
+				continue
+			}
+			out = append(out, EpochRef{Job: string(rest[:sep]), Epoch: binary.BigEndian.Uint64(rest[sep+1:])})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// NextDeadline returns the earliest ack deadline of any pending epoch.
+func (f *FSM) NextDeadline() (time.Time, bool) {
+	var at time.Time
+	var ok bool
+	_, _ = f.view(func(t *txn) error {
+		if k, _ := t.b(bucketDeadlines).Cursor().First(); len(k) >= 8 {
+			at, ok = time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))), true
+		}
+		return nil
+	})
+	return at, ok
+}
+
+// RestoreRequest chooses the checkpoint a task restores from.
+type RestoreRequest struct {
+	Job  string
+	Task string
+	// Epoch names a completed (retained or pinned) epoch; 0 means the
+	// latest completed one.
+	Epoch uint64
+	// Pin names a savepoint instead of an epoch.
+	Pin string
+	// SourceJob and SourceTask map the restore onto another job's or
+	// task's checkpoint (a resume point); empty means Job and Task.
+	SourceJob  string
+	SourceTask string
+}
+
+// Restore answers, per kind.
+const (
+	// RestoreRestored: the checkpoint holds data of this kind for the task.
+	RestoreRestored = "restored"
+	// RestoreNothing: the task did not have this capability in the
+	// checkpoint; there is nothing to recover, and nothing to read.
+	RestoreNothing = "nothing_to_recover"
+	// RestoreNoPriorState: the checkpoint does not know the task (it is new
+	// after a topology change), or the job has no completed checkpoint.
+	RestoreNoPriorState = "no_prior_state"
+)
+
+// KindRestore is the answer for one kind.
+type KindRestore struct {
+	Status  string `json:"status"`
+	Payload []byte `json:"payload,omitempty"`
+	Bytes   int    `json:"bytes"`
+}
+
+// RestorePlan is the answer to a restore: what the task recovers from
+// which checkpoint, and what reading it costs.
+type RestorePlan struct {
+	Job  string `json:"job"`
+	Task string `json:"task"`
+	// Status is restored (the checkpoint knows the task), no_prior_state
+	// (it does not), or no_checkpoint (the source job has none).
+	Status string `json:"status"`
+	Source struct {
+		Job        string `json:"job"`
+		Task       string `json:"task"`
+		Epoch      uint64 `json:"epoch,omitempty"`
+		Generation uint64 `json:"generation,omitempty"`
+		Pin        string `json:"pin,omitempty"`
+	} `json:"source"`
+	Capabilities *Caps                `json:"capabilities,omitempty"`
+	Kinds        map[Kind]KindRestore `json:"kinds"`
+	// InlineBytes is the inline payload returned; ObjectStoreReads is the
+	// number of object-store requests the restore needs.
+	InlineBytes      int `json:"inline_bytes"`
+	ObjectStoreReads int `json:"object_store_reads"`
+}
+
+// PlanRestore plans the restore of a task.
+func (f *FSM) PlanRestore(req RestoreRequest) (*RestorePlan, uint64, error) {
+	var out *RestorePlan
+	idx, err := f.view(func(t *txn) error {
+		p, err := restorePlan(t, req)
+		out = p
+		return err
+	})
+	return out, idx, err
+}
+
+func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
+	if err := checkID("job", req.Job); err != nil {
+		return nil, err
+	}
+	if err := checkID("task", req.Task); err != nil {
+		return nil, err
+	}
+	if req.Epoch != 0 && req.Pin != "" {
+		return nil, ruleErr(CodeInvalid, "pin", "name an epoch or a pin, not both")
+	}
+	srcJob, srcTask := req.Job, req.Task
+	if req.SourceJob != "" {
+		if err := checkID("source_job", req.SourceJob); err != nil {
+			return nil, err
+		}
+		srcJob = req.SourceJob
+	}
+	if req.SourceTask != "" {
+		if err := checkID("source_task", req.SourceTask); err != nil {
+			return nil, err
+		}
+		srcTask = req.SourceTask
+	}
+	if _, err := mustJob(t, req.Job); err != nil {
+		return nil, err
+	}
+	src, err := t.job(srcJob)
+	if err != nil {
+		return nil, err
+	}
+	if src == nil {
+		return nil, ruleErr(CodeNotFound, "source_job", "job %q does not exist", srcJob)
+	}
+	plan := &RestorePlan{Job: req.Job, Task: req.Task, Kinds: map[Kind]KindRestore{}}
+	plan.Source.Job, plan.Source.Task = srcJob, srcTask
+
+	var e *Epoch
+	switch {
+	case req.Pin != "":
+		for _, n := range src.Retained {
+			c, err := t.epoch(srcJob, n)
+			if err != nil {
+				return nil, err
+			}
+			if c.Pinned && c.PinName == req.Pin {
+				e = c
+			}
+		}
+		if e == nil {
+			return nil, ruleErr(CodeNotFound, "pin", "job %q has no savepoint named %q", srcJob, req.Pin)
+		}
+	case req.Epoch != 0:
+		e, err = mustEpoch(t, src, req.Epoch)
+		if err != nil {
+			return nil, err
+		}
+		if e.State != EpochCompleted {
+			return nil, ruleErr(CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; restore needs a completed, retained epoch", req.Epoch, srcJob, e.State)
+		}
+	case src.LatestCompleted == 0:
+		plan.Status = "no_checkpoint"
+		for _, k := range Kinds {
+			plan.Kinds[k] = KindRestore{Status: RestoreNoPriorState}
+		}
+		return plan, nil
+	default:
+		if e, err = t.epoch(srcJob, src.LatestCompleted); err != nil {
+			return nil, err
+		}
+	}
+	plan.Source.Epoch, plan.Source.Generation, plan.Source.Pin = e.Epoch, e.Generation, e.PinName
+
+	tk, err := t.task(srcJob, e.Generation, srcTask)
+	if err != nil {
+		return nil, err
+	}
+	if tk == nil {
+		plan.Status = RestoreNoPriorState
+		for _, k := range Kinds {
+			plan.Kinds[k] = KindRestore{Status: RestoreNoPriorState}
+		}
+		return plan, nil
+	}
+	plan.Status = RestoreRestored
+	caps := tk.Caps
+	plan.Capabilities = &caps
+	for _, k := range Kinds {
+		if !caps.Has(k) {
+			plan.Kinds[k] = KindRestore{Status: RestoreNothing}
+			continue
+		}
+		v := t.b(bucketPayloads).Get(payloadKey(srcJob, e.Epoch, srcTask, k))
+		kr := KindRestore{Status: RestoreRestored, Bytes: len(v)}
+		if len(v) > 0 {
+			kr.Payload = bytes.Clone(v)
+		}
+		plan.InlineBytes += len(v)
+		plan.Kinds[k] = kr
+	}
+	return plan, nil
+}
+
+// StateHash digests every record of the state machine except the applied
+// index, which it returns beside the digest. Two members at the same index
+// must have the same digest.
+func (f *FSM) StateHash() (uint64, string, error) {
+	h := sha256.New()
+	idx, err := f.view(func(t *txn) error {
+		for _, name := range allBuckets {
+			h.Write(name)
+			h.Write([]byte{0})
+			err := t.scan(name, nil, func(k, v []byte) (bool, error) {
+				if bytes.Equal(name, bucketMeta) && bytes.Equal(k, metaAppliedIndex) {
+					return true, nil
+				}
+				h.Write(u64(uint64(len(k))))
+				h.Write(k)
+				h.Write(u64(uint64(len(v))))
+				h.Write(v)
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return idx, hex.EncodeToString(h.Sum(nil)), err
+}

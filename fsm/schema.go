@@ -1,0 +1,218 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// SchemaVersion is the layout version of the state machine's bbolt file
+// and of its snapshots. A build refuses data written with a newer version.
+const SchemaVersion = 1
+
+// bucket is a bbolt bucket of the state machine. Every bucket is declared
+// here once; nothing else names buckets.
+type bucket []byte
+
+var (
+	// meta: applied index and schema version.
+	bucketMeta = bucket("meta")
+	// members: member id -> Member.
+	bucketMembers = bucket("members")
+	// jobs: job -> Job.
+	bucketJobs = bucket("jobs")
+	// attempts: job \0 generation(8) -> Attempt.
+	bucketAttempts = bucket("attempts")
+	// attemptIDs: job \0 attempt id -> generation(8).
+	bucketAttemptIDs = bucket("attempt_ids")
+	// tasks: job \0 generation(8) task -> Task.
+	bucketTasks = bucket("tasks")
+	// epochs: job \0 epoch(8) -> Epoch.
+	bucketEpochs = bucket("epochs")
+	// acks: job \0 epoch(8) task -> Ack.
+	bucketAcks = bucket("acks")
+	// payloads: job \0 epoch(8) task \0 kind -> inline payload bytes.
+	bucketPayloads = bucket("payloads")
+	// deadlines: deadline(8, unix nanos) job \0 epoch(8) -> empty. An index
+	// of pending epochs by ack deadline, for the leader's timeout scan.
+	bucketDeadlines = bucket("deadlines")
+)
+
+var allBuckets = []bucket{
+	bucketMeta, bucketMembers, bucketJobs, bucketAttempts, bucketAttemptIDs,
+	bucketTasks, bucketEpochs, bucketAcks, bucketPayloads, bucketDeadlines,
+}
+
+var (
+	metaAppliedIndex = []byte("applied_index")
+	metaSchema       = []byte("schema_version")
+)
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+// jobPrefix is the key prefix of every record of a job: ids never contain
+// a zero byte, so "a\0" never prefixes a key of job "ab".
+func jobPrefix(job string) []byte { return append([]byte(job), 0) }
+
+func jobNumKey(job string, n uint64) []byte { return append(jobPrefix(job), u64(n)...) }
+
+func taskKey(job string, n uint64, task string) []byte {
+	return append(jobNumKey(job, n), task...)
+}
+
+func payloadKey(job string, epoch uint64, task string, k Kind) []byte {
+	return append(append(taskKey(job, epoch, task), 0), k...)
+}
+
+func deadlineKey(deadlineNanos int64, job string, epoch uint64) []byte {
+	return append(u64(uint64(deadlineNanos)), jobNumKey(job, epoch)...)
+}
+
+// txn wraps a bbolt transaction with typed accessors. Values read are
+// decoded into fresh structs, so nothing aliases bbolt's memory after the
+// transaction ends.
+type txn struct {
+	tx *bolt.Tx
+	// index is the Raft index of the command being applied (0 for reads).
+	index uint64
+}
+
+func (t *txn) b(name bucket) *bolt.Bucket {
+	b := t.tx.Bucket(name)
+	if b == nil {
+		// Buckets are created when the file is opened; a missing one is a
+		// corrupt file.
+		panic(fmt.Sprintf("fsm: bucket %s missing", name))
+	}
+	return b
+}
+
+func (t *txn) getJSON(name bucket, key []byte, v any) (bool, error) {
+	raw := t.b(name).Get(key)
+	if raw == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, fmt.Errorf("fsm: decode %s/%q: %w", name, key, err)
+	}
+	return true, nil
+}
+
+func (t *txn) putJSON(name bucket, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("fsm: encode %s/%q: %w", name, key, err)
+	}
+	return t.b(name).Put(key, raw)
+}
+
+func (t *txn) del(name bucket, key []byte) error { return t.b(name).Delete(key) }
+
+// deletePrefix removes every key of a bucket starting with prefix.
+func (t *txn) deletePrefix(name bucket, prefix []byte) error {
+	c := t.b(name).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scan calls fn for every key of a bucket starting with prefix, in key
+// order, until fn returns false or an error.
+func (t *txn) scan(name bucket, prefix []byte, fn func(k, v []byte) (bool, error)) error {
+	c := t.b(name).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		more, err := fn(k, v)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) job(id string) (*Job, error) {
+	var j Job
+	ok, err := t.getJSON(bucketJobs, []byte(id), &j)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &j, nil
+}
+
+func (t *txn) putJob(j *Job) error { return t.putJSON(bucketJobs, []byte(j.ID), j) }
+
+func (t *txn) epoch(job string, n uint64) (*Epoch, error) {
+	var e Epoch
+	ok, err := t.getJSON(bucketEpochs, jobNumKey(job, n), &e)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &e, nil
+}
+
+func (t *txn) putEpoch(e *Epoch) error { return t.putJSON(bucketEpochs, jobNumKey(e.Job, e.Epoch), e) }
+
+func (t *txn) attempt(job string, gen uint64) (*Attempt, error) {
+	var a Attempt
+	ok, err := t.getJSON(bucketAttempts, jobNumKey(job, gen), &a)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &a, nil
+}
+
+func (t *txn) task(job string, gen uint64, task string) (*Task, error) {
+	var tk Task
+	ok, err := t.getJSON(bucketTasks, taskKey(job, gen, task), &tk)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &tk, nil
+}
+
+func (t *txn) ack(job string, epoch uint64, task string) (*Ack, error) {
+	var a Ack
+	ok, err := t.getJSON(bucketAcks, taskKey(job, epoch, task), &a)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &a, nil
+}
+
+func (t *txn) appliedIndex() uint64 {
+	raw := t.b(bucketMeta).Get(metaAppliedIndex)
+	if len(raw) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(raw)
+}
+
+// initSchema creates the buckets and checks the schema version.
+func initSchema(tx *bolt.Tx) error {
+	for _, name := range allBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("fsm: create bucket %s: %w", name, err)
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	raw := meta.Get(metaSchema)
+	if raw == nil {
+		return meta.Put(metaSchema, u64(SchemaVersion))
+	}
+	if len(raw) != 8 {
+		return fmt.Errorf("fsm: corrupt schema version")
+	}
+	if v := binary.BigEndian.Uint64(raw); v > SchemaVersion {
+		return fmt.Errorf("fsm: data written by schema version %d; this build reads up to %d", v, SchemaVersion)
+	}
+	return nil
+}
