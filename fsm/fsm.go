@@ -109,8 +109,9 @@ func (f *FSM) Close() error {
 // AppliedIndex is the index of the last Raft entry applied to the file.
 func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
 
-// changes returns a channel closed at the next applied batch.
-func (f *FSM) changes() <-chan struct{} {
+// Changes returns a channel closed when the next batch is applied (or a
+// snapshot restored). Take it before reading, then wait on it.
+func (f *FSM) Changes() <-chan struct{} {
 	f.changedMu.Lock()
 	defer f.changedMu.Unlock()
 	return f.changed
@@ -127,7 +128,7 @@ func (f *FSM) notify() {
 // ctx's error.
 func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
 	for {
-		ch := f.changes()
+		ch := f.Changes()
 		if f.AppliedIndex() >= index {
 			return nil
 		}
@@ -143,7 +144,7 @@ func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
 // ends (with no error: a blocking query answers with what it has).
 func (f *FSM) WaitChange(ctx context.Context) {
 	select {
-	case <-f.changes():
+	case <-f.Changes():
 	case <-ctx.Done():
 	}
 }
@@ -288,6 +289,10 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 		os.Remove(tmp)
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
+	if err := checkSnapshotFile(tmp); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("fsm: restore: snapshot content: %w", err)
+	}
 	check, err := openDB(tmp)
 	if err != nil {
 		os.Remove(tmp)
@@ -321,6 +326,37 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	f.logger.Info("state restored from snapshot", "applied_index", idx)
 	f.notify()
 	return nil
+}
+
+// checkSnapshotFile checks that path holds a whole state machine file
+// before anything opens it for writing: bbolt turns an empty file into a
+// new, empty database, and maps the missing pages of a truncated one and
+// faults (SIGBUS, fatal) when it walks them. A read-only open reads only
+// the meta pages, which say how large the file must be.
+func checkSnapshotFile(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if info.Size() == 0 {
+		return errors.New("empty snapshot body")
+	}
+	opts := boltOptions()
+	opts.ReadOnly = true
+	db, err := bolt.Open(path, 0o600, opts)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		if tx.Size() > info.Size() {
+			return fmt.Errorf("truncated: %d bytes of %d", info.Size(), tx.Size())
+		}
+		if m := tx.Bucket(bucketMeta); m == nil || m.Get(metaSchema) == nil {
+			return errors.New("not a metastore state machine file")
+		}
+		return nil
+	})
 }
 
 func writeSynced(path string, r io.Reader) error {

@@ -1,0 +1,151 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/node"
+)
+
+// Error codes of the HTTP layer. Rule violations from the state machine use
+// fsm's codes; these name what happens before or around it. Codes are part
+// of the API: never rename one.
+const (
+	CodeInvalidJSON      = "invalid_json"
+	CodeUnknownField     = "unknown_field"
+	CodeBodyTooLarge     = "body_too_large"
+	CodeNotLeader        = "not_leader"
+	CodeNoLeader         = "no_leader"
+	CodeUnavailable      = "unavailable"
+	CodeOutcomeUnknown   = "outcome_unknown"
+	CodeTimeout          = "timeout"
+	CodeNotReady         = "not_ready"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeRouteNotFound    = "route_not_found"
+	CodeInternal         = "internal"
+)
+
+// Error is the JSON error every failed request answers with:
+// {"error": {"code": ..., "field": ..., "message": ...}}.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+	// Retryable tells the client the request did not take effect, or that
+	// repeating it is safe, and that it may succeed later.
+	Retryable bool `json:"retryable"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func apiErr(status int, code, field, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// ruleStatus maps each state-machine rule code to its HTTP status.
+var ruleStatus = map[fsm.Code]int{
+	fsm.CodeInvalid:            http.StatusBadRequest,
+	fsm.CodeNotFound:           http.StatusNotFound,
+	fsm.CodeConflict:           http.StatusConflict,
+	fsm.CodeFenced:             http.StatusConflict,
+	fsm.CodeEpochNotIncreasing: http.StatusConflict,
+	fsm.CodeEpochNotPending:    http.StatusConflict,
+	fsm.CodeEpochNotCompleted:  http.StatusConflict,
+	fsm.CodeTaskNotInAttempt:   http.StatusConflict,
+	fsm.CodeTaskNotExpected:    http.StatusConflict,
+	fsm.CodeCapabilityMissing:  http.StatusConflict,
+	fsm.CodePayloadTooLarge:    http.StatusRequestEntityTooLarge,
+	fsm.CodeNoAttempt:          http.StatusConflict,
+	fsm.CodeTooManyPending:     http.StatusConflict,
+}
+
+// toAPIError turns any error into the answer the client gets.
+func toAPIError(err error) *Error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var re *fsm.RuleError
+	if errors.As(err, &re) {
+		status, ok := ruleStatus[re.Code]
+		if !ok {
+			status = http.StatusConflict
+		}
+		return &Error{Status: status, Code: string(re.Code), Field: re.Field, Message: re.Message}
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return apiErr(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "request body is larger than %d bytes", mbe.Limit)
+	}
+	switch {
+	case errors.Is(err, node.ErrUnknownOutcome):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeOutcomeUnknown, Retryable: true,
+			Message: "the write may or may not have been applied (" + err.Error() + "); repeating it is safe: every mutation is idempotent by content"}
+	case errors.Is(err, node.ErrNotLeader):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeNotLeader, Retryable: true, Message: "this member lost leadership; retry"}
+	case errors.Is(err, node.ErrNoLeader):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeNoLeader, Retryable: true, Message: "the cluster has no leader at the moment; retry"}
+	case errors.Is(err, node.ErrShutdown):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: "this member is shutting down; retry on another"}
+	case errors.Is(err, node.ErrUnknownMember):
+		return apiErr(http.StatusNotFound, string(fsm.CodeNotFound), "id", "%v", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Retryable: true, Message: "the request timed out"}
+	case errors.Is(err, context.Canceled):
+		return &Error{Status: 499, Code: CodeTimeout, Retryable: true, Message: "the client went away"}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
+}
+
+// decodeBody reads a JSON body strictly: one value, no unknown fields. An
+// empty body leaves v as it is when allowEmpty.
+func decodeBody(r *http.Request, v any, allowEmpty bool) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			if allowEmpty {
+				return nil
+			}
+			return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body is empty; a JSON object is required")
+		}
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body holds more than one JSON value")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var mbe *http.MaxBytesError
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &mbe):
+		return err
+	case errors.As(err, &syn):
+		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "malformed JSON at byte %d: %v", syn.Offset, syn)
+	case errors.As(err, &typ):
+		return apiErr(http.StatusBadRequest, CodeInvalidJSON, typ.Field, "field %q: expected %s, got JSON %s", typ.Field, typ.Type, typ.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body ends in the middle of a JSON value")
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return apiErr(http.StatusBadRequest, CodeUnknownField, name, "unknown field %q", name)
+	}
+	return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "%s", strings.TrimPrefix(msg, "json: "))
+}

@@ -1,0 +1,77 @@
+package api
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"syscall"
+	"time"
+)
+
+// forwarder relays requests that belong to the leader. It is the only place
+// that talks to another member over HTTP.
+type forwarder struct {
+	self      string
+	logger    *slog.Logger
+	transport *http.Transport
+}
+
+func newForwarder(self string, logger *slog.Logger) *forwarder {
+	return &forwarder{
+		self:   self,
+		logger: logger,
+		transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			ResponseHeaderTimeout: MaxWait + 30*time.Second,
+		},
+	}
+}
+
+func (f *forwarder) serve(w http.ResponseWriter, r *http.Request, leaderAddr string) {
+	target := &url.URL{Scheme: "http", Host: leaderAddr}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = r.Host
+			pr.Out.Header.Set(HeaderForwardedBy, f.self)
+			pr.SetXForwarded()
+		},
+		Transport:     f.transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			writeError(w, forwardError(req, leaderAddr, err))
+		},
+	}
+	proxy.ServeHTTP(w, r)
+}
+
+// forwardError says whether a failed forward may have taken effect: a
+// request the leader never received did not; one whose answer was lost may
+// have, and only an idempotent repeat is safe (every mutation is).
+func forwardError(r *http.Request, leaderAddr string, err error) *Error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return toAPIError(err)
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || isDialError(err) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true,
+			Message: "cannot reach the leader at " + leaderAddr + ": " + err.Error()}
+	}
+	if r.Method == http.MethodGet {
+		return &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, Retryable: true,
+			Message: "forwarding to the leader at " + leaderAddr + " failed: " + err.Error()}
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeOutcomeUnknown, Retryable: true,
+		Message: "the leader at " + leaderAddr + " did not answer (" + err.Error() + "); the write may or may not have been applied; repeating it is safe: every mutation is idempotent by content"}
+}
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

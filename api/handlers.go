@@ -1,0 +1,380 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/metastore/metastore/fsm"
+)
+
+// Path and query parameters.
+
+func pathID(r *http.Request, name string) (string, error) {
+	v := mux.Vars(r)[name]
+	if !fsm.IDPattern.MatchString(v) {
+		return "", apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q must match %s", v, fsm.IDPattern)
+	}
+	return v, nil
+}
+
+func pathUint(r *http.Request, name string) (uint64, error) {
+	raw := mux.Vars(r)[name]
+	v, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil || v == 0 {
+		return 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q is not a positive integer", raw)
+	}
+	return v, nil
+}
+
+func queryUint(r *http.Request, name string) (uint64, error) {
+	raw := r.URL.Query().Get(name)
+	if raw == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil {
+		return 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q is not a non-negative integer", raw)
+	}
+	return v, nil
+}
+
+func queryID(r *http.Request, name string) (string, error) {
+	raw := r.URL.Query().Get(name)
+	if raw == "" {
+		return "", nil
+	}
+	if !fsm.IDPattern.MatchString(raw) {
+		return "", apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q must match %s", raw, fsm.IDPattern)
+	}
+	return raw, nil
+}
+
+// Cluster.
+
+func (s *Server) status(_ *http.Request) (any, uint64, error) {
+	st := s.node.Status()
+	return st, st.AppliedIndex, nil
+}
+
+func (s *Server) membersList(_ *http.Request) (any, uint64, error) {
+	st := s.node.Status()
+	return map[string]any{"members": st.Members, "leader_id": st.LeaderID}, st.AppliedIndex, nil
+}
+
+type memberBody struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+func (s *Server) membersAdd(r *http.Request) (any, uint64, error) {
+	var b memberBody
+	if err := decodeBody(r, &b, false); err != nil {
+		return nil, 0, err
+	}
+	m := fsm.MemberUpsert(b)
+	if err := m.Validate(); err != nil {
+		return nil, 0, err
+	}
+	if err := s.node.AddVoter(r.Context(), m.ID, m.RaftAddr, m.HTTPAddr); err != nil {
+		return nil, 0, err
+	}
+	st := s.node.Status()
+	return map[string]any{"added": m.ID, "members": st.Members}, st.AppliedIndex, nil
+}
+
+func (s *Server) membersRemove(r *http.Request) (any, uint64, error) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.node.RemoveServer(r.Context(), id); err != nil {
+		return nil, 0, err
+	}
+	st := s.node.Status()
+	return map[string]any{"removed": id, "members": st.Members}, st.AppliedIndex, nil
+}
+
+func (s *Server) leaderTransfer(r *http.Request) (any, uint64, error) {
+	if err := s.node.TransferLeadership(r.Context()); err != nil {
+		return nil, 0, err
+	}
+	st := s.node.Status()
+	return map[string]any{"previous_leader": s.cfg.NodeID, "leader_id": st.LeaderID}, st.AppliedIndex, nil
+}
+
+// stateHash digests this member's whole state at its applied index; two
+// members at the same index must answer the same digest.
+func (s *Server) stateHash(_ *http.Request) (any, uint64, error) {
+	idx, h, err := s.fsm.StateHash()
+	return map[string]any{"index": idx, "hash": h, "id": s.cfg.NodeID}, idx, err
+}
+
+// Jobs and attempts.
+
+func (s *Server) jobsList(_ *http.Request) (any, uint64, error) {
+	jobs, idx, err := s.fsm.Jobs()
+	return map[string]any{"jobs": jobs}, idx, err
+}
+
+func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	var b struct {
+		Config fsm.JobConfig `json:"config"`
+	}
+	if err := decodeBody(r, &b, true); err != nil {
+		return nil, 0, err
+	}
+	p := fsm.JobPut{Job: job, Config: b.Config}
+	if err := p.Validate(); err != nil {
+		return nil, 0, err
+	}
+	return s.apply(r.Context(), fsm.CmdJobPut, &p)
+}
+
+func (s *Server) jobGet(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.fsm.Job(job)
+}
+
+func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	var b struct {
+		AttemptID string     `json:"attempt_id"`
+		Tasks     []fsm.Task `json:"tasks"`
+	}
+	if err := decodeBody(r, &b, false); err != nil {
+		return nil, 0, err
+	}
+	p := fsm.AttemptStart{Job: job, AttemptID: b.AttemptID, Tasks: b.Tasks}
+	if err := p.Validate(); err != nil {
+		return nil, 0, err
+	}
+	return s.apply(r.Context(), fsm.CmdAttemptStart, &p)
+}
+
+func (s *Server) attemptGet(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	var gen uint64
+	if raw := mux.Vars(r)["generation"]; raw != "current" {
+		if gen, err = pathUint(r, "generation"); err != nil {
+			return nil, 0, err
+		}
+	}
+	return s.fsm.Attempt(job, gen)
+}
+
+// Epochs.
+
+func (s *Server) epochBegin(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	var b struct {
+		Generation uint64 `json:"generation"`
+		Epoch      uint64 `json:"epoch"`
+	}
+	if err := decodeBody(r, &b, false); err != nil {
+		return nil, 0, err
+	}
+	p := fsm.EpochBegin{Job: job, Generation: b.Generation, Epoch: b.Epoch}
+	if err := p.Validate(); err != nil {
+		return nil, 0, err
+	}
+	return s.apply(r.Context(), fsm.CmdEpochBegin, &p)
+}
+
+func (s *Server) epochsList(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	state := fsm.EpochState(r.URL.Query().Get("state"))
+	switch state {
+	case "", fsm.EpochPending, fsm.EpochCompleted, fsm.EpochAborted, fsm.EpochSubsumed:
+	default:
+		return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "state", "%q is not one of pending, completed, aborted, subsumed", state)
+	}
+	epochs, idx, err := s.fsm.Epochs(job, state)
+	return map[string]any{"epochs": epochs}, idx, err
+}
+
+// epochGet reads an epoch with its statistics. With ?index=N it is a
+// blocking query: it answers when the epoch's modify index passes N, or
+// when ?wait (default and cap 5m) elapses, with the state at that time.
+func (s *Server) epochGet(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := pathUint(r, "epoch")
+	if err != nil {
+		return nil, 0, err
+	}
+	after, err := queryUint(r, "index")
+	if err != nil {
+		return nil, 0, err
+	}
+	wait := MaxWait
+	if raw := r.URL.Query().Get("wait"); raw != "" {
+		d, err := time.ParseDuration(raw)
+		if err != nil || d < 0 {
+			return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "wait", "%q is not a duration such as 30s", raw)
+		}
+		wait = min(d, MaxWait)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	for {
+		// Take the change channel before reading, so an apply between the
+		// read and the wait is not missed.
+		changed := s.fsm.Changes()
+		e, idx, err := s.fsm.Epoch(job, n)
+		if err != nil || after == 0 || e.ModifyIndex > after {
+			return e, idx, err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			if r.Context().Err() != nil {
+				return nil, 0, r.Context().Err()
+			}
+			return e, idx, nil
+		}
+	}
+}
+
+func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := pathUint(r, "epoch")
+	if err != nil {
+		return nil, 0, err
+	}
+	task, err := pathID(r, "task")
+	if err != nil {
+		return nil, 0, err
+	}
+	var b struct {
+		Generation uint64              `json:"generation"`
+		Payloads   map[fsm.Kind][]byte `json:"payloads"`
+	}
+	if err := decodeBody(r, &b, false); err != nil {
+		return nil, 0, err
+	}
+	p := fsm.TaskAck{Job: job, Generation: b.Generation, Epoch: n, Task: task, Payloads: b.Payloads}
+	if err := p.Validate(); err != nil {
+		return nil, 0, err
+	}
+	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, &p)
+	if res, ok := v.(*fsm.AckResult); ok && res.Completed {
+		s.metrics.completed.Inc()
+	}
+	return v, idx, err
+}
+
+func (s *Server) epochAbort(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := pathUint(r, "epoch")
+	if err != nil {
+		return nil, 0, err
+	}
+	var b struct {
+		Generation uint64 `json:"generation"`
+		Reason     string `json:"reason"`
+	}
+	if err := decodeBody(r, &b, false); err != nil {
+		return nil, 0, err
+	}
+	p := fsm.EpochAbort{Job: job, Generation: b.Generation, Epoch: n, Reason: b.Reason}
+	if err := p.Validate(); err != nil {
+		return nil, 0, err
+	}
+	return s.apply(r.Context(), fsm.CmdEpochAbort, &p)
+}
+
+func (s *Server) pinRequest(r *http.Request, withBody bool) (*fsm.EpochPin, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, err
+	}
+	n, err := pathUint(r, "epoch")
+	if err != nil {
+		return nil, err
+	}
+	var b struct {
+		Name string `json:"name"`
+	}
+	if withBody {
+		if err := decodeBody(r, &b, true); err != nil {
+			return nil, err
+		}
+	}
+	p := &fsm.EpochPin{Job: job, Epoch: n, Name: b.Name}
+	return p, p.Validate()
+}
+
+func (s *Server) epochPin(r *http.Request) (any, uint64, error) {
+	p, err := s.pinRequest(r, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.apply(r.Context(), fsm.CmdEpochPin, p)
+}
+
+func (s *Server) epochUnpin(r *http.Request) (any, uint64, error) {
+	p, err := s.pinRequest(r, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.apply(r.Context(), fsm.CmdEpochUnpin, p)
+}
+
+// taskRestore plans a task's restore: ?epoch=N or ?pin=NAME chooses the
+// checkpoint (default: the latest completed), ?source_job and ?source_task
+// map the restore onto another job's or task's checkpoint.
+func (s *Server) taskRestore(r *http.Request) (any, uint64, error) {
+	var req fsm.RestoreRequest
+	var err error
+	if req.Job, err = pathID(r, "job"); err != nil {
+		return nil, 0, err
+	}
+	if req.Task, err = pathID(r, "task"); err != nil {
+		return nil, 0, err
+	}
+	if req.Epoch, err = queryUint(r, "epoch"); err != nil {
+		return nil, 0, err
+	}
+	if req.Pin, err = queryID(r, "pin"); err != nil {
+		return nil, 0, err
+	}
+	if req.SourceJob, err = queryID(r, "source_job"); err != nil {
+		return nil, 0, err
+	}
+	if req.SourceTask, err = queryID(r, "source_task"); err != nil {
+		return nil, 0, err
+	}
+	return s.fsm.PlanRestore(req)
+}

@@ -1,0 +1,284 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/node"
+)
+
+// Headers set on responses.
+const (
+	// HeaderIndex carries the Raft index a response reflects.
+	HeaderIndex = "X-Metastore-Index"
+	// HeaderServedBy names the member that answered (after forwarding).
+	HeaderServedBy = "X-Metastore-Served-By"
+	// HeaderForwardedBy marks a request forwarded by a member, so it is
+	// never forwarded twice.
+	HeaderForwardedBy = "X-Metastore-Forwarded-By"
+)
+
+// MaxWait caps the wait of a blocking query.
+const MaxWait = 5 * time.Minute
+
+// Deps are what the API serves.
+type Deps struct {
+	Config   config.Config
+	Node     *node.Node
+	FSM      *fsm.FSM
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+}
+
+// Server is the HTTP API of one member.
+type Server struct {
+	cfg     config.Config
+	node    *node.Node
+	fsm     *fsm.FSM
+	logger  *slog.Logger
+	metrics *metrics
+	fwd     *forwarder
+	router  *mux.Router
+	// now is the leader's clock, stamped into commands.
+	now func() time.Time
+}
+
+// New builds the API.
+func New(d Deps) *Server {
+	logger := d.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg:     d.Config,
+		node:    d.Node,
+		fsm:     d.FSM,
+		logger:  logger,
+		metrics: newMetrics(d.Registry),
+		now:     time.Now,
+	}
+	s.fwd = newForwarder(d.Config.NodeID, logger)
+	s.router = s.routes(d.Registry)
+	return s
+}
+
+// Handler is the root handler.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// kind says where a route is served.
+type kind int
+
+const (
+	// local: answered by whichever member receives it.
+	local kind = iota
+	// read: a read honouring the consistency parameter.
+	read
+	// write: a mutation, forwarded to the leader.
+	write
+)
+
+type route struct {
+	name    string
+	method  string
+	path    string
+	kind    kind
+	handler func(r *http.Request) (any, uint64, error)
+}
+
+// routeTable lists every route of the API once.
+func (s *Server) routeTable() []route {
+	return []route{
+		{"status", "GET", "/v1/status", local, s.status},
+		{"members.list", "GET", "/v1/members", local, s.membersList},
+		{"members.add", "POST", "/v1/members", write, s.membersAdd},
+		{"members.remove", "DELETE", "/v1/members/{id}", write, s.membersRemove},
+		{"leader.transfer", "POST", "/v1/leader/transfer", write, s.leaderTransfer},
+		{"state.hash", "GET", "/v1/state/hash", local, s.stateHash},
+
+		{"jobs.list", "GET", "/v1/jobs", read, s.jobsList},
+		{"jobs.put", "PUT", "/v1/jobs/{job}", write, s.jobPut},
+		{"jobs.get", "GET", "/v1/jobs/{job}", read, s.jobGet},
+		{"attempts.start", "POST", "/v1/jobs/{job}/attempts", write, s.attemptStart},
+		{"attempts.get", "GET", "/v1/jobs/{job}/attempts/{generation}", read, s.attemptGet},
+		{"epochs.begin", "POST", "/v1/jobs/{job}/epochs", write, s.epochBegin},
+		{"epochs.list", "GET", "/v1/jobs/{job}/epochs", read, s.epochsList},
+		{"epochs.get", "GET", "/v1/jobs/{job}/epochs/{epoch}", read, s.epochGet},
+		{"epochs.ack", "PUT", "/v1/jobs/{job}/epochs/{epoch}/acks/{task}", write, s.taskAck},
+		{"epochs.abort", "POST", "/v1/jobs/{job}/epochs/{epoch}/abort", write, s.epochAbort},
+		{"epochs.pin", "PUT", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochPin},
+		{"epochs.unpin", "DELETE", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochUnpin},
+		{"tasks.restore", "GET", "/v1/jobs/{job}/tasks/{task}/restore", read, s.taskRestore},
+	}
+}
+
+func (s *Server) routes(reg *prometheus.Registry) *mux.Router {
+	// Path variables stay encoded and paths are not cleaned: ids are
+	// validated against their charset, so "..%2F" is refused, never resolved.
+	r := mux.NewRouter().UseEncodedPath().SkipClean(true)
+	r.Use(s.recoverer)
+	for _, rt := range s.routeTable() {
+		r.Handle(rt.path, s.wrap(rt)).Methods(rt.method).Name(rt.name)
+	}
+	r.Handle("/healthz", s.instrument("healthz", http.HandlerFunc(s.healthz))).Methods("GET")
+	r.Handle("/readyz", s.instrument("readyz", http.HandlerFunc(s.readyz))).Methods("GET")
+	if reg != nil {
+		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})).Methods("GET")
+	}
+	r.NotFoundHandler = s.instrument("not_found", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		writeError(w, apiErr(http.StatusNotFound, CodeRouteNotFound, "", "no route %s %s", req.Method, req.URL.Path))
+	}))
+	r.MethodNotAllowedHandler = s.instrument("method_not_allowed", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		writeError(w, apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "method %s is not allowed on %s", req.Method, req.URL.Path))
+	}))
+	return r
+}
+
+// wrap turns a route into an http.Handler: body limit, leader forwarding,
+// consistency, JSON encoding of the value or the error, metrics.
+func (s *Server) wrap(rt route) http.Handler {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		w.Header().Set(HeaderServedBy, s.cfg.NodeID)
+		if s.mustForward(rt, r) {
+			s.forward(w, r, rt.name)
+			return
+		}
+		if rt.kind == read && consistency(r) == consistencyLinearizable {
+			if _, err := s.node.LinearizableRead(r.Context()); err != nil {
+				writeError(w, toAPIError(err))
+				return
+			}
+		}
+		v, idx, err := rt.handler(r)
+		if err != nil {
+			ae := toAPIError(err)
+			if ae.Status >= 500 {
+				s.logger.Warn("request failed", "route", rt.name, "code", ae.Code, "err", err)
+			}
+			writeError(w, ae)
+			return
+		}
+		if idx > 0 {
+			w.Header().Set(HeaderIndex, strconv.FormatUint(idx, 10))
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+	return s.instrument(rt.name, h)
+}
+
+// Read consistency levels.
+const (
+	consistencyStale        = "stale"
+	consistencyDefault      = "default"
+	consistencyLinearizable = "linearizable"
+)
+
+func consistency(r *http.Request) string {
+	switch c := r.URL.Query().Get("consistency"); c {
+	case consistencyStale, consistencyLinearizable:
+		return c
+	}
+	return consistencyDefault
+}
+
+// mustForward reports whether the request belongs to the leader and this
+// member is not it. Writes always go to the leader; reads unless stale.
+func (s *Server) mustForward(rt route, r *http.Request) bool {
+	switch rt.kind {
+	case write:
+		return !s.node.IsLeader()
+	case read:
+		return consistency(r) != consistencyStale && !s.node.IsLeader()
+	}
+	return false
+}
+
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, name string) {
+	if by := r.Header.Get(HeaderForwardedBy); by != "" {
+		// Leadership moved while the request was in flight; forwarding
+		// again could loop.
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeNotLeader, Retryable: true,
+			Message: "forwarded by " + by + " but this member is not the leader; retry"})
+		return
+	}
+	addr, err := s.node.LeaderHTTPAddr()
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	s.metrics.forwarded.WithLabelValues(name).Inc()
+	s.fwd.serve(w, r, addr)
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.logger.Error("panic in handler", "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+				writeError(w, apiErr(http.StatusInternalServerError, CodeInternal, "", "internal error"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.Retryable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.Status, map[string]*Error{"error": e})
+}
+
+// healthz answers while the process serves HTTP.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 when the member knows a leader and has applied what
+// it knows to be committed.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.node.Ready(); err != nil {
+		writeError(w, apiErr(http.StatusServiceUnavailable, CodeNotReady, "", "%v", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "applied_index": s.fsm.AppliedIndex()})
+}
+
+// apply proposes a command stamped with the leader's clock and returns the
+// command's value, or its rule violation.
+func (s *Server) apply(ctx context.Context, t fsm.CommandType, payload any) (any, uint64, error) {
+	cmd, err := fsm.Encode(t, s.now(), payload)
+	if err != nil {
+		return nil, 0, err
+	}
+	res, err := s.node.Apply(ctx, cmd)
+	if err != nil {
+		return nil, 0, err
+	}
+	if res.Err != nil {
+		return nil, res.Index, res.Err
+	}
+	return res.Value, res.Index, nil
+}

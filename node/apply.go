@@ -1,0 +1,203 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/metastore/metastore/fsm"
+)
+
+// Apply proposes cmd (built with fsm.Encode) and waits until the leader has
+// applied it, for at most cfg.ApplyTimeout or until ctx is done.
+//
+// A nil error means the command committed and was applied: the returned
+// *fsm.Result carries its index and either a value or, in Result.Err, a rule
+// violation (the same on every member; the command changed nothing). The
+// caller must check Result.Err.
+//
+// Errors:
+//   - ErrNotLeader: this node is not the leader; nothing was proposed.
+//   - ErrTryAgain (wrapped): nothing was applied; retry shortly.
+//   - ErrShutdown: the node is shutting down; nothing was proposed.
+//   - ErrUnknownOutcome (wrapped): the command was handed to Raft but its
+//     fate is unknown (leadership lost, shutdown, deadline or ctx
+//     cancellation after it was enqueued).
+//   - ctx.Err() if ctx was done before anything was proposed.
+//   - an error from the FSM that is fatal (corrupt or unknown command).
+func (n *Node) Apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	start := time.Now()
+	res, err := n.apply(ctx, cmd)
+	n.metrics.observeApply(start, applyOutcome(res, err))
+	return res, err
+}
+
+func (n *Node) apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	if n.closing.Load() {
+		return nil, ErrShutdown
+	}
+	switch n.raft.State() {
+	case raft.Leader:
+	case raft.Shutdown:
+		return nil, ErrShutdown
+	default:
+		return nil, ErrNotLeader
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+
+	// The timeout given to Raft bounds only enqueueing.
+	f := n.raft.Apply(cmd, time.Until(deadline))
+	if err := waitFuture(ctx, f); err != nil {
+		return nil, mapRaftError(err)
+	}
+	switch r := f.Response().(type) {
+	case *fsm.Result:
+		return r, nil
+	case error:
+		return nil, fmt.Errorf("node: state machine failed to apply entry %d: %w", f.Index(), r)
+	default:
+		return nil, fmt.Errorf("node: state machine returned %T for entry %d, want *fsm.Result", r, f.Index())
+	}
+}
+
+// waitFuture waits for f, or for ctx. It prefers f's result when both are
+// ready.
+func waitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }() // Raft answers every future, at the latest on shutdown
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done:
+			return err
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// mapRaftError maps the error of a future that was handed to Raft (Apply,
+// Barrier, membership changes) to the node's sentinels.
+func mapRaftError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		// Returned when the entry was never appended (drained by a follower
+		// loop, or refused before enqueueing).
+		return ErrNotLeader
+	case errors.Is(err, raft.ErrEnqueueTimeout),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress),
+		errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %v", ErrTryAgain, err)
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		// Raft does not say whether the entry was enqueued before shutdown:
+		// report the conservative answer.
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, ErrShutdown)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: gave up waiting: %w", ErrUnknownOutcome, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+}
+
+func applyOutcome(res *fsm.Result, err error) string {
+	switch {
+	case err == nil && res != nil && res.Err != nil:
+		return "rule_error"
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrUnknownOutcome):
+		return "unknown"
+	case errors.Is(err, ErrNotLeader):
+		return "not_leader"
+	case errors.Is(err, ErrTryAgain):
+		return "try_again"
+	case errors.Is(err, ErrShutdown):
+		return "shutdown"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	return "error"
+}
+
+// LinearizableRead confirms that this node is the leader and that its state
+// machine reflects every write committed before the call, and returns the
+// Raft index the read reflects (the commit index when it was taken). Read
+// the FSM after it returns.
+//
+// It requires the leader's barrier of the current term to have completed
+// (else ErrTryAgain), takes the commit index, confirms leadership with a
+// quorum (VerifyLeader), checks the term did not change, and waits until the
+// FSM applied every command up to the commit index.
+func (n *Node) LinearizableRead(ctx context.Context) (uint64, error) {
+	if n.closing.Load() {
+		return 0, ErrShutdown
+	}
+	switch n.raft.State() {
+	case raft.Leader:
+	case raft.Shutdown:
+		return 0, ErrShutdown
+	default:
+		return 0, ErrNotLeader
+	}
+	term := n.raft.CurrentTerm()
+	if n.readyTerm.Load() != term {
+		return 0, fmt.Errorf("%w: the leader has not yet committed an entry in term %d", ErrTryAgain, term)
+	}
+	commit := n.raft.CommitIndex()
+	if err := waitFuture(ctx, n.raft.VerifyLeader()); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
+			return 0, ErrNotLeader
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return 0, ErrShutdown
+		}
+		return 0, fmt.Errorf("node: verify leadership: %w", err)
+	}
+	if n.raft.CurrentTerm() != term {
+		return 0, ErrNotLeader
+	}
+	target, err := n.fsmTarget(commit)
+	if err != nil {
+		return 0, fmt.Errorf("node: linearizable read: %w", err)
+	}
+	if err := n.fsm.WaitApplied(ctx, target); err != nil {
+		return 0, fmt.Errorf("node: wait for the state machine to apply index %d: %w", target, err)
+	}
+	return commit, nil
+}
+
+// fsmTarget returns the index the FSM's applied index must reach for every
+// command at or below idx to be applied. It is idx itself or lower: Raft
+// never hands barrier and no-op entries to the FSM, so after a barrier (the
+// usual last entry after an election) the FSM's applied index stays below
+// the commit index until the next command.
+//
+// A missing entry has been compacted into a snapshot, and a snapshot covers
+// only what the FSM has already processed, so the scan stops there.
+func (n *Node) fsmTarget(idx uint64) (uint64, error) {
+	applied := n.fsm.AppliedIndex()
+	for i := idx; i > applied; i-- {
+		var l raft.Log
+		if err := n.logs.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				return applied, nil
+			}
+			return 0, fmt.Errorf("read log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			return i, nil
+		}
+	}
+	return min(applied, idx), nil
+}

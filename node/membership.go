@@ -1,0 +1,299 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/metastore/metastore/fsm"
+)
+
+// AddVoter adds (or confirms) server id at raftAddr as a voter, and records
+// its HTTP address. Leader only (else ErrNotLeader). It first writes the
+// member record through Raft, so the leader's FSM knows the new member's
+// HTTP address before the member takes part, then changes the Raft
+// configuration. It is idempotent: for a voter already at raftAddr only the
+// member record is brought up to date. If the id is in the configuration at
+// another address, or the address belongs to another id, it returns an error
+// wrapping ErrMemberConflict: the old server must be removed first.
+//
+// Invalid arguments are refused before anything is proposed, with the
+// state machine's *fsm.RuleError (MemberUpsert.Validate). Other errors are
+// those of Apply (ErrNotLeader, ErrTryAgain, ErrUnknownOutcome, ...).
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr, httpAddr string) error {
+	upsert := fsm.MemberUpsert{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr}
+	if err := upsert.Validate(); err != nil {
+		return err
+	}
+	if err := n.leaderOnly(); err != nil {
+		return err
+	}
+	n.changeMu.Lock()
+	defer n.changeMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+
+	servers, err := n.configuration()
+	if err != nil {
+		return mapRaftError(err)
+	}
+	var existing *raft.Server
+	for i, s := range servers {
+		switch {
+		case string(s.ID) == id && string(s.Address) != raftAddr:
+			return fmt.Errorf("%w: server %q is in the cluster at raft address %s, not %s: remove it first", ErrMemberConflict, id, s.Address, raftAddr)
+		case string(s.ID) == id:
+			existing = &servers[i]
+		case string(s.Address) == raftAddr:
+			return fmt.Errorf("%w: raft address %s belongs to server %q: remove it first", ErrMemberConflict, raftAddr, s.ID)
+		}
+	}
+
+	want := fsm.Member{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr}
+	if ok, err := n.hasRecord(want); err != nil || !ok {
+		if err := n.applyMember(ctx, fsm.CmdMemberUpsert, upsert); err != nil {
+			return err
+		}
+	}
+	if existing != nil && existing.Suffrage == raft.Voter {
+		return nil
+	}
+	deadline, _ := ctx.Deadline()
+	if err := waitFuture(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, time.Until(deadline))); err != nil {
+		return fmt.Errorf("node: add voter %s: %w", id, mapRaftError(err))
+	}
+	n.log.Info("voter added", "id", id, "raft_addr", raftAddr, "http_addr", httpAddr)
+	return nil
+}
+
+// RemoveServer removes server id from the Raft configuration, then its
+// member record. Leader only (else ErrNotLeader). An id that is neither a
+// server nor a member record returns an error wrapping ErrUnknownMember.
+// When the leader removes itself, the record goes first (it cannot write
+// once it has left) and leadership passes to another voter.
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if err := n.leaderOnly(); err != nil {
+		return err
+	}
+	n.changeMu.Lock()
+	defer n.changeMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+
+	servers, err := n.configuration()
+	if err != nil {
+		return mapRaftError(err)
+	}
+	inConfig := false
+	for _, s := range servers {
+		if string(s.ID) == id {
+			inConfig = true
+		}
+	}
+	members, err := n.fsm.Members()
+	if err != nil {
+		return fmt.Errorf("node: read members: %w", err)
+	}
+	hasRecord := false
+	for _, m := range members {
+		if m.ID == id {
+			hasRecord = true
+		}
+	}
+	if !inConfig && !hasRecord {
+		return fmt.Errorf("%w: %q", ErrUnknownMember, id)
+	}
+
+	removeRecord := func() error {
+		if !hasRecord {
+			return nil
+		}
+		return n.applyMember(ctx, fsm.CmdMemberRemove, fsm.MemberRemove{ID: id})
+	}
+	removeServer := func() error {
+		if !inConfig {
+			return nil
+		}
+		deadline, _ := ctx.Deadline()
+		if err := waitFuture(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, time.Until(deadline))); err != nil {
+			return fmt.Errorf("node: remove server %s: %w", id, mapRaftError(err))
+		}
+		return nil
+	}
+	steps := []func() error{removeServer, removeRecord}
+	if id == n.cfg.NodeID {
+		steps = []func() error{removeRecord, removeServer}
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	n.log.Info("server removed", "id", id, "was_in_configuration", inConfig, "had_member_record", hasRecord)
+	return nil
+}
+
+// applyMember applies a member command and turns a rule violation into an
+// error.
+func (n *Node) applyMember(ctx context.Context, t fsm.CommandType, payload any) error {
+	cmd, err := fsm.Encode(t, time.Now(), payload)
+	if err != nil {
+		return err
+	}
+	res, err := n.Apply(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	return res.Err
+}
+
+// TransferLeadership hands leadership to the most up-to-date other voter
+// and waits (bounded by ctx) until this node has stepped down. Leader only.
+func (n *Node) TransferLeadership(ctx context.Context) error {
+	if err := n.leaderOnly(); err != nil {
+		return err
+	}
+	if err := waitFuture(ctx, n.raft.LeadershipTransfer()); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return ErrNotLeader
+		}
+		if errors.Is(err, raft.ErrRaftShutdown) {
+			return ErrShutdown
+		}
+		return fmt.Errorf("node: leadership transfer: %w", err)
+	}
+	return nil
+}
+
+func (n *Node) leaderOnly() error {
+	if n.closing.Load() {
+		return ErrShutdown
+	}
+	switch n.raft.State() {
+	case raft.Leader:
+		return nil
+	case raft.Shutdown:
+		return ErrShutdown
+	}
+	return ErrNotLeader
+}
+
+// joinRequest is the body of POST /v1/members.
+type joinRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+// Join asks a running cluster to add this node as a voter: it POSTs
+// /v1/members to each of addrs (HTTP addresses of members; any member
+// forwards to the leader) in turn, with backoff between rounds, until one
+// succeeds, ctx is done or the node shuts down. A 4xx answer other than 409
+// and 429 is final and returned as a *JoinError. It returns nil at once if
+// this node is already a voter in its Raft configuration.
+func (n *Node) Join(ctx context.Context, addrs []string) error {
+	if len(addrs) == 0 {
+		return errors.New("node: join: no addresses")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(n.ctx, cancel)
+	defer stop()
+
+	var lastErr error
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		if n.isVoter() {
+			n.log.Info("already a voter; join not needed")
+			return nil
+		}
+		for _, addr := range addrs {
+			err := n.postJoin(ctx, addr)
+			if err == nil {
+				n.log.Info("joined the cluster", "via", addr)
+				return nil
+			}
+			var je *JoinError
+			if errors.As(err, &je) && !je.Temporary() {
+				return err
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			lastErr = err
+			n.log.Warn("join attempt failed", "via", addr, "err", err)
+		}
+		if !sleepCtx(ctx, backoff) {
+			if n.closing.Load() {
+				return ErrShutdown
+			}
+			return fmt.Errorf("node: join: %w (last error: %v)", ctx.Err(), lastErr)
+		}
+	}
+}
+
+// isVoter reports whether this node is a voter in its latest Raft
+// configuration.
+func (n *Node) isVoter() bool {
+	servers, err := n.configuration()
+	if err != nil {
+		return false
+	}
+	for _, s := range servers {
+		if string(s.ID) == n.cfg.NodeID && s.Suffrage == raft.Voter {
+			return true
+		}
+	}
+	return false
+}
+
+// postJoin sends one join request for this node to addr (host:port or a
+// URL base).
+func (n *Node) postJoin(ctx context.Context, addr string) error {
+	body, err := json.Marshal(joinRequest{ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAdvertiseAddr(), HTTPAddr: n.cfg.HTTPAdvertiseAddr()})
+	if err != nil {
+		return err
+	}
+	base := addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/v1/members", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("node: join request to %s: %w", addr, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.httpClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("node: join request to %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	je := &JoinError{Addr: addr, Status: resp.StatusCode}
+	var eb struct {
+		Error struct {
+			Code    string `json:"code"`
+			Field   string `json:"field"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &eb) == nil && (eb.Error.Code != "" || eb.Error.Message != "") {
+		je.Code, je.Field, je.Message = eb.Error.Code, eb.Error.Field, eb.Error.Message
+	} else {
+		je.Message = strings.TrimSpace(string(data))
+		if len(je.Message) > 200 {
+			je.Message = je.Message[:200]
+		}
+	}
+	return je
+}

@@ -1,0 +1,132 @@
+package node
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	gometricsprom "github.com/armon/go-metrics/prometheus"
+	metricscompat "github.com/hashicorp/go-metrics/compat"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// raftMetricsOnce guards the process-wide go-metrics sink. hashicorp/raft
+// reports through the global go-metrics instance (github.com/armon/go-metrics
+// through the go-metrics/compat alias), so only one sink per process can
+// exist: the first Node created with a non-nil Registerer installs it, later
+// Registerers do not get Raft's internal metrics (they still get the node's
+// own metrics below).
+var raftMetricsOnce sync.Once
+
+// installRaftMetrics bridges hashicorp/raft's go-metrics into Prometheus:
+// metrics appear as metastore_raft_... on reg. A nil reg leaves go-metrics'
+// default blackhole sink in place (tests start many nodes per process).
+func installRaftMetrics(reg prometheus.Registerer, log *slog.Logger) {
+	if reg == nil {
+		return
+	}
+	raftMetricsOnce.Do(func() {
+		sink, err := gometricsprom.NewPrometheusSinkFrom(gometricsprom.PrometheusOpts{
+			Registerer: reg,
+			Name:       "metastore_raft_go_metrics",
+			// Series not updated for this long are dropped, so leader-only
+			// gauges do not linger with stale values after a step-down.
+			Expiration: time.Minute,
+		})
+		if err != nil {
+			log.Warn("raft metrics not exported: registering the go-metrics sink failed", "err", err)
+			return
+		}
+		conf := metricscompat.DefaultConfig("metastore")
+		conf.EnableHostname = false
+		conf.EnableHostnameLabel = false
+		conf.EnableRuntimeMetrics = false
+		if _, err := metricscompat.NewGlobal(conf, sink); err != nil {
+			log.Warn("raft metrics not exported: installing the go-metrics sink failed", "err", err)
+		}
+	})
+}
+
+// nodeMetrics are the node's own metrics, read from Raft and the FSM when
+// Prometheus scrapes.
+type nodeMetrics struct {
+	reg           prometheus.Registerer
+	collectors    []prometheus.Collector
+	applyDuration *prometheus.HistogramVec
+	leaderChanges prometheus.Counter
+}
+
+func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
+	m := &nodeMetrics{
+		reg: reg,
+		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "metastore_node_apply_duration_seconds",
+			Help:    "Time from proposing a command to its application on the leader, by outcome (ok, rule_error, not_leader, try_again, unknown, shutdown, canceled, error).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"outcome"}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "metastore_node_leader_changes_total",
+			Help: "Changes of the known leader observed by this node.",
+		}),
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	m.collectors = []prometheus.Collector{
+		m.applyDuration,
+		m.leaderChanges,
+		gauge("metastore_node_is_leader", "1 if this node is the Raft leader, else 0.", func() float64 {
+			if n.raft.State() == raft.Leader {
+				return 1
+			}
+			return 0
+		}),
+		gauge("metastore_node_raft_term", "Current Raft term.", func() float64 {
+			return float64(n.raft.CurrentTerm())
+		}),
+		gauge("metastore_node_raft_commit_index", "Raft commit index known to this node.", func() float64 {
+			return float64(n.raft.CommitIndex())
+		}),
+		gauge("metastore_node_fsm_applied_index", "Last Raft index applied by the state machine.", func() float64 {
+			return float64(n.fsm.AppliedIndex())
+		}),
+		gauge("metastore_node_raft_last_snapshot_index", "Raft index of the newest snapshot.", func() float64 {
+			return float64(n.lastSnapshotIndex())
+		}),
+	}
+	if reg != nil {
+		for i, c := range m.collectors {
+			if err := reg.Register(c); err != nil {
+				for _, done := range m.collectors[:i] {
+					reg.Unregister(done)
+				}
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *nodeMetrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}
+
+func (m *nodeMetrics) observeApply(start time.Time, outcome string) {
+	m.applyDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+}
+
+// lastSnapshotIndex reads the snapshot store rather than raft.Stats, which
+// needs the Raft main loop (and warns once Raft is shut down).
+func (n *Node) lastSnapshotIndex() uint64 {
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) == 0 {
+		return 0
+	}
+	return metas[0].Index
+}

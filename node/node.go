@@ -1,0 +1,591 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/fsm"
+)
+
+const (
+	// raftDBFile is the raft-boltdb file (log and stable store) in RaftDir.
+	raftDBFile = "raft.db"
+	// logCacheSize is the number of recent log entries kept in memory.
+	logCacheSize = 512
+	// transportMaxPool is the number of pooled connections per peer.
+	transportMaxPool = 3
+	// transportTimeout bounds one Raft RPC's I/O.
+	transportTimeout = 10 * time.Second
+	// boltOpenTimeout bounds waiting for the raft.db file lock, so a second
+	// process on the same data directory fails instead of hanging.
+	boltOpenTimeout = 5 * time.Second
+	// leaderPollInterval is how often the leadership loop re-checks Raft's
+	// state in case an observation was dropped.
+	leaderPollInterval = 500 * time.Millisecond
+	// memberCheckInterval and memberCheckFastInterval pace a follower's check
+	// of its own member record (fast just after a leader appeared).
+	memberCheckInterval     = 2 * time.Second
+	memberCheckFastInterval = 250 * time.Millisecond
+	memberCheckFastPeriod   = 10 * time.Second
+	// joinRequestTimeout bounds one join HTTP request.
+	joinRequestTimeout = 10 * time.Second
+)
+
+// Deps are the collaborators of a Node.
+type Deps struct {
+	// Logger is the parent logger; the node logs as component=node and Raft
+	// as component=raft (through an hclog adapter). Nil discards logs.
+	Logger *slog.Logger
+	// FSM is the replicated state machine, opened by the caller (who also
+	// closes it after Shutdown).
+	FSM *fsm.FSM
+	// Registerer receives the node's metrics and, for the first node of the
+	// process, hashicorp/raft's go-metrics. May be nil.
+	Registerer prometheus.Registerer
+	// LeaderTasks run in their own goroutine while this node is leader
+	// (after the leader's barrier has applied everything from earlier
+	// terms), cancelled on leadership loss/shutdown. A task must return
+	// promptly once its context is cancelled: the next leadership term does
+	// not start tasks until the previous ones have returned.
+	LeaderTasks map[string]func(ctx context.Context)
+}
+
+// Node is one Raft member of a metastore cluster.
+type Node struct {
+	cfg   config.Config
+	log   *slog.Logger
+	fsm   *fsm.FSM
+	tasks map[string]func(ctx context.Context)
+
+	raft      *raft.Raft
+	trans     *raft.NetworkTransport
+	boltStore *raftboltdb.BoltStore
+	logs      raft.LogStore // log cache over boltStore
+	snaps     *raft.FileSnapshotStore
+	metrics   *nodeMetrics
+
+	observer *raft.Observer
+	obsCh    chan raft.Observation
+	kickCh   chan struct{} // wakes the member check loop
+
+	httpClient *http.Client
+
+	// readyTerm is the term whose leader barrier has completed on this node:
+	// linearizable reads are served only when it equals the current term.
+	readyTerm atomic.Uint64
+
+	// changeMu serialises membership changes.
+	changeMu sync.Mutex
+
+	// ctx lives until Shutdown; it parents leader sessions, the background
+	// loops and Join.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closing atomic.Bool
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// Status is a point-in-time view of the node, for the API and operators.
+type Status struct {
+	ID                string         `json:"id"`
+	State             string         `json:"state"`
+	LeaderID          string         `json:"leader_id"`
+	LeaderRaftAddr    string         `json:"leader_raft_addr"`
+	LeaderHTTPAddr    string         `json:"leader_http_addr"`
+	Term              uint64         `json:"term"`
+	CommitIndex       uint64         `json:"commit_index"`
+	AppliedIndex      uint64         `json:"applied_index"`
+	LastLogIndex      uint64         `json:"last_log_index"`
+	LastSnapshotIndex uint64         `json:"last_snapshot_index"`
+	Members           []MemberStatus `json:"members"`
+}
+
+// MemberStatus is one member: a server of the Raft configuration, or a
+// member record without a server (Suffrage "none").
+type MemberStatus struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	// Suffrage is "voter", "nonvoter", "staging", or "none" for a member
+	// record whose server is not in the Raft configuration.
+	Suffrage string `json:"suffrage"`
+	Leader   bool   `json:"leader"`
+}
+
+// New opens the Raft stores in cfg.DataDir, brings the FSM up to the newest
+// snapshot if it is behind, starts Raft and bootstraps a new cluster when
+// the data directory is empty and cfg.Join is empty. A node with cfg.Join
+// set waits to be added: the caller runs Join (typically once its HTTP
+// server is up).
+func New(cfg config.Config, deps Deps) (_ *Node, err error) {
+	if deps.FSM == nil {
+		return nil, errors.New("node: Deps.FSM is nil")
+	}
+	if cfg.NodeID == "" {
+		return nil, errors.New("node: config has no NodeID")
+	}
+	logger := deps.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ApplyTimeout <= 0 {
+		cfg.ApplyTimeout = config.DefaultConfig().ApplyTimeout
+	}
+	n := &Node{
+		cfg:        cfg,
+		log:        logger.With("component", "node"),
+		fsm:        deps.FSM,
+		tasks:      deps.LeaderTasks,
+		obsCh:      make(chan raft.Observation, 64),
+		kickCh:     make(chan struct{}, 1),
+		httpClient: &http.Client{Timeout: joinRequestTimeout},
+	}
+	raftLog := logger.With("component", "raft")
+
+	// Everything opened below is closed again if New fails.
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				_ = closers[i]()
+			}
+		}
+	}()
+
+	for _, dir := range []string{cfg.DataDir, cfg.RaftDir(), cfg.SnapshotDir()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("node: create %s: %w", dir, err)
+		}
+	}
+
+	n.boltStore, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(cfg.RaftDir(), raftDBFile),
+		BoltOptions: &bolt.Options{Timeout: boltOpenTimeout},
+		NoSync:      false, // an unsynced log forgets acknowledged entries and votes
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: open raft log store: %w", err)
+	}
+	closers = append(closers, n.boltStore.Close)
+	if n.logs, err = raft.NewLogCache(logCacheSize, n.boltStore); err != nil {
+		return nil, fmt.Errorf("node: log cache: %w", err)
+	}
+
+	retain := cfg.SnapshotRetain
+	if retain < 1 {
+		retain = config.DefaultConfig().SnapshotRetain
+	}
+	// The store keeps its snapshots in SnapshotDir()/snapshots.
+	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.SnapshotDir(), retain, newHCLogger(raftLog, "snapshot"))
+	if err != nil {
+		return nil, fmt.Errorf("node: open snapshot store: %w", err)
+	}
+
+	hasState, err := raft.HasExistingState(n.logs, n.boltStore, n.snaps)
+	if err != nil {
+		return nil, fmt.Errorf("node: inspect raft state: %w", err)
+	}
+	if !hasState && n.fsm.AppliedIndex() > 0 {
+		// Bootstrapping or joining with a state machine that is ahead of an
+		// empty log would make the FSM skip new entries at or below its
+		// index: silent divergence.
+		return nil, fmt.Errorf("node: %s has applied index %d but the Raft state in %s is empty: "+
+			"remove the state machine file to rebuild this member from the cluster, or restore the Raft directory",
+			cfg.FSMPath(), n.fsm.AppliedIndex(), cfg.RaftDir())
+	}
+	if err := n.catchUpFromSnapshot(); err != nil {
+		return nil, err
+	}
+
+	n.trans, err = newTransport(cfg, newHCLogger(raftLog, "transport"))
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, n.trans.Close)
+
+	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), n.fsm, n.logs, n.boltStore, n.snaps, n.trans)
+	if err != nil {
+		return nil, fmt.Errorf("node: start raft: %w", err)
+	}
+	closers = append(closers, func() error { return n.raft.Shutdown().Error() })
+
+	if !hasState && len(cfg.Join) == 0 {
+		if err := n.bootstrap(); err != nil {
+			return nil, err
+		}
+	} else if !hasState {
+		n.log.Info("empty data directory and join addresses set: not bootstrapping, waiting to be added", "join", cfg.Join)
+	}
+
+	if n.metrics, err = newNodeMetrics(n, deps.Registerer); err != nil {
+		return nil, fmt.Errorf("node: register metrics: %w", err)
+	}
+	installRaftMetrics(deps.Registerer, n.log)
+
+	n.observer = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState:
+			return true
+		}
+		return false
+	})
+	n.raft.RegisterObserver(n.observer)
+
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.wg.Add(2)
+	go n.runLeadership()
+	go n.runMemberCheck()
+
+	n.log.Info("node started", "id", cfg.NodeID, "raft_addr", cfg.RaftAddr,
+		"raft_advertise", n.trans.LocalAddr(), "http_advertise", cfg.HTTPAdvertiseAddr(),
+		"existing_state", hasState, "fsm_applied_index", n.fsm.AppliedIndex())
+	return n, nil
+}
+
+// newTransport builds the Raft transport. It is the one place that decides
+// how members talk to each other: plain TCP today, a TLS stream layer
+// (raft.NewNetworkTransportWithConfig) later.
+func newTransport(cfg config.Config, logger hclog.Logger) (*raft.NetworkTransport, error) {
+	advertise, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertiseAddr())
+	if err != nil {
+		return nil, fmt.Errorf("node: resolve raft advertise address %q: %w", cfg.RaftAdvertiseAddr(), err)
+	}
+	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, transportMaxPool, transportTimeout, logger)
+	if err != nil {
+		return nil, fmt.Errorf("node: raft transport on %s: %w", cfg.RaftAddr, err)
+	}
+	return trans, nil
+}
+
+// raftConfig maps the node's configuration onto raft.Config. Zero durations
+// and counts keep Raft's defaults.
+func (n *Node) raftConfig(logger hclog.Logger) *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = raft.ServerID(n.cfg.NodeID)
+	c.Logger = logger
+	set := func(dst *time.Duration, v time.Duration) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	set(&c.HeartbeatTimeout, n.cfg.HeartbeatTimeout)
+	set(&c.ElectionTimeout, n.cfg.ElectionTimeout)
+	set(&c.LeaderLeaseTimeout, n.cfg.LeaderLeaseTimeout)
+	set(&c.CommitTimeout, n.cfg.CommitTimeout)
+	set(&c.SnapshotInterval, n.cfg.SnapshotInterval)
+	if n.cfg.SnapshotThreshold > 0 {
+		c.SnapshotThreshold = n.cfg.SnapshotThreshold
+	}
+	if n.cfg.TrailingLogs > 0 {
+		c.TrailingLogs = n.cfg.TrailingLogs
+	}
+	// The FSM is persistent: it is never rebuilt from a snapshot at start
+	// (catchUpFromSnapshot restores one only when the FSM is behind it).
+	c.NoSnapshotRestoreOnStart = true
+	// Only the label-style telemetry, not the duplicate legacy names.
+	c.NoLegacyTelemetry = true
+	return c
+}
+
+// catchUpFromSnapshot runs before Raft starts. Raft (with
+// NoSnapshotRestoreOnStart) takes the newest snapshot's index as already
+// applied and replays only the entries after it; if the FSM is behind that
+// snapshot (its file was lost, or is older), it must be restored from the
+// snapshot first or the entries in between would never reach it.
+//
+// The FSM's applied index counts only entries Raft hands to it; barrier and
+// no-op entries never reach it. So a snapshot index above the FSM's index is
+// harmless when every entry in between is still in the log and none is a
+// command; only otherwise is the snapshot restored.
+func (n *Node) catchUpFromSnapshot() error {
+	metas, err := n.snaps.List()
+	if err != nil {
+		return fmt.Errorf("node: list snapshots: %w", err)
+	}
+	applied := n.fsm.AppliedIndex()
+	if len(metas) == 0 {
+		n.log.Info("no snapshot; state machine used as is", "fsm_applied_index", applied)
+		return nil
+	}
+	newest := metas[0]
+	if newest.Index <= applied {
+		n.log.Info("state machine is at or past the newest snapshot; not restoring",
+			"fsm_applied_index", applied, "snapshot_id", newest.ID, "snapshot_index", newest.Index)
+		return nil
+	}
+	cmd, err := commandIn(n.logs, applied, newest.Index)
+	if err == nil && cmd == 0 {
+		n.log.Info("state machine is behind the newest snapshot only by non-command entries; not restoring",
+			"fsm_applied_index", applied, "snapshot_id", newest.ID, "snapshot_index", newest.Index)
+		return nil
+	}
+	n.log.Warn("state machine is behind the newest snapshot; restoring it from the snapshot",
+		"fsm_applied_index", applied, "snapshot_id", newest.ID, "snapshot_index", newest.Index,
+		"snapshot_term", newest.Term, "snapshot_bytes", newest.Size)
+	start := time.Now()
+	_, rc, err := n.snaps.Open(newest.ID)
+	if err != nil {
+		return fmt.Errorf("node: open snapshot %s: %w", newest.ID, err)
+	}
+	defer rc.Close()
+	if err := n.fsm.RestoreFrom(rc); err != nil {
+		return fmt.Errorf("node: restore state machine from snapshot %s: %w", newest.ID, err)
+	}
+	n.log.Info("state machine restored from snapshot", "snapshot_id", newest.ID,
+		"fsm_applied_index", n.fsm.AppliedIndex(), "took", time.Since(start))
+	return nil
+}
+
+// commandIn returns the highest index in (lo, hi] holding a command entry, 0
+// if there is none. A missing entry is reported as an error wrapping
+// raft.ErrLogNotFound.
+func commandIn(logs raft.LogStore, lo, hi uint64) (uint64, error) {
+	for i := hi; i > lo; i-- {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			return 0, fmt.Errorf("log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			return i, nil
+		}
+	}
+	return 0, nil
+}
+
+// bootstrap writes the first configuration: the initial cluster (all
+// voters), or this node alone.
+func (n *Node) bootstrap() error {
+	var servers []raft.Server
+	for _, p := range n.cfg.InitialCluster {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+	}
+	if len(servers) == 0 {
+		servers = []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.cfg.RaftAdvertiseAddr())}}
+	}
+	n.log.Info("bootstrapping a new cluster", "servers", len(servers))
+	if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+		return fmt.Errorf("node: bootstrap: %w", err)
+	}
+	return nil
+}
+
+// IsLeader reports whether this node is the Raft leader right now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// LeaderHTTPAddr returns the HTTP address of the current leader, from the
+// replicated member records. It returns an error wrapping ErrNoLeader when
+// no leader is known or the leader has no member record yet.
+func (n *Node) LeaderHTTPAddr() (string, error) {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return "", ErrNoLeader
+	}
+	if string(id) == n.cfg.NodeID {
+		return n.cfg.HTTPAdvertiseAddr(), nil
+	}
+	members, err := n.fsm.Members()
+	if err != nil {
+		return "", fmt.Errorf("node: read members: %w", err)
+	}
+	for _, m := range members {
+		if m.ID == string(id) && m.HTTPAddr != "" {
+			return m.HTTPAddr, nil
+		}
+	}
+	return "", fmt.Errorf("%w: leader %s has no member record yet", ErrNoLeader, id)
+}
+
+// Ready returns nil when a leader is known and the state machine has applied
+// every command up to the commit index known to this node; otherwise an
+// error (wrapping ErrShutdown, ErrNoLeader or ErrNotReady) saying why.
+func (n *Node) Ready() error {
+	if n.closing.Load() || n.raft.State() == raft.Shutdown {
+		return ErrShutdown
+	}
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return ErrNoLeader
+	}
+	commit := n.raft.CommitIndex()
+	target, err := n.fsmTarget(commit)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNotReady, err)
+	}
+	if applied := n.fsm.AppliedIndex(); applied < target {
+		return fmt.Errorf("%w: state machine applied index %d is behind commit index %d", ErrNotReady, applied, commit)
+	}
+	return nil
+}
+
+// Snapshot takes a Raft snapshot now and compacts the log. Having nothing
+// new to snapshot is not an error.
+func (n *Node) Snapshot() error {
+	if n.closing.Load() {
+		return ErrShutdown
+	}
+	err := n.raft.Snapshot().Error()
+	switch {
+	case err == nil:
+		n.log.Info("snapshot taken", "index", n.lastSnapshotIndex())
+		return nil
+	case errors.Is(err, raft.ErrNothingNewToSnapshot):
+		return nil
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrShutdown
+	}
+	return fmt.Errorf("node: snapshot: %w", err)
+}
+
+// Status returns a point-in-time view of the node. Fields that cannot be
+// read (Raft shut down) are left zero.
+func (n *Node) Status() Status {
+	leaderAddr, leaderID := n.raft.LeaderWithID()
+	st := Status{
+		ID:                n.cfg.NodeID,
+		State:             strings.ToLower(n.raft.State().String()),
+		LeaderID:          string(leaderID),
+		LeaderRaftAddr:    string(leaderAddr),
+		Term:              n.raft.CurrentTerm(),
+		CommitIndex:       n.raft.CommitIndex(),
+		AppliedIndex:      n.fsm.AppliedIndex(),
+		LastLogIndex:      n.raft.LastIndex(),
+		LastSnapshotIndex: n.lastSnapshotIndex(),
+	}
+	records := map[string]fsm.Member{}
+	if members, err := n.fsm.Members(); err == nil {
+		for _, m := range members {
+			records[m.ID] = m
+		}
+	} else {
+		n.log.Warn("status: reading member records failed", "err", err)
+	}
+	if servers, err := n.configuration(); err == nil {
+		for _, s := range servers {
+			ms := MemberStatus{
+				ID:       string(s.ID),
+				RaftAddr: string(s.Address),
+				Suffrage: strings.ToLower(s.Suffrage.String()),
+				Leader:   s.ID == leaderID,
+			}
+			if r, ok := records[ms.ID]; ok {
+				ms.HTTPAddr = r.HTTPAddr
+				delete(records, ms.ID)
+			}
+			st.Members = append(st.Members, ms)
+		}
+	}
+	for _, r := range records {
+		st.Members = append(st.Members, MemberStatus{ID: r.ID, RaftAddr: r.RaftAddr, HTTPAddr: r.HTTPAddr, Suffrage: "none", Leader: raft.ServerID(r.ID) == leaderID})
+	}
+	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
+	for _, m := range st.Members {
+		if m.Leader {
+			st.LeaderHTTPAddr = m.HTTPAddr
+		}
+	}
+	if st.LeaderHTTPAddr == "" && st.LeaderID == n.cfg.NodeID {
+		st.LeaderHTTPAddr = n.cfg.HTTPAdvertiseAddr()
+	}
+	return st
+}
+
+// configuration returns the latest Raft configuration known to this node.
+func (n *Node) configuration() ([]raft.Server, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	return f.Configuration().Servers, nil
+}
+
+// Shutdown stops the node: a leader with other voters first hands
+// leadership over (bounded by ctx), then leader tasks are cancelled, Raft is
+// shut down and the transport and log store are closed. The caller closes
+// the FSM afterwards. Without a deadline on ctx, cfg.ShutdownTimeout bounds
+// it. Calling Shutdown again returns the first call's result.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
+	return n.shutdownErr
+}
+
+func (n *Node) shutdown(ctx context.Context) error {
+	n.closing.Store(true)
+	if _, ok := ctx.Deadline(); !ok && n.cfg.ShutdownTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.ShutdownTimeout)
+		defer cancel()
+	}
+	n.log.Info("shutting down")
+
+	if n.raft.State() == raft.Leader && n.otherVoters() > 0 {
+		start := time.Now()
+		if err := waitFuture(ctx, n.raft.LeadershipTransfer()); err != nil {
+			n.log.Warn("leadership transfer before shutdown failed", "err", err)
+		} else {
+			n.log.Info("leadership transferred before shutdown", "took", time.Since(start))
+		}
+	}
+
+	// Stop leader tasks and background loops.
+	n.cancel()
+	stopped := make(chan struct{})
+	go func() { n.wg.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		n.log.Warn("background loops or leader tasks did not stop in time; shutting Raft down anyway")
+	}
+
+	n.raft.DeregisterObserver(n.observer)
+	var errs []error
+	if err := n.raft.Shutdown().Error(); err != nil {
+		errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+	}
+	if err := n.trans.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close transport: %w", err))
+	}
+	if err := n.boltStore.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close log store: %w", err))
+	}
+	n.metrics.unregister()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("node: shutdown: %w", err)
+	}
+	n.log.Info("shut down")
+	return nil
+}
+
+// otherVoters counts the voters in the configuration other than this node.
+func (n *Node) otherVoters() int {
+	servers, err := n.configuration()
+	if err != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID {
+			c++
+		}
+	}
+	return c
+}

@@ -1,0 +1,745 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/node"
+)
+
+// ---- helpers -------------------------------------------------------------
+
+// logBuf collects a test's logs; they are printed only if the test fails.
+// Writes after the test ended are harmless.
+type logBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuf) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lines := strings.Split(b.buf.String(), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	t.Helper()
+	b := &logBuf{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last log lines:\n%s", b.tail(300))
+		}
+	})
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// withFreePorts picks k free loopback addresses and calls start with them;
+// if start fails because an address was taken in between, it tries again
+// with new ones.
+func withFreePorts(t *testing.T, k int, start func(addrs []string) error) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		addrs := make([]string, k)
+		for i := range addrs {
+			addrs[i] = freeAddr(t)
+		}
+		err := start(addrs)
+		if err == nil {
+			return
+		}
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < 5 {
+			t.Logf("port taken, retrying: %v", err)
+			continue
+		}
+		t.Fatalf("start: %v", err)
+	}
+}
+
+type testNode struct {
+	t       *testing.T
+	cfg     config.Config
+	node    *node.Node
+	fsm     *fsm.FSM
+	api     *httptest.Server
+	ptr     *atomic.Pointer[node.Node]
+	log     *slog.Logger
+	tasks   atomic.Int32 // leader tasks running now
+	started atomic.Int32 // leader task starts
+	stopped bool
+}
+
+// newTestNode prepares (but does not start) a node with a fake HTTP API
+// that serves POST /v1/members like the real API: forward to the leader,
+// which calls AddVoter.
+func newTestNode(t *testing.T, log *slog.Logger, id, dir string) *testNode {
+	t.Helper()
+	tn := &testNode{t: t, ptr: &atomic.Pointer[node.Node]{}, log: log}
+	tn.api = httptest.NewServer(membersHandler(tn.ptr))
+	t.Cleanup(tn.api.Close)
+	c := config.DefaultConfig()
+	c.NodeID = id
+	c.DataDir = dir
+	c.HTTPAddr = tn.api.Listener.Addr().String()
+	c.HeartbeatTimeout = 200 * time.Millisecond
+	c.ElectionTimeout = 200 * time.Millisecond
+	c.LeaderLeaseTimeout = 100 * time.Millisecond
+	c.CommitTimeout = 5 * time.Millisecond
+	c.ApplyTimeout = 5 * time.Second
+	c.ShutdownTimeout = 5 * time.Second
+	tn.cfg = c
+	return tn
+}
+
+// start opens the FSM and the node (with cfg as it is now).
+func (tn *testNode) start() error {
+	tn.t.Helper()
+	if err := tn.cfg.Validate(); err != nil {
+		tn.t.Fatalf("config: %v", err)
+	}
+	f, err := fsm.Open(tn.cfg.FSMPath(), tn.log.With("node", tn.cfg.NodeID, "component", "fsm"))
+	if err != nil {
+		tn.t.Fatalf("open fsm: %v", err)
+	}
+	n, err := node.New(tn.cfg, node.Deps{
+		Logger: tn.log.With("node", tn.cfg.NodeID),
+		FSM:    f,
+		LeaderTasks: map[string]func(context.Context){
+			"probe": func(ctx context.Context) {
+				tn.started.Add(1)
+				tn.tasks.Add(1)
+				defer tn.tasks.Add(-1)
+				<-ctx.Done()
+			},
+		},
+	})
+	if err != nil {
+		f.Close()
+		return err
+	}
+	tn.fsm, tn.node, tn.stopped = f, n, false
+	tn.ptr.Store(n)
+	tn.t.Cleanup(tn.stop)
+	return nil
+}
+
+// restarted returns a stopped copy of tn with the same configuration and
+// HTTP server, ready to start again on the same data directory.
+func (tn *testNode) restarted() *testNode {
+	return &testNode{t: tn.t, cfg: tn.cfg, api: tn.api, ptr: tn.ptr, log: tn.log, stopped: true}
+}
+
+func (tn *testNode) stop() {
+	if tn.stopped {
+		return
+	}
+	tn.stopped = true
+	tn.ptr.Store(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tn.node.Shutdown(ctx); err != nil {
+		tn.t.Errorf("shutdown %s: %v", tn.cfg.NodeID, err)
+	}
+	if err := tn.fsm.Close(); err != nil {
+		tn.t.Errorf("close fsm %s: %v", tn.cfg.NodeID, err)
+	}
+}
+
+func membersHandler(ptr *atomic.Pointer[node.Node]) http.Handler {
+	client := &http.Client{Timeout: 5 * time.Second}
+	writeErr := func(w http.ResponseWriter, status int, code, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/members" {
+			writeErr(w, http.StatusNotFound, "not_found", r.URL.Path)
+			return
+		}
+		n := ptr.Load()
+		if n == nil {
+			writeErr(w, http.StatusServiceUnavailable, "unavailable", "node not running")
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		if !n.IsLeader() {
+			addr, err := n.LeaderHTTPAddr()
+			if err != nil {
+				writeErr(w, http.StatusServiceUnavailable, "no_leader", err.Error())
+				return
+			}
+			resp, err := client.Post("http://"+addr+"/v1/members", "application/json", bytes.NewReader(body))
+			if err != nil {
+				writeErr(w, http.StatusBadGateway, "forward", err.Error())
+				return
+			}
+			defer resp.Body.Close()
+			w.WriteHeader(resp.StatusCode)
+			io.Copy(w, resp.Body)
+			return
+		}
+		var req struct {
+			ID       string `json:"id"`
+			RaftAddr string `json:"raft_addr"`
+			HTTPAddr string `json:"http_addr"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", err.Error())
+			return
+		}
+		err := n.AddVoter(r.Context(), req.ID, req.RaftAddr, req.HTTPAddr)
+		var rule *fsm.RuleError
+		switch {
+		case err == nil:
+			w.WriteHeader(http.StatusOK)
+		case errors.Is(err, node.ErrMemberConflict):
+			writeErr(w, http.StatusConflict, "conflict", err.Error())
+		case errors.As(err, &rule):
+			writeErr(w, http.StatusBadRequest, string(rule.Code), err.Error())
+		default:
+			writeErr(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		}
+	})
+}
+
+func mustEncode(t *testing.T, typ fsm.CommandType, payload any) []byte {
+	t.Helper()
+	b, err := fsm.Encode(typ, time.Now(), payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func upsert(t *testing.T, n *node.Node, id string) *fsm.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := n.Apply(ctx, mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: id, RaftAddr: id + ".example:7071", HTTPAddr: id + ".example:7070"}))
+	if err != nil {
+		t.Fatalf("apply upsert %s: %v", id, err)
+	}
+	if res.Err != nil {
+		t.Fatalf("apply upsert %s: rule error %v", id, res.Err)
+	}
+	return res
+}
+
+func memberIDs(t *testing.T, f *fsm.FSM) []string {
+	t.Helper()
+	ms, err := f.Members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range ms {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+func hasMember(t *testing.T, f *fsm.FSM, id string) bool {
+	for _, m := range memberIDs(t, f) {
+		if m == id {
+			return true
+		}
+	}
+	return false
+}
+
+func startSingle(t *testing.T, log *slog.Logger, id, dir string) *testNode {
+	t.Helper()
+	var tn *testNode
+	withFreePorts(t, 1, func(addrs []string) error {
+		tn = newTestNode(t, log, id, dir)
+		tn.cfg.RaftAddr = addrs[0]
+		return tn.start()
+	})
+	waitFor(t, 10*time.Second, id+" to lead", tn.node.IsLeader)
+	return tn
+}
+
+func leaders(nodes []*testNode) []*testNode {
+	var out []*testNode
+	for _, tn := range nodes {
+		if !tn.stopped && tn.node.IsLeader() {
+			out = append(out, tn)
+		}
+	}
+	return out
+}
+
+func waitLeader(t *testing.T, nodes []*testNode) *testNode {
+	t.Helper()
+	var l *testNode
+	waitFor(t, 10*time.Second, "exactly one leader", func() bool {
+		ls := leaders(nodes)
+		if len(ls) != 1 {
+			return false
+		}
+		l = ls[0]
+		return true
+	})
+	return l
+}
+
+// linRead retries a linearizable read while the new leader's barrier is
+// pending (ErrTryAgain).
+func linRead(t *testing.T, n *node.Node) uint64 {
+	t.Helper()
+	var idx uint64
+	waitFor(t, 5*time.Second, "linearizable read", func() bool {
+		var err error
+		idx, err = n.LinearizableRead(ctxT(t))
+		if err != nil && !errors.Is(err, node.ErrTryAgain) {
+			t.Fatalf("linearizable read: %v", err)
+		}
+		return err == nil
+	})
+	return idx
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ---- tests ---------------------------------------------------------------
+
+func TestSingleNodeBootstrapApplyAndRead(t *testing.T) {
+	log := testLogger(t)
+	tn := startSingle(t, log, "n1", t.TempDir())
+	n := tn.node
+
+	waitFor(t, 5*time.Second, "ready", func() bool { return n.Ready() == nil })
+	waitFor(t, 5*time.Second, "own member record", func() bool { return hasMember(t, tn.fsm, "n1") })
+
+	res := upsert(t, n, "other")
+	if res.Index == 0 {
+		t.Fatalf("result index 0")
+	}
+	if m, ok := res.Value.(*fsm.Member); !ok || m.ID != "other" {
+		t.Fatalf("result value %#v", res.Value)
+	}
+	if !hasMember(t, tn.fsm, "other") {
+		t.Fatalf("member not applied: %v", memberIDs(t, tn.fsm))
+	}
+
+	// A rule violation is a result, not a Raft error.
+	bad, err := n.Apply(ctxT(t), mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "bad id!", RaftAddr: "x:1", HTTPAddr: "x:2"}))
+	if err != nil {
+		t.Fatalf("apply invalid: %v", err)
+	}
+	if !errors.Is(bad.Err, fsm.ErrInvalid) {
+		t.Fatalf("want invalid rule error, got %v", bad.Err)
+	}
+
+	if idx := linRead(t, n); idx < bad.Index {
+		t.Fatalf("read index %d < last write %d", idx, bad.Index)
+	}
+
+	if addr, err := n.LeaderHTTPAddr(); err != nil || addr != tn.cfg.HTTPAdvertiseAddr() {
+		t.Fatalf("LeaderHTTPAddr = %q, %v", addr, err)
+	}
+	st := n.Status()
+	if st.State != "leader" || st.LeaderID != "n1" || st.Term == 0 || st.CommitIndex < bad.Index || st.AppliedIndex < bad.Index || st.LeaderHTTPAddr != tn.cfg.HTTPAdvertiseAddr() {
+		t.Fatalf("status %+v", st)
+	}
+	if len(st.Members) != 2 || st.Members[0].ID != "n1" || st.Members[0].Suffrage != "voter" || !st.Members[0].Leader ||
+		st.Members[1].ID != "other" || st.Members[1].Suffrage != "none" {
+		t.Fatalf("status members %+v", st.Members)
+	}
+	if b, err := json.Marshal(st); err != nil || !strings.Contains(string(b), `"last_snapshot_index"`) {
+		t.Fatalf("status json %s %v", b, err)
+	}
+
+	waitFor(t, 5*time.Second, "leader task running", func() bool { return tn.tasks.Load() == 1 })
+	tn.stop()
+	if tn.tasks.Load() != 0 {
+		t.Fatalf("leader task still running after shutdown")
+	}
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatalf("second shutdown: %v", err)
+	}
+	if _, err := n.Apply(context.Background(), mustEncode(t, fsm.CmdMemberRemove, fsm.MemberRemove{ID: "x"})); !errors.Is(err, node.ErrShutdown) {
+		t.Fatalf("apply after shutdown: %v", err)
+	}
+	if err := n.Ready(); !errors.Is(err, node.ErrShutdown) {
+		t.Fatalf("ready after shutdown: %v", err)
+	}
+}
+
+func TestRestartKeepsAppliedIndexWithoutRestore(t *testing.T) {
+	log := testLogger(t)
+	dir := t.TempDir()
+	tn := startSingle(t, log, "n1", dir)
+	for _, id := range []string{"a", "b", "c"} {
+		upsert(t, tn.node, id)
+	}
+	waitFor(t, 5*time.Second, "own member record", func() bool { return hasMember(t, tn.fsm, "n1") })
+	want := tn.fsm.AppliedIndex()
+	wantMembers := memberIDs(t, tn.fsm)
+
+	for round := 1; round <= 2; round++ {
+		// Round 2 restarts after a snapshot whose index is above the FSM's
+		// (the new term's no-op and barrier are its last entries).
+		if round == 2 {
+			if err := tn.node.Snapshot(); err != nil {
+				t.Fatalf("snapshot: %v", err)
+			}
+			if st := tn.node.Status(); st.LastSnapshotIndex <= tn.fsm.AppliedIndex() {
+				t.Fatalf("want snapshot index above the FSM's: %+v", st)
+			}
+		}
+		tn.stop()
+		before, err := os.Stat(tn.cfg.FSMPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn2 := tn.restarted()
+		if err := tn2.start(); err != nil {
+			t.Fatalf("restart %d: %v", round, err)
+		}
+		if got := tn2.fsm.AppliedIndex(); got != want {
+			t.Fatalf("restart %d: applied index %d right after New, want %d", round, got, want)
+		}
+		after, err := os.Stat(tn2.cfg.FSMPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !os.SameFile(before, after) {
+			t.Fatalf("restart %d: the FSM file was replaced (restored from a snapshot)", round)
+		}
+		waitFor(t, 10*time.Second, "leader after restart", tn2.node.IsLeader)
+		waitFor(t, 5*time.Second, "ready after restart", func() bool { return tn2.node.Ready() == nil })
+		linRead(t, tn2.node)
+		if got := tn2.fsm.AppliedIndex(); got != want {
+			t.Fatalf("restart %d: applied index %d after replay, want %d (no new commands)", round, got, want)
+		}
+		if got := memberIDs(t, tn2.fsm); fmt.Sprint(got) != fmt.Sprint(wantMembers) {
+			t.Fatalf("restart %d: members %v, want %v", round, got, wantMembers)
+		}
+		tn = tn2
+	}
+	res := upsert(t, tn.node, "d")
+	if res.Index <= want {
+		t.Fatalf("new write index %d <= previous applied %d", res.Index, want)
+	}
+}
+
+func TestSnapshotRestoresLostFSM(t *testing.T) {
+	log := testLogger(t)
+	dir := t.TempDir()
+	tn := startSingle(t, log, "n1", dir)
+	upsert(t, tn.node, "a")
+	upsert(t, tn.node, "b")
+	if err := tn.node.Snapshot(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	upsert(t, tn.node, "c") // only in the log after the snapshot
+	want := tn.fsm.AppliedIndex()
+	tn.stop()
+
+	if err := os.Remove(tn.cfg.FSMPath()); err != nil {
+		t.Fatal(err)
+	}
+	tn2 := tn.restarted()
+	if err := tn2.start(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	// Restored from the snapshot before Raft started.
+	if !hasMember(t, tn2.fsm, "a") || !hasMember(t, tn2.fsm, "b") || tn2.fsm.AppliedIndex() == 0 {
+		t.Fatalf("after New: members %v applied %d", memberIDs(t, tn2.fsm), tn2.fsm.AppliedIndex())
+	}
+	// The entry after the snapshot is replayed from the log.
+	waitFor(t, 10*time.Second, "entry after the snapshot replayed", func() bool {
+		return hasMember(t, tn2.fsm, "c") && tn2.fsm.AppliedIndex() >= want
+	})
+}
+
+func TestRefusesFSMAheadOfEmptyRaftState(t *testing.T) {
+	log := testLogger(t)
+	dir := t.TempDir()
+	tn := startSingle(t, log, "n1", dir)
+	upsert(t, tn.node, "a")
+	tn.stop()
+	if err := os.RemoveAll(filepath.Join(dir, "raft")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "snapshots")); err != nil {
+		t.Fatal(err)
+	}
+	err := tn.restarted().start()
+	if err == nil || !strings.Contains(err.Error(), "Raft state") {
+		t.Fatalf("want refusal, got %v", err)
+	}
+}
+
+func TestThreeNodeCluster(t *testing.T) {
+	log := testLogger(t)
+	var nodes []*testNode
+	withFreePorts(t, 3, func(addrs []string) error {
+		nodes = nil
+		var peers []config.Peer
+		for i, a := range addrs {
+			peers = append(peers, config.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: a})
+		}
+		for i, a := range addrs {
+			tn := newTestNode(t, log, peers[i].ID, t.TempDir())
+			tn.cfg.RaftAddr = a
+			tn.cfg.InitialCluster = peers
+			if err := tn.start(); err != nil {
+				for _, started := range nodes {
+					started.stop()
+				}
+				return err
+			}
+			nodes = append(nodes, tn)
+		}
+		return nil
+	})
+	leader := waitLeader(t, nodes)
+	var followers []*testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			followers = append(followers, tn)
+		}
+	}
+
+	// Writes and linearizable reads go to the leader only.
+	cmd := mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "x", RaftAddr: "x:1", HTTPAddr: "x:2"})
+	if _, err := followers[0].node.Apply(ctxT(t), cmd); !errors.Is(err, node.ErrNotLeader) {
+		t.Fatalf("apply on follower: %v", err)
+	}
+	if _, err := followers[0].node.LinearizableRead(ctxT(t)); !errors.Is(err, node.ErrNotLeader) {
+		t.Fatalf("read on follower: %v", err)
+	}
+	var last *fsm.Result
+	waitFor(t, 5*time.Second, "write on the leader", func() bool {
+		res, err := leader.node.Apply(ctxT(t), cmd)
+		if err != nil {
+			t.Logf("apply: %v", err)
+			return false
+		}
+		last = res
+		return true
+	})
+	if idx := linRead(t, leader.node); idx < last.Index {
+		t.Fatalf("read index %d < write index %d", idx, last.Index)
+	}
+
+	// Followers of a static cluster get their member records through the
+	// leader (POST /v1/members); then every node knows every HTTP address.
+	waitFor(t, 15*time.Second, "member records of all nodes on all nodes", func() bool {
+		for _, tn := range nodes {
+			for _, other := range nodes {
+				if !hasMember(t, tn.fsm, other.cfg.NodeID) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for _, tn := range nodes {
+		waitFor(t, 5*time.Second, tn.cfg.NodeID+" ready", func() bool { return tn.node.Ready() == nil })
+		if addr, err := tn.node.LeaderHTTPAddr(); err != nil || addr != leader.cfg.HTTPAdvertiseAddr() {
+			t.Fatalf("%s: LeaderHTTPAddr = %q, %v", tn.cfg.NodeID, addr, err)
+		}
+	}
+	st := leader.node.Status()
+	voters, leads := 0, 0
+	for _, m := range st.Members {
+		if m.Suffrage == "voter" {
+			voters++
+			if m.HTTPAddr == "" {
+				t.Fatalf("voter without HTTP address: %+v", st.Members)
+			}
+		}
+		if m.Leader {
+			leads++
+		}
+	}
+	if voters != 3 || leads != 1 || st.LeaderID != leader.cfg.NodeID {
+		t.Fatalf("status %+v", st)
+	}
+
+	// Leader tasks run on the leader only.
+	waitFor(t, 5*time.Second, "leader task on the leader only", func() bool {
+		return leader.tasks.Load() == 1 && followers[0].tasks.Load() == 0 && followers[1].tasks.Load() == 0
+	})
+
+	// Membership: a conflicting address is refused, an unknown id is 404.
+	other := followers[0]
+	if err := leader.node.AddVoter(ctxT(t), other.cfg.NodeID, "127.0.0.1:1", other.cfg.HTTPAdvertiseAddr()); !errors.Is(err, node.ErrMemberConflict) {
+		t.Fatalf("conflicting AddVoter: %v", err)
+	}
+	if err := leader.node.AddVoter(ctxT(t), other.cfg.NodeID, other.cfg.RaftAdvertiseAddr(), other.cfg.HTTPAdvertiseAddr()); err != nil {
+		t.Fatalf("idempotent AddVoter: %v", err)
+	}
+	if err := leader.node.RemoveServer(ctxT(t), "nope"); !errors.Is(err, node.ErrUnknownMember) {
+		t.Fatalf("remove unknown: %v", err)
+	}
+	if err := other.node.RemoveServer(ctxT(t), leader.cfg.NodeID); !errors.Is(err, node.ErrNotLeader) {
+		t.Fatalf("remove on follower: %v", err)
+	}
+
+	// Leadership transfer moves the leader tasks.
+	if err := leader.node.TransferLeadership(ctxT(t)); err != nil {
+		t.Fatalf("transfer: %v", err)
+	}
+	old := leader
+	leader = waitLeader(t, nodes)
+	if leader == old {
+		t.Fatalf("leadership did not move")
+	}
+	waitFor(t, 5*time.Second, "leader task moved", func() bool {
+		return leader.tasks.Load() == 1 && old.tasks.Load() == 0
+	})
+
+	// Remove a follower.
+	var victim *testNode
+	for _, tn := range nodes {
+		if tn != leader {
+			victim = tn
+			break
+		}
+	}
+	if err := leader.node.RemoveServer(ctxT(t), victim.cfg.NodeID); err != nil {
+		t.Fatalf("remove %s: %v", victim.cfg.NodeID, err)
+	}
+	st = leader.node.Status()
+	for _, m := range st.Members {
+		if m.ID == victim.cfg.NodeID {
+			t.Fatalf("removed server still listed: %+v", st.Members)
+		}
+	}
+	if len(st.Members) != 3 { // two voters and the "x" record
+		t.Fatalf("members after remove: %+v", st.Members)
+	}
+	if hasMember(t, leader.fsm, victim.cfg.NodeID) {
+		t.Fatalf("member record of the removed server remains")
+	}
+	// The two remaining voters still commit.
+	upsert(t, leader.node, "after-remove")
+}
+
+func TestJoin(t *testing.T) {
+	log := testLogger(t)
+	first := startSingle(t, log, "n1", t.TempDir())
+	waitFor(t, 5*time.Second, "n1 member record", func() bool { return hasMember(t, first.fsm, "n1") })
+
+	var second *testNode
+	withFreePorts(t, 1, func(addrs []string) error {
+		second = newTestNode(t, log, "n2", t.TempDir())
+		second.cfg.RaftAddr = addrs[0]
+		second.cfg.Join = []string{"127.0.0.1:1", first.cfg.HTTPAdvertiseAddr()} // the first address refuses connections
+		return second.start()
+	})
+	if err := second.node.Join(ctxT(t), second.cfg.Join); err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	waitFor(t, 10*time.Second, "n2 replicated state", func() bool {
+		return hasMember(t, second.fsm, "n1") && hasMember(t, second.fsm, "n2")
+	})
+	st := first.node.Status()
+	if len(st.Members) != 2 || st.Members[1].ID != "n2" || st.Members[1].Suffrage != "voter" || st.Members[1].HTTPAddr != second.cfg.HTTPAdvertiseAddr() {
+		t.Fatalf("members %+v", st.Members)
+	}
+	// Already a voter: returns at once, without asking anyone.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := second.node.Join(ctx, []string{"127.0.0.1:1"}); err != nil {
+		t.Fatalf("join when already a voter: %v", err)
+	}
+	if _, err := second.node.LinearizableRead(ctxT(t)); !errors.Is(err, node.ErrNotLeader) {
+		t.Fatalf("read on follower: %v", err)
+	}
+	if addr, err := second.node.LeaderHTTPAddr(); err != nil || addr != first.cfg.HTTPAdvertiseAddr() {
+		t.Fatalf("LeaderHTTPAddr on n2 = %q, %v", addr, err)
+	}
+}
+
+func TestJoinStopsOnFinalRefusal(t *testing.T) {
+	log := testLogger(t)
+	var calls atomic.Int32
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":{"code":"invalid_argument","field":"id","message":"id is reserved"}}`)
+	}))
+	defer refuse.Close()
+
+	var tn *testNode
+	withFreePorts(t, 1, func(addrs []string) error {
+		tn = newTestNode(t, log, "n9", t.TempDir())
+		tn.cfg.RaftAddr = addrs[0]
+		tn.cfg.Join = []string{refuse.Listener.Addr().String()}
+		return tn.start()
+	})
+	err := tn.node.Join(ctxT(t), tn.cfg.Join)
+	var je *node.JoinError
+	if !errors.As(err, &je) || je.Status != 400 || je.Field != "id" || je.Message != "id is reserved" || je.Temporary() {
+		t.Fatalf("want final JoinError, got %#v", err)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("final refusal retried: %d calls", calls.Load())
+	}
+	// Never bootstrapped: no leader, not ready.
+	if err := tn.node.Ready(); !errors.Is(err, node.ErrNoLeader) {
+		t.Fatalf("ready: %v", err)
+	}
+}
