@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/metastore/metastore/api"
+	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/node"
+)
+
+// HTTP server limits. A blocking query waits up to api.MaxWait (5 minutes)
+// before it answers, so the write timeout leaves a minute beyond that.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = time.Minute
+	writeTimeout      = api.MaxWait + time.Minute
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+	// drainGrace is how long in-flight requests may finish on their own
+	// during shutdown before their contexts are cancelled, which ends
+	// blocking queries (capped at half the remaining shutdown budget).
+	drainGrace = 2 * time.Second
+)
+
+// serve runs a node with a validated configuration until SIGTERM or SIGINT,
+// and returns the exit status. Logs go to stderr.
+func serve(cfg config.Config, stderr io.Writer) int {
+	logger := newLogger(cfg, stderr)
+	log := logger.With("component", "main")
+
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		log.Error("cannot create data directory", "data_dir", cfg.DataDir, "err", err)
+		return exitFailure
+	}
+
+	// Bind the HTTP port first: a port in use fails the start before any
+	// state is opened, and the address is known-good before Raft or a join
+	// tells other members about it.
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		log.Error("cannot listen for HTTP", "http_addr", cfg.HTTPAddr, "err", err)
+		return exitFailure
+	}
+	cfg.HTTPAddr = boundAddr(cfg.HTTPAddr, ln.Addr())
+
+	f, err := fsm.Open(cfg.FSMPath(), logger.With("component", "fsm"))
+	if err != nil {
+		ln.Close()
+		log.Error("cannot open state machine", "path", cfg.FSMPath(), "err", err)
+		return exitFailure
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+
+	// Leader tasks are handed to node.New, before the node exists; they
+	// reach it through current, which is set as soon as New returns.
+	var current atomic.Pointer[node.Node]
+	apply := func(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+		n := current.Load()
+		if n == nil {
+			return nil, fmt.Errorf("%w: the node is starting", node.ErrTryAgain)
+		}
+		return n.Apply(ctx, cmd)
+	}
+	n, err := node.New(cfg, node.Deps{
+		Logger:     logger, // the node names its components (node, raft)
+		FSM:        f,
+		Registerer: reg,
+		LeaderTasks: map[string]func(ctx context.Context){
+			"epoch-timeout": api.EpochTimeoutTask(f, apply, logger.With("component", "epoch-timeout")),
+		},
+	})
+	if err != nil {
+		ln.Close()
+		if cerr := f.Close(); cerr != nil {
+			log.Error("cannot close state machine", "err", cerr)
+		}
+		log.Error("cannot start node", "err", err)
+		return exitFailure
+	}
+	current.Store(n)
+
+	handler := api.New(api.Deps{
+		Config:   cfg,
+		Node:     n,
+		FSM:      f,
+		Logger:   logger.With("component", "api"),
+		Registry: reg,
+	}).Handler()
+
+	// Request contexts derive from reqCtx; cancelling it during shutdown
+	// ends blocking queries instead of waiting them out.
+	reqCtx, cancelRequests := context.WithCancel(context.Background())
+	defer cancelRequests()
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	log.Info("metastore serving",
+		"http_addr", cfg.HTTPAddr,
+		"raft_addr", cfg.RaftAddr,
+		"node_id", cfg.NodeID,
+		"data_dir", cfg.DataDir,
+		"version", buildVersion())
+
+	joinCtx, cancelJoin := context.WithCancel(context.Background())
+	defer cancelJoin()
+	joinDone := make(chan struct{})
+	if len(cfg.Join) > 0 {
+		go func() {
+			defer close(joinDone)
+			log.Info("joining cluster", "join", cfg.Join)
+			if err := n.Join(joinCtx, cfg.Join); err != nil {
+				if joinCtx.Err() == nil {
+					log.Error("cannot join cluster", "join", cfg.Join, "err", err)
+				}
+				return
+			}
+		}()
+	} else {
+		close(joinDone)
+	}
+
+	status := exitOK
+	select {
+	case sig := <-sigs:
+		log.Info("shutting down", "signal", sig.String(), "shutdown_timeout", cfg.ShutdownTimeout)
+	case err := <-serveErr:
+		log.Error("HTTP server failed; shutting down", "err", err)
+		status = exitFailure
+	}
+	go func() {
+		sig := <-sigs
+		log.Error("second signal: exiting immediately", "signal", sig.String())
+		os.Exit(exitFailure)
+	}()
+
+	if !shutdown(cfg.ShutdownTimeout, log, n, f, srv, cancelRequests, cancelJoin, joinDone) {
+		status = exitFailure
+	}
+	return status
+}
+
+// shutdown stops the node in order, within timeout: hand leadership over,
+// stop the HTTP server, stop Raft, close the state machine. It reports
+// whether every step succeeded.
+func shutdown(timeout time.Duration, log *slog.Logger, n *node.Node, f *fsm.FSM, srv *http.Server,
+	cancelRequests, cancelJoin context.CancelFunc, joinDone <-chan struct{}) bool {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ok := true
+
+	cancelJoin()
+	select {
+	case <-joinDone:
+	case <-ctx.Done():
+	}
+
+	if n.IsLeader() && otherVoters(n) > 0 {
+		if err := n.TransferLeadership(ctx); err != nil {
+			log.Warn("leadership transfer failed; followers elect a leader after the election timeout", "err", err)
+		} else {
+			log.Info("leadership transferred")
+		}
+	}
+
+	if err := stopHTTP(ctx, srv, cancelRequests); err != nil {
+		log.Warn("HTTP server did not drain; connections closed", "err", err)
+	}
+
+	// Shutdown stops Raft even when it reports an error (closing the
+	// transport or the log store), so nothing applies to the state machine
+	// once it returns and the state machine can be closed either way.
+	if err := n.Shutdown(ctx); err != nil {
+		log.Error("node shutdown failed", "err", err)
+		ok = false
+	}
+	if err := f.Close(); err != nil {
+		log.Error("cannot close state machine", "err", err)
+		ok = false
+	}
+	log.Info("shutdown complete", "elapsed", time.Since(start).Round(time.Millisecond))
+	return ok
+}
+
+// otherVoters counts the voters other than n in n's view of the cluster:
+// with none, there is nobody to hand leadership to.
+func otherVoters(n *node.Node) int {
+	st := n.Status()
+	c := 0
+	for _, m := range st.Members {
+		if m.Suffrage == "voter" && m.ID != st.ID {
+			c++
+		}
+	}
+	return c
+}
+
+// stopHTTP stops accepting connections and lets in-flight requests finish
+// for a short grace period, then cancels their contexts (ending blocking
+// queries) and waits for the rest until ctx is done, when it closes every
+// connection.
+func stopHTTP(ctx context.Context, srv *http.Server, cancelRequests context.CancelFunc) error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+
+	grace := drainGrace
+	if deadline, ok := ctx.Deadline(); ok {
+		grace = min(grace, time.Until(deadline)/2)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+
+	var err error
+	select {
+	case err = <-done:
+	case <-timer.C:
+		cancelRequests()
+		err = <-done
+	}
+	cancelRequests()
+	if err != nil {
+		if cerr := srv.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}
+	return err
+}
+
+// newLogger builds the root logger from the validated log settings.
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// boundAddr is the address to report for a listener configured with addr:
+// addr itself, except that port 0 is replaced by the port the kernel chose.
+func boundAddr(addr string, bound net.Addr) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port != "0" {
+		return addr
+	}
+	tcp, ok := bound.(*net.TCPAddr)
+	if !ok {
+		return addr
+	}
+	return net.JoinHostPort(host, fmt.Sprint(tcp.Port))
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/metastore/metastore/config"
+)
+
+// envPrefix starts the name of every environment variable the binary reads.
+const envPrefix = "METASTORE_"
+
+// setting binds one config.Config field to a flag and an environment
+// variable. The name is the flag name and the Setting that config.Validate
+// reports, so a validation error names exactly what the operator typed.
+type setting struct {
+	name  string
+	usage string
+	// value returns a flag.Value that reads and writes the field in c.
+	value func(c *config.Config) flag.Value
+}
+
+// envName is the environment variable of a setting or client option:
+// METASTORE_ followed by the name in upper snake case.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// settings is the one table of serve settings: flags, environment variables
+// and the configuration table in README.md are all derived from it.
+var settings = []setting{
+	{"node-id", "name of this node in the Raft configuration; unique in the cluster and stable across restarts",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.NodeID) }},
+	{"data-dir", "directory holding the Raft log, snapshots and state machine (created with mode 0700)",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.DataDir) }},
+	{"http-addr", "host:port the HTTP API listens on",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.HTTPAddr) }},
+	{"http-advertise", "host:port other members and clients use to reach the HTTP API (default: --http-addr)",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.HTTPAdvertise) }},
+	{"raft-addr", "host:port Raft listens on",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.RaftAddr) }},
+	{"raft-advertise", "host:port other members dial for Raft (default: --raft-addr)",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.RaftAdvertise) }},
+	{"initial-cluster", "members bootstrapped on first start, as id=raft-host:port,...; must list this node",
+		func(c *config.Config) flag.Value { return (*peersValue)(&c.InitialCluster) }},
+	{"join", "comma-separated HTTP addresses of running members to ask for admission; never bootstraps",
+		func(c *config.Config) flag.Value { return (*listValue)(&c.Join) }},
+	{"heartbeat-timeout", "Raft follower heartbeat timeout",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.HeartbeatTimeout) }},
+	{"election-timeout", "Raft candidate election timeout",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.ElectionTimeout) }},
+	{"leader-lease-timeout", "time a leader stays leader without reaching a quorum (at most --heartbeat-timeout)",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.LeaderLeaseTimeout) }},
+	{"commit-timeout", "time without new entries after which the leader tells followers the commit index",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.CommitTimeout) }},
+	{"snapshot-interval", "how often Raft checks whether to take a snapshot",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.SnapshotInterval) }},
+	{"snapshot-threshold", "number of new log entries that triggers a snapshot",
+		func(c *config.Config) flag.Value { return (*uint64Value)(&c.SnapshotThreshold) }},
+	{"trailing-logs", "log entries kept after a snapshot, so slow followers catch up without one",
+		func(c *config.Config) flag.Value { return (*uint64Value)(&c.TrailingLogs) }},
+	{"snapshot-retain", "number of snapshots kept on disk",
+		func(c *config.Config) flag.Value { return (*intValue)(&c.SnapshotRetain) }},
+	{"apply-timeout", "how long a write waits to commit before its outcome is reported unknown",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.ApplyTimeout) }},
+	{"max-body-bytes", "largest HTTP request body accepted, in bytes",
+		func(c *config.Config) flag.Value { return (*int64Value)(&c.MaxBodyBytes) }},
+	{"shutdown-timeout", "bound on a clean shutdown on SIGTERM or SIGINT, leadership transfer included",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.ShutdownTimeout) }},
+	{"log-level", "debug, info, warn or error",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.LogLevel) }},
+	{"log-format", "text or json (logs go to stderr)",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.LogFormat) }},
+}
+
+// loadConfig builds the serve configuration: defaults, then the METASTORE_*
+// environment (looked up with getenv), then the flags in args. It does not
+// validate the result. A bad value is reported as a *config.Error naming the
+// setting (and the environment variable when that is where it came from).
+// flag.ErrHelp is returned when args ask for help; other errors are usage
+// errors (an unknown flag, a stray argument).
+func loadConfig(args []string, getenv func(string) string, usageOut io.Writer) (config.Config, map[string]string, error) {
+	cfg := config.DefaultConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var badFlag *config.Error
+	for _, s := range settings {
+		fs.Var(&checkedValue{name: s.name, v: s.value(&cfg), bad: &badFlag}, s.name, s.usage)
+	}
+
+	// origin records, for each setting set from the environment, the
+	// variable it came from, so a validation error can name it.
+	origin := map[string]string{}
+	for _, s := range settings {
+		env := envName(s.name)
+		raw := getenv(env)
+		if raw == "" {
+			// An empty variable counts as unset, as is usual for
+			// environment configuration.
+			continue
+		}
+		if err := s.value(&cfg).Set(raw); err != nil {
+			return cfg, nil, &config.Error{Setting: s.name, Problem: fmt.Sprintf("%s (from %s)", problem(err), env)}
+		}
+		origin[s.name] = env
+	}
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printServeUsage(fs, usageOut)
+			return cfg, nil, flag.ErrHelp
+		}
+		if badFlag != nil {
+			return cfg, nil, badFlag
+		}
+		return cfg, nil, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return cfg, nil, usageError{fmt.Sprintf("serve takes no arguments, got %q", fs.Arg(0))}
+	}
+	fs.Visit(func(f *flag.Flag) { delete(origin, f.Name) })
+	return cfg, origin, nil
+}
+
+// validate runs config.Validate and, when the offending setting came from the
+// environment, says so.
+func validate(cfg *config.Config, origin map[string]string) error {
+	err := cfg.Validate()
+	var ce *config.Error
+	if errors.As(err, &ce) {
+		if env, ok := origin[ce.Setting]; ok {
+			return &config.Error{Setting: ce.Setting, Problem: fmt.Sprintf("%s (from %s)", ce.Problem, env)}
+		}
+	}
+	return err
+}
+
+func printServeUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "Usage: metastore serve [flags]\n\n")
+	fmt.Fprintf(w, "Runs a metastore node. With no flags: a single-node store with data in\n./%s and the HTTP API on %s.\n", config.DefaultDataDir, config.DefaultHTTPAddr)
+	fmt.Fprintf(w, "Every flag can also be set with the environment variable METASTORE_<NAME>\n(e.g. --node-id: %s); flags override the environment.\n\nFlags:\n", envName("node-id"))
+	fs.VisitAll(func(f *flag.Flag) {
+		def := ""
+		if f.DefValue != "" {
+			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  --%s\n    \t%s%s [%s]\n", f.Name, f.Usage, def, envName(f.Name))
+	})
+}
+
+// usageError is a malformed command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// problem extracts the description of what is wrong from a Set error.
+func problem(err error) string {
+	var ce *config.Error
+	if errors.As(err, &ce) {
+		return ce.Problem
+	}
+	return err.Error()
+}
+
+// checkedValue remembers the first value the flag package rejects, as a
+// *config.Error, so the report names the setting in the form Validate uses
+// instead of the flag package's wording.
+type checkedValue struct {
+	name string
+	v    flag.Value
+	bad  **config.Error
+}
+
+func (c *checkedValue) String() string {
+	if c.v == nil {
+		return ""
+	}
+	return c.v.String()
+}
+
+func (c *checkedValue) Set(s string) error {
+	if err := c.v.Set(s); err != nil {
+		ce := &config.Error{Setting: c.name, Problem: problem(err)}
+		if *c.bad == nil {
+			*c.bad = ce
+		}
+		return ce
+	}
+	return nil
+}
+
+type stringValue string
+
+func (v *stringValue) String() string     { return string(*v) }
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+
+type durationValue time.Duration
+
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (e.g. 500ms, 10s, 2m)", s)
+	}
+	*v = durationValue(d)
+	return nil
+}
+
+type uint64Value uint64
+
+func (v *uint64Value) String() string { return strconv.FormatUint(uint64(*v), 10) }
+func (v *uint64Value) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not a non-negative integer", s)
+	}
+	*v = uint64Value(n)
+	return nil
+}
+
+type intValue int
+
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+func (v *intValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, strconv.IntSize)
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", s)
+	}
+	*v = intValue(n)
+	return nil
+}
+
+type int64Value int64
+
+func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
+func (v *int64Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", s)
+	}
+	*v = int64Value(n)
+	return nil
+}
+
+// peersValue is --initial-cluster: id=host:port,id=host:port.
+type peersValue []config.Peer
+
+func (v *peersValue) String() string {
+	parts := make([]string, len(*v))
+	for i, p := range *v {
+		parts[i] = p.ID + "=" + p.RaftAddr
+	}
+	return strings.Join(parts, ",")
+}
+
+func (v *peersValue) Set(s string) error {
+	peers, err := config.ParseInitialCluster(s)
+	if err != nil {
+		return err
+	}
+	*v = peers
+	return nil
+}
+
+// listValue is a comma-separated list. An empty string is the empty list (so
+// a flag can clear what the environment set); empty elements are kept, for
+// Validate to reject.
+type listValue []string
+
+func (v *listValue) String() string { return strings.Join(*v, ",") }
+
+func (v *listValue) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		*v = nil
+		return nil
+	}
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	*v = parts
+	return nil
+}
