@@ -1,0 +1,42 @@
+package fsm
+
+import (
+	bolt "go.etcd.io/bbolt"
+)
+
+// Test-only access to the file layout, for the black-box tests in fsm_test.
+
+// Dump is every key/value of every top-level bucket of the file, keyed by
+// bucket name then by key (raw bytes as strings).
+type Dump map[string]map[string]string
+
+// DumpBuckets reads every bucket of the state machine's file in one read
+// transaction, including buckets this build does not declare, so a
+// comparison of two dumps is a comparison of the whole content.
+func DumpBuckets(f *FSM) (Dump, error) {
+	out := Dump{}
+	_, err := f.view(func(t *txn) error {
+		return t.tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			kv := map[string]string{}
+			out[string(name)] = kv
+			return b.ForEach(func(k, v []byte) error {
+				kv[string(k)] = string(v)
+				return nil
+			})
+		})
+	})
+	return out, err
+}
+
+// BucketNames lists the buckets the schema declares.
+func BucketNames() []string {
+	out := make([]string, 0, len(allBuckets))
+	for _, b := range allBuckets {
+		out = append(out, string(b))
+	}
+	return out
+}
+
+// EpochKeyPrefix is the key prefix of every record of one epoch of a job in
+// the epochs, acks and payloads buckets.
+func EpochKeyPrefix(job string, epoch uint64) string { return string(jobNumKey(job, epoch)) }

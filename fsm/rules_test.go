@@ -1,0 +1,340 @@
+package fsm_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/fsm"
+)
+
+// rulesFixture builds a job "j" in its second attempt with tasks src
+// (input), op (state, incremental), sink (output) and idle (nothing):
+//
+//	epoch 3 completed and pinned as "sp", every task acked
+//	epoch 4 aborted, src acked before the abort
+//	epoch 5 completed
+//	epoch 7 pending, op acked
+//
+// plus "fresh" (no attempt) and "busy" (MaxPendingEpochs pending epochs).
+func rulesFixture(t *testing.T) (*harness, map[string]fsm.Task) {
+	h := newHarness(t)
+	tasks := map[string]fsm.Task{
+		"src":  task(t, "src", "input"),
+		"op":   task(t, "op", "state", "incremental"),
+		"sink": task(t, "sink", "output"),
+		"idle": task(t, "idle"),
+	}
+	list := []fsm.Task{tasks["src"], tasks["op"], tasks["sink"], tasks["idle"]}
+	h.putJob("j", fsm.JobConfig{Retained: 3})
+	h.start("j", "a1", list...)
+	h.start("j", "a2", list...)
+	for _, n := range []uint64{3, 5} {
+		h.advance(time.Second)
+		h.begin("j", 2, n)
+		for _, id := range []string{"src", "op", "sink"} {
+			h.ack("j", 2, n, id, payloadsFor(tasks[id], n))
+		}
+		if n == 3 {
+			h.pin("j", 3, "sp")
+			h.begin("j", 2, 4)
+			h.ack("j", 2, 4, "src", payloadsFor(tasks["src"], 4))
+			h.abort("j", 2, 4, "")
+		}
+	}
+	h.begin("j", 2, 7)
+	h.ack("j", 2, 7, "op", payloadsFor(tasks["op"], 7))
+
+	h.putJob("fresh", fsm.JobConfig{})
+	h.putJob("busy", fsm.JobConfig{})
+	h.start("busy", "b1", task(t, "s", "state"))
+	for n := uint64(1); n <= fsm.MaxPendingEpochs; n++ {
+		h.begin("busy", 1, n)
+	}
+	return h, tasks
+}
+
+type ruleCase struct {
+	name    string
+	typ     fsm.CommandType
+	payload any
+	want    error
+	field   string // the field the error must name, when set
+}
+
+func TestRulesChangeNothing(t *testing.T) {
+	h, tasks := rulesFixture(t)
+	src, op := tasks["src"], tasks["op"]
+	ack := func(gen, epoch uint64, task string, p map[fsm.Kind][]byte) fsm.TaskAck {
+		return fsm.TaskAck{Job: "j", Generation: gen, Epoch: epoch, Task: task, Payloads: p}
+	}
+	manyTasks := make([]fsm.Task, fsm.MaxTasks+1)
+	for i := range manyTasks {
+		manyTasks[i] = fsm.Task{ID: fmt.Sprintf("t%d", i)}
+	}
+
+	cases := []ruleCase{
+		// Unknown job, no attempt.
+		{"begin unknown job", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "nope", Generation: 1, Epoch: 1}, fsm.ErrNotFound, "job"},
+		{"ack unknown job", fsm.CmdTaskAck, fsm.TaskAck{Job: "nope", Generation: 1, Epoch: 1, Task: "src"}, fsm.ErrNotFound, "job"},
+		{"abort unknown job", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "nope", Generation: 1, Epoch: 1}, fsm.ErrNotFound, "job"},
+		{"attempt of unknown job", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "nope", AttemptID: "a", Tasks: []fsm.Task{src}}, fsm.ErrNotFound, "job"},
+		{"pin unknown job", fsm.CmdEpochPin, fsm.EpochPin{Job: "nope", Epoch: 1}, fsm.ErrNotFound, "job"},
+		{"unpin unknown job", fsm.CmdEpochUnpin, fsm.EpochPin{Job: "nope", Epoch: 1}, fsm.ErrNotFound, "job"},
+		{"begin before any attempt", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "fresh", Generation: 1, Epoch: 1}, fsm.ErrNoAttempt, "generation"},
+		{"ack before any attempt", fsm.CmdTaskAck, fsm.TaskAck{Job: "fresh", Generation: 1, Epoch: 1, Task: "src"}, fsm.ErrNoAttempt, "generation"},
+
+		// Epoch numbering.
+		{"begin 6 after 7", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 6}, fsm.ErrEpochNotIncreasing, "epoch"},
+		{"begin 1 after 7", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 1}, fsm.ErrEpochNotIncreasing, "epoch"},
+		{"too many pending", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "busy", Generation: 1, Epoch: fsm.MaxPendingEpochs + 1}, fsm.ErrTooManyPending, "epoch"},
+
+		// Who may ack what.
+		{"ack from task not in attempt", fsm.CmdTaskAck, ack(2, 7, "ghost", nil), fsm.ErrTaskNotInAttempt, "task"},
+		{"ack from task without capabilities", fsm.CmdTaskAck, ack(2, 7, "idle", nil), fsm.ErrTaskNotExpected, "task"},
+		{"payload for a missing capability", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{fsm.KindInput: []byte("o"), fsm.KindState: []byte("s")}), fsm.ErrCapabilityMissing, "payloads.state"},
+		{"output payload from state task", fsm.CmdTaskAck, ack(2, 7, "op", map[fsm.Kind][]byte{fsm.KindOutput: []byte("x")}), fsm.ErrCapabilityMissing, "payloads.output"},
+		{"payload over the inline limit", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{fsm.KindInput: make([]byte, fsm.MaxInlinePayload+1)}), fsm.ErrPayloadTooLarge, "payloads.input"},
+		{"payload of unknown kind", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{"offsets": []byte("x")}), fsm.ErrInvalid, "payloads"},
+		{"ack epoch never begun", fsm.CmdTaskAck, ack(2, 9, "src", payloadsFor(src, 9)), fsm.ErrNotFound, "epoch"},
+		{"ack epoch skipped", fsm.CmdTaskAck, ack(2, 6, "src", payloadsFor(src, 6)), fsm.ErrNotFound, "epoch"},
+		{"different ack for a pending slot", fsm.CmdTaskAck, ack(2, 7, "op", payloadsFor(op, 8)), fsm.ErrConflict, "task"},
+
+		// Ended epochs: a task that acked has its slot (a different ack is a
+		// conflict, invariant 7); one that did not finds the epoch not pending.
+		{"different ack for a completed epoch", fsm.CmdTaskAck, ack(2, 5, "src", payloadsFor(src, 99)), fsm.ErrConflict, "task"},
+		{"empty ack for a completed epoch", fsm.CmdTaskAck, ack(2, 5, "op", nil), fsm.ErrConflict, "task"},
+		{"different ack for an aborted epoch", fsm.CmdTaskAck, ack(2, 4, "src", payloadsFor(src, 99)), fsm.ErrConflict, "task"},
+		{"first ack for an aborted epoch", fsm.CmdTaskAck, ack(2, 4, "op", payloadsFor(op, 4)), fsm.ErrEpochNotPending, "epoch"},
+		{"abort a completed epoch", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 5}, fsm.ErrEpochNotPending, "epoch"},
+		{"abort epoch never begun", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 8}, fsm.ErrNotFound, "epoch"},
+
+		// Generations.
+		{"begin stale generation", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 8}, fsm.ErrFenced, "generation"},
+		{"ack stale generation", fsm.CmdTaskAck, ack(1, 7, "src", payloadsFor(src, 7)), fsm.ErrFenced, "generation"},
+		{"retried ack stale generation", fsm.CmdTaskAck, ack(1, 7, "op", payloadsFor(op, 7)), fsm.ErrFenced, "generation"},
+		{"abort stale generation", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 1, Epoch: 7}, fsm.ErrFenced, "generation"},
+		{"begin future generation", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 3, Epoch: 8}, fsm.ErrInvalid, "generation"},
+		{"ack future generation", fsm.CmdTaskAck, ack(3, 7, "src", payloadsFor(src, 7)), fsm.ErrInvalid, "generation"},
+		{"abort future generation", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 3, Epoch: 7}, fsm.ErrInvalid, "generation"},
+		{"begin generation 0", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Epoch: 8}, fsm.ErrInvalid, "generation"},
+		{"ack generation 0", fsm.CmdTaskAck, ack(0, 7, "src", nil), fsm.ErrInvalid, "generation"},
+		{"superseded attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op, tasks["sink"], tasks["idle"]}}, fsm.ErrFenced, "attempt_id"},
+
+		// Pins.
+		{"pin a pending epoch", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 7}, fsm.ErrEpochNotCompleted, "epoch"},
+		{"pin an aborted epoch", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 4}, fsm.ErrEpochNotCompleted, "epoch"},
+		{"pin epoch never begun", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 8}, fsm.ErrNotFound, "epoch"},
+		{"pin name clash", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 5, Name: "sp"}, fsm.ErrConflict, "name"},
+		{"re-pin under another name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 3, Name: "other"}, fsm.ErrConflict, "name"},
+		{"re-pin without its name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 3}, fsm.ErrConflict, "name"},
+
+		// Malformed arguments (the API validates first; Apply checks again).
+		{"bad job id", fsm.CmdJobPut, fsm.JobPut{Job: "a job"}, fsm.ErrInvalid, "job"},
+		{"job id with slash", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "../j", Generation: 2, Epoch: 8}, fsm.ErrInvalid, "job"},
+		{"retained too high", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 1001}}, fsm.ErrInvalid, "config.retained"},
+		{"retained negative", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: -1}}, fsm.ErrInvalid, "config.retained"},
+		{"ack timeout too short", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{AckTimeout: fsm.Duration(time.Millisecond)}}, fsm.ErrInvalid, "config.ack_timeout"},
+		{"history too long", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{History: 10001}}, fsm.ErrInvalid, "config.history"},
+		{"attempt without tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3"}, fsm.ErrInvalid, "tasks"},
+		{"attempt with too many tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: manyTasks}, fsm.ErrInvalid, "tasks"},
+		{"attempt with a task twice", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []fsm.Task{src, op, src}}, fsm.ErrInvalid, "tasks[].id"},
+		{"attempt with bad task id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []fsm.Task{{ID: "-x"}}}, fsm.ErrInvalid, "tasks[].id"},
+		{"attempt with bad attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "", Tasks: []fsm.Task{src}}, fsm.ErrInvalid, "attempt_id"},
+		{"epoch 0", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2}, fsm.ErrInvalid, "epoch"},
+		{"ack bad task id", fsm.CmdTaskAck, ack(2, 7, "", nil), fsm.ErrInvalid, "task"},
+		{"abort reason with control characters", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 7, Reason: "bad\x00reason"}, fsm.ErrInvalid, "reason"},
+		{"abort reason too long", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 7, Reason: strings.Repeat("r", fsm.MaxReasonLen+1)}, fsm.ErrInvalid, "reason"},
+		{"pin bad name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 5, Name: "no spaces"}, fsm.ErrInvalid, "name"},
+		{"member without address", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m1", HTTPAddr: "h:1"}, fsm.ErrInvalid, "raft_addr"},
+		{"member bad id", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m 1", RaftAddr: "r:1", HTTPAddr: "h:1"}, fsm.ErrInvalid, "id"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h.t = t
+			re := h.reject(tc.want, tc.typ, tc.payload)
+			if tc.field != "" && re.Field != tc.field {
+				t.Errorf("error %v names field %q, want %q", re, re.Field, tc.field)
+			}
+			if re.Message == "" {
+				t.Errorf("error %v has no message", re)
+			}
+		})
+	}
+	h.t = t
+
+	// The fixture is what the cases assumed, and still is.
+	if j := h.job("j"); j.Generation != 2 || j.LastEpoch != 7 || !slices.Equal(j.Pending, []uint64{7}) || !slices.Equal(j.Retained, []uint64{3, 5}) || !slices.Equal(j.Ended, []uint64{4}) {
+		t.Fatalf("job j: %+v", j)
+	}
+	if e := h.epoch("j", 7); e.Acked != 1 || !slices.Equal(e.Stragglers, []string{"sink", "src"}) {
+		t.Fatalf("epoch 7: %+v", e)
+	}
+}
+
+// TestValidateBeforeProposal: the request types validate on their own, so
+// the API can refuse bad input before it reaches the log.
+func TestValidateBeforeProposal(t *testing.T) {
+	big := &fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Payloads: map[fsm.Kind][]byte{fsm.KindState: make([]byte, fsm.MaxInlinePayload+1)}}
+	if err := big.Validate(); !isRule(err, fsm.ErrPayloadTooLarge) {
+		t.Errorf("oversized payload: %v", err)
+	}
+	atLimit := &fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Payloads: map[fsm.Kind][]byte{fsm.KindState: make([]byte, fsm.MaxInlinePayload)}}
+	if err := atLimit.Validate(); err != nil {
+		t.Errorf("payload at the limit: %v", err)
+	}
+	// incremental without state cannot come in as JSON, but a Go caller can
+	// build it.
+	inc := &fsm.AttemptStart{Job: "j", AttemptID: "a", Tasks: []fsm.Task{{ID: "t", Caps: fsm.Caps(8)}}}
+	if err := inc.Validate(); !isRule(err, fsm.ErrInvalid) {
+		t.Errorf("incremental without state: %v", err)
+	}
+	jp := &fsm.JobPut{Job: "j"}
+	if err := jp.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if want := (fsm.JobConfig{Retained: fsm.DefaultRetained, AckTimeout: fsm.Duration(fsm.DefaultAckTimeout), History: fsm.DefaultHistory}); jp.Config != want {
+		t.Errorf("defaults %+v, want %+v", jp.Config, want)
+	}
+	for _, names := range [][]string{{"incremental"}, {"state", "state"}, {"offsets"}} {
+		if _, err := fsm.ParseCaps(names); err == nil {
+			t.Errorf("ParseCaps(%v) accepted", names)
+		}
+	}
+}
+
+// TestIdempotentRetries: every mutation retried with the same content
+// answers the same and changes nothing (invariant 7).
+func TestIdempotentRetries(t *testing.T) {
+	h := newHarness(t)
+	src := task(t, "src", "input")
+	op := task(t, "op", "state", "incremental")
+	idle := task(t, "idle")
+
+	// same applies a command that must succeed without changing anything.
+	same := func(typ fsm.CommandType, payload any) any {
+		t.Helper()
+		before := h.hash()
+		v := mustOK(t, h.mustApply(typ, payload))
+		if h.hash() != before {
+			t.Fatalf("retried %s changed the state", typ)
+		}
+		return v
+	}
+
+	job := h.putJob("j", fsm.JobConfig{Retained: 2})
+	h.advance(time.Minute)
+	if again := same(fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 2}}).(*fsm.Job); again.CreateIndex != job.CreateIndex || again.ModifyIndex != job.ModifyIndex {
+		t.Fatalf("retried job put: %+v, first %+v", again, job)
+	}
+	same(fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 2, AckTimeout: fsm.Duration(fsm.DefaultAckTimeout)}}) // defaults are the same config
+	h.mustApply(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m", RaftAddr: "r:1", HTTPAddr: "h:1"})
+	same(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m", RaftAddr: "r:1", HTTPAddr: "h:1"})
+
+	// Attempt start: same id and tasks in another order -> same generation.
+	a1 := h.start("j", "a1", src, op, idle)
+	h.advance(time.Second)
+	if again := same(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{idle, op, src}}).(*fsm.Attempt); *again != *a1 {
+		t.Fatalf("retried attempt %+v, first %+v", again, a1)
+	}
+	// Same id, different task set (another capability) -> conflict.
+	h.reject(fsm.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, task(t, "op", "state"), idle}})
+	h.reject(fsm.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op}})
+
+	// Begin twice -> same epoch, one record.
+	e1 := h.begin("j", 1, 1)
+	h.advance(time.Second)
+	if again := same(fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 1}).(*fsm.Epoch); *again != *e1 {
+		t.Fatalf("retried begin %+v, first %+v", again, e1)
+	}
+	if es, _, _ := h.f.Epochs("j", ""); len(es) != 1 {
+		t.Fatalf("%d epochs after a retried begin", len(es))
+	}
+
+	// Ack twice -> one ack, with the first ack's record.
+	first := h.ack("j", 1, 1, "src", payloadsFor(src, 1))
+	h.advance(time.Second)
+	retry := same(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: payloadsFor(src, 1)}).(*fsm.AckResult)
+	if retry.Completed || retry.Epoch.Acked != 1 || retry.Ack.Index != first.Ack.Index || !retry.Ack.At.Equal(first.Ack.At) {
+		t.Fatalf("retried ack %+v (ack %+v), first ack %+v", retry, retry.Ack, first.Ack)
+	}
+	// A different ack for the same slot -> conflict.
+	h.reject(fsm.ErrConflict, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: payloadsFor(src, 2)})
+	h.reject(fsm.ErrConflict, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src"})
+	h.reject(fsm.ErrConflict, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: map[fsm.Kind][]byte{fsm.KindInput: {}}})
+
+	// The completing ack, then its retry: one completion.
+	done := h.ack("j", 1, 1, "op", payloadsFor(op, 1))
+	if !done.Completed {
+		t.Fatal("second of two acks did not complete the epoch")
+	}
+	retry = same(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "op", Payloads: payloadsFor(op, 1)}).(*fsm.AckResult)
+	if retry.Completed || retry.Epoch.State != fsm.EpochCompleted || retry.Epoch.Acked != 2 || retry.Ack.Index != done.Ack.Index {
+		t.Fatalf("retry of the completing ack: completed=%v %+v", retry.Completed, retry.Epoch)
+	}
+	same(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: payloadsFor(src, 1)})
+	// ... and the retried begin of a completed epoch answers its record.
+	if again := same(fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 1}).(*fsm.Epoch); again.State != fsm.EpochCompleted {
+		t.Fatalf("retried begin of a completed epoch: %+v", again)
+	}
+
+	// Abort twice, pin twice, unpin twice.
+	h.begin("j", 1, 2)
+	h.abort("j", 1, 2, "first")
+	if again := same(fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 1, Epoch: 2, Reason: "second"}).(*fsm.Epoch); again.Reason != "first" {
+		t.Fatalf("retried abort: %+v", again)
+	}
+	h.pin("j", 1, "sp")
+	same(fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 1, Name: "sp"})
+	h.unpin("j", 1)
+	same(fsm.CmdEpochUnpin, fsm.EpochPin{Job: "j", Epoch: 1})
+
+	// Timeout of an epoch already ended aborts nothing.
+	h.advance(time.Hour)
+	if got := same(fsm.CmdEpochsTimeout, fsm.EpochsTimeout{Epochs: []fsm.EpochRef{{Job: "j", Epoch: 1}, {Job: "j", Epoch: 2}, {Job: "gone", Epoch: 1}, {Job: "j", Epoch: 99}}}).([]fsm.EpochRef); len(got) != 0 {
+		t.Fatalf("timeout aborted %v", got)
+	}
+
+	// A newer attempt fences the old attempt id.
+	h.start("j", "a2", src, op)
+	h.reject(fsm.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op, idle}})
+	// ... and its own retry still answers generation 2.
+	if a := same(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a2", Tasks: []fsm.Task{op, src}}).(*fsm.Attempt); a.Generation != 2 {
+		t.Fatalf("retried attempt a2: %+v", a)
+	}
+}
+
+// TestEpochsIncreaseAcrossAborts: an aborted epoch number is never reused.
+// A begin that repeats it is taken as a retry of the original begin and
+// answers the aborted record; a lower number that was skipped is refused.
+func TestEpochsIncreaseAcrossAborts(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("j", fsm.JobConfig{History: 1})
+	h.start("j", "a1", task(t, "s", "state"))
+	h.begin("j", 1, 8)
+	h.abort("j", 1, 8, "")
+	before := h.hash()
+	again := h.begin("j", 1, 8)
+	if again.State != fsm.EpochAborted || h.hash() != before {
+		t.Fatalf("begin of aborted epoch 8: %+v (state changed: %v)", again, h.hash() != before)
+	}
+	h.reject(fsm.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 6})
+	h.begin("j", 1, 9)
+	h.abort("j", 1, 9, "") // history 1: epoch 8 is forgotten
+	if _, _, err := h.f.Epoch("j", 8); !isRule(err, fsm.ErrNotFound) {
+		t.Fatalf("epoch 8 still remembered: %v", err)
+	}
+	h.reject(fsm.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 8})
+	// A new attempt does not reset the numbering.
+	h.start("j", "a2", task(t, "s", "state"))
+	h.reject(fsm.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 9})
+	h.reject(fsm.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 1})
+	if e := h.begin("j", 2, 10); e.State != fsm.EpochPending || e.Generation != 2 {
+		t.Fatalf("epoch 10: %+v", e)
+	}
+	if j := h.job("j"); j.AttemptID != "a2" || j.Generation != 2 || j.LastEpoch != 10 {
+		t.Fatalf("job: %+v", j)
+	}
+}
