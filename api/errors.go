@@ -94,6 +94,10 @@ func toAPIError(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeNoLeader, Retryable: true, Message: "the cluster has no leader at the moment; retry"}
 	case errors.Is(err, node.ErrShutdown):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: "this member is shutting down; retry on another"}
+	case errors.Is(err, node.ErrTryAgain):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: err.Error()}
+	case errors.Is(err, node.ErrMemberConflict):
+		return apiErr(http.StatusConflict, string(fsm.CodeConflict), "id", "%v", err)
 	case errors.Is(err, node.ErrUnknownMember):
 		return apiErr(http.StatusNotFound, string(fsm.CodeNotFound), "id", "%v", err)
 	case errors.Is(err, context.DeadlineExceeded):

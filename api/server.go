@@ -169,9 +169,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			writeError(w, ae)
 			return
 		}
-		if idx > 0 {
-			w.Header().Set(HeaderIndex, strconv.FormatUint(idx, 10))
-		}
+		w.Header().Set(HeaderIndex, strconv.FormatUint(idx, 10))
 		writeJSON(w, http.StatusOK, v)
 	})
 	return s.instrument(rt.name, h)

@@ -340,7 +340,10 @@ func completeEpoch(t *txn, j *Job, e *Epoch, now time.Time) error {
 	if err := applyRetention(t, j, now); err != nil {
 		return err
 	}
-	return trimHistory(t, j)
+	if err := trimHistory(t, j); err != nil {
+		return err
+	}
+	return pruneAttempts(t, j)
 }
 
 // abortEpoch aborts pending epoch n of j and drops its payloads. The caller
@@ -488,6 +491,9 @@ func applyEpochUnpin(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	if err := trimHistory(t, j); err != nil {
+		return nil, err
+	}
+	if err := pruneAttempts(t, j); err != nil {
 		return nil, err
 	}
 	if err := t.putJob(j); err != nil {

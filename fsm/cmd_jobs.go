@@ -101,6 +101,9 @@ func applyJobPut(t *txn, c Command) (any, error) {
 	if err := trimHistory(t, j); err != nil {
 		return nil, err
 	}
+	if err := pruneAttempts(t, j); err != nil {
+		return nil, err
+	}
 	return j, t.putJob(j)
 }
 
@@ -137,8 +140,8 @@ func (p *AttemptStart) Validate() error {
 			return ruleErr(CodeInvalid, "tasks[].id", "task %q listed twice (index %d)", tk.ID, i)
 		}
 		seen[tk.ID] = true
-		if tk.Caps.Incremental() && !tk.Caps.Has(KindState) {
-			return ruleErr(CodeInvalid, "tasks[].capabilities", "task %q: incremental requires state", tk.ID)
+		if !tk.Caps.Valid() {
+			return ruleErr(CodeInvalid, "tasks[].capabilities", "task %q: capabilities %#x are not a valid set (incremental requires state)", tk.ID, uint8(tk.Caps))
 		}
 	}
 	return nil
@@ -216,6 +219,9 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 	if err := trimHistory(t, j); err != nil {
 		return nil, err
 	}
+	if err := pruneAttempts(t, j); err != nil {
+		return nil, err
+	}
 	return a, t.putJob(j)
 }
 
@@ -260,6 +266,40 @@ func applyRetention(t *txn, j *Job, now time.Time) error {
 	j.Retained = keep
 	for i := len(subsume) - 1; i >= 0; i-- {
 		j.Ended = append(j.Ended, subsume[i])
+	}
+	return nil
+}
+
+// pruneAttempts deletes the attempts (and their task sets) of old
+// generations that no retained epoch references: no restore can name them
+// any more. Only referenced attempts remain, so the scan is short. Attempt
+// ids are kept, so a retried start of an old attempt is still fenced.
+func pruneAttempts(t *txn, j *Job) error {
+	keep := map[uint64]bool{j.Generation: true}
+	for _, n := range j.Retained {
+		e, err := t.epoch(j.ID, n)
+		if err != nil {
+			return err
+		}
+		keep[e.Generation] = true
+	}
+	var drop []uint64
+	err := t.scan(bucketAttempts, jobPrefix(j.ID), func(k, _ []byte) (bool, error) {
+		if gen := binary.BigEndian.Uint64(k[len(k)-8:]); !keep[gen] {
+			drop = append(drop, gen)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, g := range drop {
+		if err := t.del(bucketAttempts, jobNumKey(j.ID, g)); err != nil {
+			return err
+		}
+		if err := t.deletePrefix(bucketTasks, jobNumKey(j.ID, g)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

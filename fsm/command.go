@@ -24,7 +24,6 @@ const (
 	CmdEpochPin      CommandType = 8
 	CmdEpochUnpin    CommandType = 9
 	CmdEpochsTimeout CommandType = 10
-	CmdJobDelete     CommandType = 11
 )
 
 func (t CommandType) String() string {

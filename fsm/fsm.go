@@ -311,17 +311,22 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 		}
 		f.db = nil
 	}
-	if err := os.Rename(tmp, f.path); err != nil {
-		return fmt.Errorf("fsm: restore: %w", err)
+	renameErr := os.Rename(tmp, f.path)
+	if renameErr == nil {
+		renameErr = syncDir(filepath.Dir(f.path))
 	}
-	if err := syncDir(filepath.Dir(f.path)); err != nil {
-		return fmt.Errorf("fsm: restore: %w", err)
-	}
+	// Whatever happened, a file must be open again before the lock is
+	// released: readers and Apply never see a closed state machine. After
+	// a failed rename that is the old file, and the restore fails.
 	db, err := openDB(f.path)
 	if err != nil {
-		return fmt.Errorf("fsm: restore: reopen: %w", err)
+		panic(fmt.Sprintf("fsm: restore: cannot reopen the state machine file %s: %v", f.path, err))
 	}
 	f.db = db
+	if renameErr != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("fsm: restore: %w", renameErr)
+	}
 	f.applied.Store(idx)
 	f.logger.Info("state restored from snapshot", "applied_index", idx)
 	f.notify()

@@ -1,6 +1,8 @@
 package fsm_test
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -352,4 +354,46 @@ func TestAckTimeout(t *testing.T) {
 	if got := h.timeout(fsm.EpochRef{Job: "k", Epoch: 3}); !slices.Equal(got, []fsm.EpochRef{{Job: "k", Epoch: 3}}) {
 		t.Fatalf("timeout of k/3: %v", got)
 	}
+}
+
+// TestOldAttemptsPruned checks that the task sets of generations no retained
+// epoch references are deleted, while a pinned epoch keeps its generation's.
+func TestOldAttemptsPruned(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("p", fsm.JobConfig{Retained: 1})
+	a := task(t, "a", "state")
+	for gen := uint64(1); gen <= 4; gen++ {
+		h.start("p", fmt.Sprintf("att-%d", gen), a, task(t, fmt.Sprintf("only-%d", gen), "input"))
+		h.begin("p", gen, gen)
+		h.ack("p", gen, gen, "a", payloadsFor(a, gen))
+		h.ack("p", gen, gen, fmt.Sprintf("only-%d", gen), map[fsm.Kind][]byte{fsm.KindInput: []byte("x")})
+		if gen == 2 {
+			h.pin("p", 2, "keep")
+		}
+	}
+	attempt := func(gen uint64) error {
+		_, _, err := h.f.Attempt("p", gen)
+		return err
+	}
+	for gen, kept := range map[uint64]bool{1: false, 2: true, 3: false, 4: true} {
+		err := attempt(gen)
+		if kept && err != nil {
+			t.Fatalf("generation %d pruned while referenced: %v", gen, err)
+		}
+		if !kept && !errors.Is(err, fsm.ErrNotFound) {
+			t.Fatalf("generation %d kept: %v", gen, err)
+		}
+	}
+	// The pinned epoch still restores, with its generation's task set.
+	p := h.restore(fsm.RestoreRequest{Job: "p", Task: "only-2", Pin: "keep"})
+	if p.Status != fsm.RestoreRestored {
+		t.Fatalf("restore from pinned epoch: %+v", p)
+	}
+	// Unpinning lets generation 2 go; a retried start of an old attempt is
+	// still fenced.
+	h.unpin("p", 2)
+	if err := attempt(2); !errors.Is(err, fsm.ErrNotFound) {
+		t.Fatalf("generation 2 after unpin: %v", err)
+	}
+	h.reject(fsm.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "p", AttemptID: "att-1", Tasks: []fsm.Task{a}})
 }

@@ -73,6 +73,15 @@ var capBits = []struct {
 	{CapInput, capInputBit}, {CapState, capStateBit}, {CapOutput, capOutputBit}, {CapIncremental, capIncrementalBit},
 }
 
+// capAll is every defined flag; other bits are invalid.
+const capAll = capInputBit | capStateBit | capOutputBit | capIncrementalBit
+
+// Valid reports whether the set holds only defined flags, and incremental
+// only with state.
+func (c Caps) Valid() bool {
+	return c&^capAll == 0 && (!c.Incremental() || c.Has(KindState))
+}
+
 // Has reports whether the task checkpoints data of kind k.
 func (c Caps) Has(k Kind) bool {
 	switch k {

@@ -245,6 +245,9 @@ const (
 	// RestoreNoPriorState: the checkpoint does not know the task (it is new
 	// after a topology change), or the job has no completed checkpoint.
 	RestoreNoPriorState = "no_prior_state"
+	// RestoreNoCheckpoint (plan status only): the source job has no
+	// completed checkpoint yet.
+	RestoreNoCheckpoint = "no_checkpoint"
 )
 
 // KindRestore is the answer for one kind.
@@ -259,8 +262,10 @@ type KindRestore struct {
 type RestorePlan struct {
 	Job  string `json:"job"`
 	Task string `json:"task"`
-	// Status is restored (the checkpoint knows the task), no_prior_state
-	// (it does not), or no_checkpoint (the source job has none).
+	// Status is restored (the checkpoint holds data of at least one kind
+	// for the task), nothing_to_recover (the checkpoint knows the task, which
+	// had no capability), no_prior_state (the checkpoint does not know the
+	// task), or no_checkpoint (the source job has none).
 	Status string `json:"status"`
 	Source struct {
 		Job        string `json:"job"`
@@ -348,7 +353,7 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 			return nil, ruleErr(CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; restore needs a completed, retained epoch", req.Epoch, srcJob, e.State)
 		}
 	case src.LatestCompleted == 0:
-		plan.Status = "no_checkpoint"
+		plan.Status = RestoreNoCheckpoint
 		for _, k := range Kinds {
 			plan.Kinds[k] = KindRestore{Status: RestoreNoPriorState}
 		}
@@ -372,6 +377,9 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 		return plan, nil
 	}
 	plan.Status = RestoreRestored
+	if !tk.Caps.Expected() {
+		plan.Status = RestoreNothing
+	}
 	caps := tk.Caps
 	plan.Capabilities = &caps
 	for _, k := range Kinds {
