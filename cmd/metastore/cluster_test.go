@@ -389,6 +389,20 @@ func TestClusterLeaderKillAndMembership(t *testing.T) {
 	first.start(t)
 	c.converged(60 * time.Second)
 
+	// Stale reads are answered by each member from its own state (the
+	// states converged above), default reads by the leader via forwarding.
+	for _, p := range c.procs {
+		for _, consistency := range []string{"stale", "default"} {
+			status, body := clDo("GET", p.url("/v1/jobs/stream?consistency="+consistency), nil)
+			var j struct {
+				LatestCompleted uint64 `json:"latest_completed"`
+			}
+			if status != http.StatusOK || json.Unmarshal(body, &j) != nil || j.LatestCompleted != epochs {
+				t.Fatalf("%s read from %s: %d %s", consistency, p.id, status, body)
+			}
+		}
+	}
+
 	// A new member joins the running cluster; the leader has compacted its
 	// log, so the state arrives by snapshot.
 	leader := c.leader(30 * time.Second)
