@@ -269,11 +269,10 @@ func (o *clientOptions) do(method, path string, reqBody any) ([]byte, error) {
 	if json.Unmarshal(body, &envelope) == nil && envelope.Error != nil && envelope.Error.Code != "" {
 		return nil, envelope.Error
 	}
-	text := strings.TrimSpace(string(body))
-	if line, _, _ := strings.Cut(text, "\n"); len(line) > 200 {
-		text = line[:200] + "..."
-	} else {
-		text = line
+	// Not an API error (a proxy in the way, a crash): show its first line.
+	text, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	if len(text) > 200 {
+		text = text[:200] + "..."
 	}
 	return nil, fmt.Errorf("%s %s: %s: %s", method, target, resp.Status, text)
 }

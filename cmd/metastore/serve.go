@@ -124,6 +124,8 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
+	// Until here a signal terminates the process at once, which is safe:
+	// nothing is served yet and bbolt and the Raft log survive a crash.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -142,11 +144,8 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		go func() {
 			defer close(joinDone)
 			log.Info("joining cluster", "join", cfg.Join)
-			if err := n.Join(joinCtx, cfg.Join); err != nil {
-				if joinCtx.Err() == nil {
-					log.Error("cannot join cluster", "join", cfg.Join, "err", err)
-				}
-				return
+			if err := n.Join(joinCtx, cfg.Join); err != nil && joinCtx.Err() == nil {
+				log.Error("cannot join cluster", "join", cfg.Join, "err", err)
 			}
 		}()
 	} else {
@@ -197,7 +196,13 @@ func shutdown(timeout time.Duration, log *slog.Logger, n *node.Node, f *fsm.FSM,
 		}
 	}
 
-	if err := stopHTTP(ctx, srv, cancelRequests); err != nil {
+	// Draining HTTP may take half of what is left, so that Raft and the
+	// leader tasks still have time to stop in order.
+	deadline, _ := ctx.Deadline()
+	httpCtx, cancelHTTP := context.WithTimeout(ctx, time.Until(deadline)/2)
+	err := stopHTTP(httpCtx, srv, cancelRequests)
+	cancelHTTP()
+	if err != nil {
 		log.Warn("HTTP server did not drain; connections closed", "err", err)
 	}
 

@@ -145,13 +145,14 @@ func printServeUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintf(w, "Usage: metastore serve [flags]\n\n")
 	fmt.Fprintf(w, "Runs a metastore node. With no flags: a single-node store with data in\n./%s and the HTTP API on %s.\n", config.DefaultDataDir, config.DefaultHTTPAddr)
 	fmt.Fprintf(w, "Every flag can also be set with the environment variable METASTORE_<NAME>\n(e.g. --node-id: %s); flags override the environment.\n\nFlags:\n", envName("node-id"))
-	fs.VisitAll(func(f *flag.Flag) {
+	for _, s := range settings {
+		f := fs.Lookup(s.name)
 		def := ""
 		if f.DefValue != "" {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(w, "  --%s\n    \t%s%s [%s]\n", f.Name, f.Usage, def, envName(f.Name))
-	})
+	}
 }
 
 // usageError is a malformed command line: exit status 2.
