@@ -3,6 +3,7 @@ package fsm
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -45,6 +46,9 @@ type TaskAck struct {
 	Epoch      uint64          `json:"epoch"`
 	Task       string          `json:"task"`
 	Payloads   map[Kind][]byte `json:"payloads,omitempty"`
+	// Manifest is the task's state manifest (blobs in the object store),
+	// as a delta or whole.
+	Manifest *ManifestAck `json:"manifest,omitempty"`
 }
 
 func (p *TaskAck) Validate() error {
@@ -68,6 +72,9 @@ func (p *TaskAck) Validate() error {
 			return ruleErr(CodePayloadTooLarge, "payloads."+string(k), "%d bytes is above the inline limit of %d; store larger state in the object store", len(v), MaxInlinePayload)
 		}
 	}
+	if p.Manifest != nil {
+		return p.Manifest.Validate()
+	}
 	return nil
 }
 
@@ -78,6 +85,13 @@ func (p *TaskAck) contentHash() string {
 	for _, k := range sortedKinds(p.Payloads) {
 		fmt.Fprintf(h, "%s:%d:", k, len(p.Payloads[k]))
 		h.Write(p.Payloads[k])
+	}
+	if p.Manifest != nil {
+		// The payload was decoded from JSON this build wrote; encoding it
+		// again is deterministic (struct fields in order, slices as sent).
+		raw, _ := json.Marshal(p.Manifest)
+		fmt.Fprintf(h, "manifest:%d:", len(raw))
+		h.Write(raw)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
@@ -266,6 +280,9 @@ func applyTaskAck(t *txn, c Command) (any, error) {
 			return nil, ruleErr(CodeCapabilityMissing, "payloads."+string(k), "task %q did not register capability %s", p.Task, k)
 		}
 	}
+	if p.Manifest != nil && !tk.Caps.Has(KindState) {
+		return nil, ruleErr(CodeCapabilityMissing, "manifest", "task %q did not register capability state", p.Task)
+	}
 	e, err := mustEpoch(t, j, p.Epoch)
 	if err != nil {
 		return nil, err
@@ -287,12 +304,36 @@ func applyTaskAck(t *txn, c Command) (any, error) {
 	if e.State != EpochPending {
 		return nil, ruleErr(CodeEpochNotPending, "epoch", "epoch %d is %s", p.Epoch, e.State)
 	}
+	var plan *manifestPlan
+	if m := p.Manifest; m != nil || tk.Caps.Has(KindState) {
+		if m == nil {
+			// A state task without a manifest in this ack keeps its
+			// manifest unchanged, if this attempt has one.
+			if hid, err := t.head(p.Job, p.Task); err != nil {
+				return nil, err
+			} else if l, err := t.lineage(hid); err != nil {
+				return nil, err
+			} else if l != nil && l.Generation == p.Generation {
+				m = &ManifestAck{}
+			}
+		}
+		if m != nil {
+			if plan, err = planManifest(t, j, p.Generation, p.Epoch, tk, m, c.Time); err != nil {
+				return nil, err
+			}
+		}
+	}
 
 	ack := &Ack{Task: p.Task, At: c.Time, Delay: Duration(c.Time.Sub(e.BeganAt)), Sizes: map[Kind]int{}, ContentHash: hash, Index: t.index}
 	for k, v := range p.Payloads {
 		ack.Sizes[k] = len(v)
 		e.PayloadBytes += int64(len(v))
 		if err := t.b(bucketPayloads).Put(payloadKey(p.Job, p.Epoch, p.Task, k), v); err != nil {
+			return nil, err
+		}
+	}
+	if plan != nil {
+		if ack.Lineage, err = applyManifest(t, j, p.Generation, p.Epoch, p.Task, plan, c.Time); err != nil {
 			return nil, err
 		}
 	}
@@ -367,6 +408,9 @@ func abortEpoch(t *txn, j *Job, n uint64, now time.Time, reason string) error {
 		return err
 	}
 	if err := t.deletePrefix(bucketPayloads, jobNumKey(j.ID, n)); err != nil {
+		return err
+	}
+	if err := epochLeft(t, j.ID, n, now); err != nil {
 		return err
 	}
 	j.Pending = slices.DeleteFunc(j.Pending, func(p uint64) bool { return p == n })

@@ -254,6 +254,9 @@ func applyRetention(t *txn, j *Job, now time.Time) error {
 		if err := t.deletePrefix(bucketPayloads, jobNumKey(j.ID, n)); err != nil {
 			return err
 		}
+		if err := epochLeft(t, j.ID, n, now); err != nil {
+			return err
+		}
 		subsume = append(subsume, n)
 	}
 	if len(subsume) == 0 {

@@ -24,6 +24,11 @@ const (
 	CmdEpochPin      CommandType = 8
 	CmdEpochUnpin    CommandType = 9
 	CmdEpochsTimeout CommandType = 10
+	CmdIntentCreate  CommandType = 11
+	CmdIntentsExpire CommandType = 12
+	CmdBlobsDeleting CommandType = 13
+	CmdBlobsGone     CommandType = 14
+	CmdBlobsPurge    CommandType = 15
 )
 
 func (t CommandType) String() string {

@@ -33,6 +33,11 @@ const (
 	CodePayloadTooLarge    Code = "payload_too_large"
 	CodeNoAttempt          Code = "no_attempt"
 	CodeTooManyPending     Code = "too_many_pending"
+	CodeManifestMismatch   Code = "manifest_mismatch"
+	CodeBlobUnknown        Code = "blob_unknown"
+	CodeBlobDeleting       Code = "blob_deleting"
+	CodeBlobGone           Code = "blob_gone"
+	CodeBlobExpired        Code = "blob_expired"
 )
 
 // Sentinel rule errors, for errors.Is. A *RuleError matches the sentinel of
@@ -51,6 +56,11 @@ var (
 	ErrPayloadTooLarge    = &RuleError{Code: CodePayloadTooLarge}
 	ErrNoAttempt          = &RuleError{Code: CodeNoAttempt}
 	ErrTooManyPending     = &RuleError{Code: CodeTooManyPending}
+	ErrManifestMismatch   = &RuleError{Code: CodeManifestMismatch}
+	ErrBlobUnknown        = &RuleError{Code: CodeBlobUnknown}
+	ErrBlobDeleting       = &RuleError{Code: CodeBlobDeleting}
+	ErrBlobGone           = &RuleError{Code: CodeBlobGone}
+	ErrBlobExpired        = &RuleError{Code: CodeBlobExpired}
 )
 
 // RuleError is a rule violation found while applying a command (or while

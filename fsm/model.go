@@ -299,6 +299,8 @@ type Ack struct {
 	Sizes       map[Kind]int `json:"sizes"`
 	ContentHash string       `json:"content_hash"`
 	Index       uint64       `json:"index"`
+	// Lineage holds the task's manifest for this epoch (0: no manifest).
+	Lineage uint64 `json:"lineage,omitempty"`
 }
 
 // Member is a cluster member's record, replicated so any member can find

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"sort"
 	"time"
+
+	"github.com/metastore/metastore/manifests"
 )
 
 // Every read runs in one bbolt read transaction and returns the applied
@@ -254,7 +256,12 @@ const (
 type KindRestore struct {
 	Status  string `json:"status"`
 	Payload []byte `json:"payload,omitempty"`
-	Bytes   int    `json:"bytes"`
+	// Manifest lists the blobs (ranges of objects) holding the task's
+	// state, for a task that acknowledged with a manifest.
+	Manifest *manifests.Manifest `json:"manifest,omitempty"`
+	// Bytes is what the restore of this kind reads: the inline payload plus
+	// the manifest's ranges.
+	Bytes int `json:"bytes"`
 }
 
 // RestorePlan is the answer to a restore: what the task recovers from
@@ -277,9 +284,11 @@ type RestorePlan struct {
 	Capabilities *Caps                `json:"capabilities,omitempty"`
 	Kinds        map[Kind]KindRestore `json:"kinds"`
 	// InlineBytes is the inline payload returned; ObjectStoreReads is the
-	// number of object-store requests the restore needs.
-	InlineBytes      int `json:"inline_bytes"`
-	ObjectStoreReads int `json:"object_store_reads"`
+	// number of object-store requests the restore needs (one ranged GET
+	// per base and segment), ObjectStoreBytes the bytes they read.
+	InlineBytes      int    `json:"inline_bytes"`
+	ObjectStoreReads int    `json:"object_store_reads"`
+	ObjectStoreBytes uint64 `json:"object_store_bytes"`
 }
 
 // PlanRestore plans the restore of a task.
@@ -393,6 +402,22 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 			kr.Payload = bytes.Clone(v)
 		}
 		plan.InlineBytes += len(v)
+		if k == KindState {
+			a, err := t.ack(srcJob, e.Epoch, srcTask)
+			if err != nil {
+				return nil, err
+			}
+			if a != nil && a.Lineage != 0 {
+				m, err := readManifest(t, a.Lineage, e.Epoch)
+				if err != nil {
+					return nil, err
+				}
+				kr.Manifest = m
+				kr.Bytes += int(m.Bytes())
+				plan.ObjectStoreReads += len(m.Bases) + len(m.Segments)
+				plan.ObjectStoreBytes += m.Bytes()
+			}
+		}
 		plan.Kinds[k] = kr
 	}
 	return plan, nil

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/manifests"
 )
 
 // fillEverything applies a history that leaves records of every kind:
@@ -84,6 +85,26 @@ func fillEverything(h *harness) {
 
 	// delta: a job with no attempt, restoring from alpha's savepoint.
 	h.putJob("delta", fsm.JobConfig{History: 7})
+
+	// inc: incremental manifests in the object store: intents committed,
+	// one expired, a materialization, a dropped segment held by a retained
+	// epoch, blobs deleting and gone.
+	h.putJob("inc", fsm.JobConfig{Retained: 2})
+	w := &worker{job: "inc", task: "w", gen: 1, acked: map[uint64]manifests.Manifest{}}
+	h.start("inc", "inc-1", task(t, "w", "state", "incremental"))
+	for n := uint64(1); n <= 12; n++ {
+		h.begin("inc", 1, n)
+		w.step(h, n, n == 10)
+	}
+	h.intents("inc", 1, "inc/w/never-committed", "inc/w/pending-upload")
+	h.advance(2 * time.Hour)
+	h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"inc/w/never-committed"}})
+	h.intents("inc", 1, "inc/w/live-intent")
+	marked := mustOK(t, h.mustApply(fsm.CmdBlobsDeleting, fsm.BlobKeys{Keys: []string{"inc/w/log-1-1", "inc/w/log-1-2", "inc/w/never-committed"}})).([]string)
+	if len(marked) != 3 {
+		t.Fatalf("marked %v", marked)
+	}
+	h.mustApply(fsm.CmdBlobsGone, fsm.BlobKeys{Keys: marked[:1]})
 }
 
 // memSink is an in-memory raft.SnapshotSink.

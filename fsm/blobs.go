@@ -1,0 +1,467 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"time"
+
+	"github.com/metastore/metastore/manifests"
+)
+
+// Buckets of the object-store side of the model.
+var (
+	// blobs: blob key -> Blob.
+	bucketBlobs = bucket("blobs")
+	// blobLeases: lease end(8) key -> empty: intents by lease end.
+	bucketBlobLeases = bucket("blob_leases")
+	// gcCandidates: unreferenced since(8) key -> empty: blobs the collector
+	// may delete once the grace period has passed.
+	bucketGCCandidates = bucket("gc_candidates")
+	// gcDeleting: key -> empty: blobs marked deleting, whose object-store
+	// delete has not been confirmed.
+	bucketGCDeleting = bucket("gc_deleting")
+	// gcGone: gone at(8) key -> empty: tombstones, purged after a while.
+	bucketGCGone = bucket("gc_gone")
+)
+
+func init() {
+	allBuckets = append(allBuckets, bucketBlobs, bucketBlobLeases, bucketGCCandidates, bucketGCDeleting, bucketGCGone)
+	register(CmdIntentCreate, "intent-create", 1, applyIntentCreate)
+	register(CmdIntentsExpire, "intents-expire", 1, applyIntentsExpire)
+	register(CmdBlobsDeleting, "blobs-deleting", 1, applyBlobsDeleting)
+	register(CmdBlobsGone, "blobs-gone", 1, applyBlobsGone)
+	register(CmdBlobsPurge, "blobs-purge", 1, applyBlobsPurge)
+}
+
+// BlobState is the lifecycle state of a blob.
+type BlobState string
+
+const (
+	// BlobIntent: a key handed to a worker for an upload, held by a lease.
+	BlobIntent BlobState = "intent"
+	// BlobLive: committed by an ack; Refs counts the manifests' references.
+	BlobLive BlobState = "live"
+	// BlobExpired: an intent whose lease ended before any ack committed it.
+	BlobExpired BlobState = "expired"
+	// BlobDeleting: marked for deletion; the object-store delete may be in
+	// flight. Never referenced again.
+	BlobDeleting BlobState = "deleting"
+	// BlobGone: deleted from the object store; kept as a tombstone for a
+	// while so late references are answered clearly.
+	BlobGone BlobState = "gone"
+)
+
+// Blob is an object in the object store, as the metastore knows it.
+type Blob struct {
+	Key   string    `json:"key"`
+	Job   string    `json:"job"`
+	Task  string    `json:"task,omitempty"`
+	State BlobState `json:"state"`
+	Size  uint64    `json:"size"`
+	// Checksum is what the worker declared when it committed the blob.
+	Checksum string `json:"checksum,omitempty"`
+	// Refs counts the manifest references (segments and bases, in every
+	// lineage) to this blob.
+	Refs       uint64     `json:"refs"`
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	// UnreferencedAt is when Refs last fell to zero (or the lease ended).
+	UnreferencedAt *time.Time `json:"unreferenced_at,omitempty"`
+	DeletingAt     *time.Time `json:"deleting_at,omitempty"`
+	GoneAt         *time.Time `json:"gone_at,omitempty"`
+	ModifyIndex    uint64     `json:"modify_index"`
+}
+
+func (t *txn) blob(key string) (*Blob, error) {
+	var b Blob
+	ok, err := t.getJSON(bucketBlobs, []byte(key), &b)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &b, nil
+}
+
+func (t *txn) putBlob(b *Blob) error {
+	b.ModifyIndex = t.index
+	return t.putJSON(bucketBlobs, []byte(b.Key), b)
+}
+
+func timeKey(at time.Time, key string) []byte { return append(u64(uint64(at.UnixNano())), key...) }
+
+// unreference marks a blob whose count fell to zero as a GC candidate.
+func (t *txn) unreference(b *Blob, now time.Time) error {
+	b.UnreferencedAt = &now
+	return t.b(bucketGCCandidates).Put(timeKey(now, b.Key), nil)
+}
+
+// addRef and dropRef move a blob's reference count.
+func (t *txn) addRef(key string) error {
+	b, err := t.blob(key)
+	if err != nil {
+		return err
+	}
+	if b == nil || b.State != BlobLive {
+		return errCorruptRef(key, b)
+	}
+	if b.Refs == 0 && b.UnreferencedAt != nil {
+		if err := t.del(bucketGCCandidates, timeKey(*b.UnreferencedAt, key)); err != nil {
+			return err
+		}
+		b.UnreferencedAt = nil
+	}
+	b.Refs++
+	return t.putBlob(b)
+}
+
+func (t *txn) dropRef(key string, now time.Time) error {
+	b, err := t.blob(key)
+	if err != nil {
+		return err
+	}
+	if b == nil || b.State != BlobLive || b.Refs == 0 {
+		return errCorruptRef(key, b)
+	}
+	b.Refs--
+	if b.Refs == 0 {
+		if err := t.unreference(b, now); err != nil {
+			return err
+		}
+	}
+	return t.putBlob(b)
+}
+
+func errCorruptRef(key string, b *Blob) error {
+	state := "missing"
+	if b != nil {
+		state = string(b.State)
+	}
+	return &corruptError{"reference count of blob " + key + " moved while it is " + state}
+}
+
+// corruptError is an inconsistency in the stored state: fatal.
+type corruptError struct{ msg string }
+
+func (e *corruptError) Error() string { return "fsm: corrupt state: " + e.msg }
+
+// IntentCreate records upload intents: keys chosen by the leader, under the
+// job's prefix, each held by a lease.
+type IntentCreate struct {
+	Job        string    `json:"job"`
+	Generation uint64    `json:"generation"`
+	Task       string    `json:"task,omitempty"`
+	Keys       []string  `json:"keys"`
+	LeaseUntil time.Time `json:"lease_until"`
+}
+
+// MaxIntents bounds the keys of one intent request.
+const MaxIntents = 1000
+
+func (p *IntentCreate) Validate() error {
+	if err := checkID("job", p.Job); err != nil {
+		return err
+	}
+	if p.Task != "" {
+		if err := checkID("task", p.Task); err != nil {
+			return err
+		}
+	}
+	if p.Generation == 0 {
+		return ruleErr(CodeInvalid, "generation", "required (the generation of the current attempt)")
+	}
+	if len(p.Keys) == 0 || len(p.Keys) > MaxIntents {
+		return ruleErr(CodeInvalid, "count", "between 1 and %d uploads per request", MaxIntents)
+	}
+	for _, k := range p.Keys {
+		if err := manifests.ValidateKey(k); err != nil {
+			return ruleErr(CodeInvalid, "keys", "%v", err)
+		}
+	}
+	return nil
+}
+
+func applyIntentCreate(t *txn, c Command) (any, error) {
+	var p IntentCreate
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	j, err := mustJob(t, p.Job)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkGeneration(j, p.Generation); err != nil {
+		return nil, err
+	}
+	for _, k := range p.Keys {
+		if b, err := t.blob(k); err != nil {
+			return nil, err
+		} else if b != nil {
+			if b.State == BlobIntent && b.Job == p.Job && b.LeaseUntil != nil && b.LeaseUntil.Equal(p.LeaseUntil) {
+				continue // a retried request
+			}
+			return nil, ruleErr(CodeConflict, "keys", "blob key %q is already in use", k)
+		}
+	}
+	out := make([]*Blob, 0, len(p.Keys))
+	for _, k := range p.Keys {
+		lease := p.LeaseUntil
+		b := &Blob{Key: k, Job: p.Job, Task: p.Task, State: BlobIntent, LeaseUntil: &lease, CreatedAt: c.Time}
+		if old, err := t.blob(k); err != nil {
+			return nil, err
+		} else if old != nil {
+			b = old
+		} else {
+			if err := t.putBlob(b); err != nil {
+				return nil, err
+			}
+			if err := t.b(bucketBlobLeases).Put(timeKey(lease, k), nil); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// BlobKeys names blobs for the collector's commands.
+type BlobKeys struct {
+	Keys []string `json:"keys"`
+	// Grace, for blobs-deleting, is the time a blob must have been
+	// unreferenced before it may be marked.
+	Grace Duration `json:"grace,omitempty"`
+}
+
+// applyIntentsExpire ends intents whose lease is over (by the proposer's
+// clock) and that no ack committed: they become GC candidates.
+func applyIntentsExpire(t *txn, c Command) (any, error) {
+	var p BlobKeys
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	expired := []string{}
+	for _, k := range p.Keys {
+		b, err := t.blob(k)
+		if err != nil {
+			return nil, err
+		}
+		if b == nil || b.State != BlobIntent || b.LeaseUntil == nil || c.Time.Before(*b.LeaseUntil) {
+			continue
+		}
+		if err := t.del(bucketBlobLeases, timeKey(*b.LeaseUntil, k)); err != nil {
+			return nil, err
+		}
+		b.State = BlobExpired
+		if err := t.unreference(b, *b.LeaseUntil); err != nil {
+			return nil, err
+		}
+		if err := t.putBlob(b); err != nil {
+			return nil, err
+		}
+		expired = append(expired, k)
+	}
+	return expired, nil
+}
+
+// deletable reports whether the collector may mark b deleting at now: no
+// reference, no live intent, unreferenced for at least grace.
+func deletable(b *Blob, now time.Time, grace time.Duration) bool {
+	if b.State != BlobLive && b.State != BlobExpired {
+		return false
+	}
+	return b.Refs == 0 && b.UnreferencedAt != nil && !now.Before(b.UnreferencedAt.Add(grace))
+}
+
+// applyBlobsDeleting marks blobs deleting, re-checking each against the
+// state as of this entry: a blob referenced since the leader looked is left
+// alone. It returns the keys marked; only those may be deleted.
+func applyBlobsDeleting(t *txn, c Command) (any, error) {
+	var p BlobKeys
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	marked := []string{}
+	for _, k := range p.Keys {
+		b, err := t.blob(k)
+		if err != nil {
+			return nil, err
+		}
+		if b == nil || !deletable(b, c.Time, time.Duration(p.Grace)) {
+			continue
+		}
+		if err := t.del(bucketGCCandidates, timeKey(*b.UnreferencedAt, k)); err != nil {
+			return nil, err
+		}
+		b.State = BlobDeleting
+		b.DeletingAt = &c.Time
+		if err := t.putBlob(b); err != nil {
+			return nil, err
+		}
+		if err := t.b(bucketGCDeleting).Put([]byte(k), nil); err != nil {
+			return nil, err
+		}
+		marked = append(marked, k)
+	}
+	return marked, nil
+}
+
+// applyBlobsGone records that the object store confirmed the deletes.
+func applyBlobsGone(t *txn, c Command) (any, error) {
+	var p BlobKeys
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	gone := []string{}
+	for _, k := range p.Keys {
+		b, err := t.blob(k)
+		if err != nil {
+			return nil, err
+		}
+		if b == nil || b.State != BlobDeleting {
+			continue
+		}
+		b.State = BlobGone
+		b.GoneAt = &c.Time
+		if err := t.putBlob(b); err != nil {
+			return nil, err
+		}
+		if err := t.del(bucketGCDeleting, []byte(k)); err != nil {
+			return nil, err
+		}
+		if err := t.b(bucketGCGone).Put(timeKey(c.Time, k), nil); err != nil {
+			return nil, err
+		}
+		gone = append(gone, k)
+	}
+	return gone, nil
+}
+
+// applyBlobsPurge forgets tombstones.
+func applyBlobsPurge(t *txn, c Command) (any, error) {
+	var p BlobKeys
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	purged := []string{}
+	for _, k := range p.Keys {
+		b, err := t.blob(k)
+		if err != nil {
+			return nil, err
+		}
+		if b == nil || b.State != BlobGone {
+			continue
+		}
+		if err := t.del(bucketGCGone, timeKey(*b.GoneAt, k)); err != nil {
+			return nil, err
+		}
+		if err := t.del(bucketBlobs, []byte(k)); err != nil {
+			return nil, err
+		}
+		purged = append(purged, k)
+	}
+	return purged, nil
+}
+
+// Reads for the collector.
+
+// Blob returns a blob's record.
+func (f *FSM) Blob(key string) (*Blob, uint64, error) {
+	var b *Blob
+	idx, err := f.view(func(t *txn) (err error) {
+		b, err = t.blob(key)
+		if err == nil && b == nil {
+			err = ruleErr(CodeNotFound, "key", "blob %q is not known", key)
+		}
+		return err
+	})
+	return b, idx, err
+}
+
+// scanTimeIndex lists up to max keys of a time-ordered index whose time is
+// at or before until.
+func (f *FSM) scanTimeIndex(name bucket, until time.Time, max int) ([]string, error) {
+	var out []string
+	_, err := f.view(func(t *txn) error {
+		c := t.b(name).Cursor()
+		for k, _ := c.First(); k != nil && len(out) < max; k, _ = c.Next() {
+			if len(k) < 8 || int64(binary.BigEndian.Uint64(k[:8])) > until.UnixNano() {
+				break
+			}
+			out = append(out, string(k[8:]))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ExpiredIntents lists intents whose lease ended at or before now.
+func (f *FSM) ExpiredIntents(now time.Time, max int) ([]string, error) {
+	return f.scanTimeIndex(bucketBlobLeases, now, max)
+}
+
+// GCCandidates lists blobs unreferenced since at or before until.
+func (f *FSM) GCCandidates(until time.Time, max int) ([]string, error) {
+	return f.scanTimeIndex(bucketGCCandidates, until, max)
+}
+
+// GoneBefore lists tombstones of blobs gone at or before until.
+func (f *FSM) GoneBefore(until time.Time, max int) ([]string, error) {
+	return f.scanTimeIndex(bucketGCGone, until, max)
+}
+
+// Deleting lists up to max blobs marked deleting.
+func (f *FSM) Deleting(max int) ([]string, error) {
+	var out []string
+	_, err := f.view(func(t *txn) error {
+		return t.scan(bucketGCDeleting, nil, func(k, _ []byte) (bool, error) {
+			out = append(out, string(k))
+			return len(out) < max, nil
+		})
+	})
+	return out, err
+}
+
+// BlobStats counts blobs by state, and the bytes of each state.
+type BlobStats struct {
+	Count map[BlobState]int    `json:"count"`
+	Bytes map[BlobState]uint64 `json:"bytes"`
+	// Candidates is the number of unreferenced blobs waiting for the
+	// collector.
+	Candidates int `json:"candidates"`
+}
+
+// BlobStats scans every blob record.
+func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
+	s := &BlobStats{Count: map[BlobState]int{}, Bytes: map[BlobState]uint64{}}
+	idx, err := f.view(func(t *txn) error {
+		if err := t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
+			var b Blob
+			if err := json.Unmarshal(v, &b); err != nil {
+				return false, err
+			}
+			s.Count[b.State]++
+			s.Bytes[b.State] += b.Size
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		s.Candidates = t.b(bucketGCCandidates).Stats().KeyN
+		return nil
+	})
+	return s, idx, err
+}
+
+// Known reports, for each key, whether the store has a record of it (in
+// any state): the orphan sweep deletes only objects it does not know.
+func (f *FSM) Known(keys []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(keys))
+	_, err := f.view(func(t *txn) error {
+		b := t.b(bucketBlobs)
+		for _, k := range keys {
+			out[k] = b.Get([]byte(k)) != nil
+		}
+		return nil
+	})
+	return out, err
+}

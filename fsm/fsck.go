@@ -1,0 +1,169 @@
+package fsm
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/metastore/metastore/manifests"
+)
+
+// RefMismatch is a blob whose stored reference count differs from the
+// count recomputed from the manifest records.
+type RefMismatch struct {
+	Key       string    `json:"key"`
+	State     BlobState `json:"state,omitempty"`
+	Stored    uint64    `json:"stored"`
+	Recounted uint64    `json:"recounted"`
+}
+
+// FsckReport is the result of a consistency check of the reference counts.
+type FsckReport struct {
+	Index      uint64        `json:"index"`
+	Blobs      int           `json:"blobs"`
+	Records    int           `json:"records"`
+	Lineages   int           `json:"lineages"`
+	Mismatches []RefMismatch `json:"mismatches"`
+	// Problems lists other inconsistencies (a record without its blob, a
+	// referenced blob that is not live, a broken index).
+	Problems []string `json:"problems"`
+}
+
+// OK reports whether the check found nothing wrong.
+func (r *FsckReport) OK() bool { return len(r.Mismatches) == 0 && len(r.Problems) == 0 }
+
+// Fsck recomputes every blob's reference count from the manifest records
+// (the reference edges) in one read transaction and reports every
+// difference, with other inconsistencies of the blob indexes.
+func (f *FSM) Fsck() (*FsckReport, error) {
+	rep := &FsckReport{Mismatches: []RefMismatch{}, Problems: []string{}}
+	idx, err := f.view(func(t *txn) error {
+		counts := map[string]uint64{}
+		err := t.scan(bucketRecords, nil, func(k, _ []byte) (bool, error) {
+			if len(k) < 9 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("record key %q is too short", k))
+				return true, nil
+			}
+			ref, ok := parseRefSuffix(k[9:])
+			if !ok {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("record key %q is malformed", k))
+				return true, nil
+			}
+			rep.Records++
+			counts[ref.Key]++
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := t.scan(bucketLineages, nil, func(_, _ []byte) (bool, error) { rep.Lineages++; return true, nil }); err != nil {
+			return err
+		}
+		candidates := map[string]bool{}
+		if err := t.scan(bucketGCCandidates, nil, func(k, _ []byte) (bool, error) {
+			candidates[string(k[8:])] = true
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		err = t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
+			var b Blob
+			if err := json.Unmarshal(v, &b); err != nil {
+				return false, err
+			}
+			rep.Blobs++
+			n := counts[b.Key]
+			delete(counts, b.Key)
+			if n != b.Refs {
+				rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: b.Key, State: b.State, Stored: b.Refs, Recounted: n})
+			}
+			if n > 0 && b.State != BlobLive {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is %s but %d records reference it", b.Key, b.State, n))
+			}
+			wantCandidate := (b.State == BlobLive || b.State == BlobExpired) && b.Refs == 0
+			if wantCandidate != candidates[b.Key] {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s (%s, %d refs): candidate index says %v", b.Key, b.State, b.Refs, candidates[b.Key]))
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		for key, n := range counts {
+			rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: key, Recounted: n})
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%d records reference blob %s, which has no record", n, key))
+		}
+		return nil
+	})
+	rep.Index = idx
+	sort.Slice(rep.Mismatches, func(i, j int) bool { return rep.Mismatches[i].Key < rep.Mismatches[j].Key })
+	sort.Strings(rep.Problems)
+	return rep, err
+}
+
+// BlobRef is one reference from a retained checkpoint to a blob.
+type BlobRef struct {
+	Epoch uint64 `json:"epoch"`
+	Task  string `json:"task"`
+	Key   string `json:"key"`
+	// Pinned marks references of a pinned epoch.
+	Pinned bool `json:"pinned,omitempty"`
+}
+
+// ReferencedBlobs lists, for every retained or pinned epoch of a job and
+// every task, the blobs its manifest references (each blob once per epoch
+// and task).
+func (f *FSM) ReferencedBlobs(job string) ([]BlobRef, uint64, error) {
+	out := []BlobRef{}
+	idx, err := f.view(func(t *txn) error {
+		j, err := mustJob(t, job)
+		if err != nil {
+			return err
+		}
+		for _, n := range j.Retained {
+			e, err := t.epoch(job, n)
+			if err != nil {
+				return err
+			}
+			err = t.scan(bucketAcks, jobNumKey(job, n), func(_, v []byte) (bool, error) {
+				var a Ack
+				if err := json.Unmarshal(v, &a); err != nil {
+					return false, err
+				}
+				if a.Lineage == 0 {
+					return true, nil
+				}
+				m, err := readManifest(t, a.Lineage, n)
+				if err != nil {
+					return false, err
+				}
+				for _, key := range m.Blobs() {
+					out = append(out, BlobRef{Epoch: n, Task: a.Task, Key: key, Pinned: e.Pinned})
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, idx, err
+}
+
+// Manifest returns the manifest task acknowledged in epoch of job.
+func (f *FSM) Manifest(job string, epoch uint64, task string) (*manifests.Manifest, uint64, error) {
+	var m *manifests.Manifest
+	idx, err := f.view(func(t *txn) error {
+		a, err := t.ack(job, epoch, task)
+		if err != nil {
+			return err
+		}
+		if a == nil || a.Lineage == 0 {
+			return ruleErr(CodeNotFound, "task", "epoch %d of job %q holds no manifest for task %q", epoch, job, task)
+		}
+		m, err = readManifest(t, a.Lineage, epoch)
+		return err
+	})
+	return m, idx, err
+}

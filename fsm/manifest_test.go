@@ -1,0 +1,284 @@
+package fsm_test
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/manifests"
+)
+
+// worker is a model of an incremental task: it keeps its manifest whole
+// and sends deltas, as a Flink-style changelog backend would.
+type worker struct {
+	job, task string
+	gen       uint64
+	seq       uint64
+	m         manifests.Manifest
+	// history of acknowledged manifests by epoch.
+	acked map[uint64]manifests.Manifest
+	base  *fsm.BaseRef // sent with the first ack of an attempt
+}
+
+func (h *harness) intents(job string, gen uint64, keys ...string) {
+	h.t.Helper()
+	mustOK(h.t, h.mustApply(fsm.CmdIntentCreate, fsm.IntentCreate{Job: job, Generation: gen, Keys: keys, LeaseUntil: h.now.Add(time.Hour)}))
+}
+
+// step makes the worker upload one changelog blob (two segments) and, on
+// materialize, one base blob truncating its changelog; it returns the ack.
+func (w *worker) step(h *harness, epoch uint64, materialize bool) *fsm.TaskAck {
+	h.t.Helper()
+	logKey := fmt.Sprintf("%s/%s/log-%d-%d", w.job, w.task, w.gen, epoch)
+	keys := []string{logKey}
+	var d manifests.Delta
+	blobs := []fsm.BlobCommit{{Key: logKey, Size: 100, Checksum: "crc:" + logKey}}
+	if materialize {
+		baseKey := fmt.Sprintf("%s/%s/base-%d-%d", w.job, w.task, w.gen, epoch)
+		keys = append(keys, baseKey)
+		blobs = append(blobs, fsm.BlobCommit{Key: baseKey, Size: 1000})
+		d.Materialize = &manifests.Materialization{Bases: []manifests.Base{{Key: baseKey, Offset: 0, Length: 1000}}, TruncateBefore: w.seq + 1}
+	} else if len(w.m.Segments) > 6 {
+		// Compaction without materialization: drop the oldest segment.
+		oldest := slices.MinFunc(w.m.Segments, func(a, b manifests.Segment) int { return int(a.LastSeq) - int(b.LastSeq) })
+		d.DropSegments = []manifests.Ref{oldest.ID()}
+	}
+	d.AddSegments = []manifests.Segment{
+		{Key: logKey, Offset: 0, Length: 60, FirstSeq: w.seq + 1, LastSeq: w.seq + 5},
+		{Key: logKey, Offset: 60, Length: 40, FirstSeq: w.seq + 6, LastSeq: w.seq + 9},
+	}
+	h.intents(w.job, w.gen, keys...)
+	next, err := manifests.Apply(w.m, d)
+	if err != nil {
+		h.t.Fatalf("model: %v", err)
+	}
+	w.seq += 9
+	w.m = next
+	ack := &fsm.TaskAck{Job: w.job, Generation: w.gen, Epoch: epoch, Task: w.task, Manifest: &fsm.ManifestAck{Base: w.base, Blobs: blobs, Delta: &d}}
+	w.base = nil
+	res := mustOK(h.t, h.mustApply(fsm.CmdTaskAck, *ack)).(*fsm.AckResult)
+	if res.Ack.Lineage == 0 {
+		h.t.Fatalf("%s epoch %d: ack without lineage", w.task, epoch)
+	}
+	w.acked[epoch] = next
+	return ack
+}
+
+func sameManifest(a, b manifests.Manifest) bool {
+	a.Sort()
+	b.Sort()
+	return reflect.DeepEqual(norm(a), norm(b))
+}
+
+func norm(m manifests.Manifest) manifests.Manifest {
+	if len(m.Bases) == 0 {
+		m.Bases = nil
+	}
+	if len(m.Segments) == 0 {
+		m.Segments = nil
+	}
+	return m
+}
+
+func (h *harness) checkManifest(job string, epoch uint64, task string, want manifests.Manifest) {
+	h.t.Helper()
+	got, _, err := h.f.Manifest(job, epoch, task)
+	if err != nil {
+		h.t.Fatalf("manifest %s/%d/%s: %v", job, epoch, task, err)
+	}
+	if !sameManifest(*got, want) {
+		h.t.Fatalf("manifest %s/%d/%s:\n got %+v\nwant %+v", job, epoch, task, *got, want)
+	}
+}
+
+func (h *harness) fsck() {
+	h.t.Helper()
+	rep, err := h.f.Fsck()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !rep.OK() {
+		h.t.Fatalf("fsck: mismatches %+v problems %v", rep.Mismatches, rep.Problems)
+	}
+}
+
+// referenced returns the blobs with a positive count, and every blob key
+// the store knows.
+func (h *harness) blobKeys(keys []string) (referenced, unreferenced []string) {
+	h.t.Helper()
+	for _, k := range keys {
+		b, _, err := h.f.Blob(k)
+		if err != nil {
+			h.t.Fatalf("blob %s: %v", k, err)
+		}
+		if b.Refs > 0 {
+			referenced = append(referenced, k)
+		} else {
+			unreferenced = append(unreferenced, k)
+		}
+	}
+	return referenced, unreferenced
+}
+
+func refKeys(refs []fsm.BlobRef) []string {
+	var out []string
+	for _, r := range refs {
+		out = append(out, r.Key)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// TestIncrementalJobReferences runs the scenario at the state
+// machine: 4 incremental tasks, 60 epochs, segments every epoch,
+// materialization every 10, retention 2, one pinned savepoint. At every
+// step the stored manifests equal the workers' own, the counts equal their
+// recount, and the blobs with references are exactly those of retained and
+// pinned checkpoints.
+func TestIncrementalJobReferences(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("inc", fsm.JobConfig{Retained: 2})
+	var tasks []fsm.Task
+	var workers []*worker
+	for i := 0; i < 4; i++ {
+		tk := task(t, fmt.Sprintf("t%d", i), "state", "incremental")
+		tasks = append(tasks, tk)
+		workers = append(workers, &worker{job: "inc", task: tk.ID, gen: 1, acked: map[uint64]manifests.Manifest{}})
+	}
+	h.start("inc", "a1", tasks...)
+	var allKeys []string
+	for epoch := uint64(1); epoch <= 60; epoch++ {
+		h.begin("inc", 1, epoch)
+		for _, w := range workers {
+			ack := w.step(h, epoch, epoch%10 == 0)
+			for _, b := range ack.Manifest.Blobs {
+				allKeys = append(allKeys, b.Key)
+			}
+		}
+		if epoch == 25 {
+			h.pin("inc", 25, "sp")
+		}
+		if epoch%7 == 0 {
+			h.fsck()
+		}
+	}
+	h.fsck()
+	for _, w := range workers {
+		for _, e := range []uint64{25, 59, 60} {
+			h.checkManifest("inc", e, w.task, w.acked[e])
+		}
+		p := h.restore(fsm.RestoreRequest{Job: "inc", Task: w.task})
+		if p.Source.Epoch != 60 || p.Kinds[fsm.KindState].Manifest == nil || p.ObjectStoreReads != len(w.m.Bases)+len(w.m.Segments) || p.ObjectStoreBytes != w.m.Bytes() {
+			t.Fatalf("restore %s: %+v", w.task, p)
+		}
+	}
+	refs, _, err := h.f.ReferencedBlobs("inc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := refKeys(refs)
+	referenced, unreferenced := h.blobKeys(allKeys)
+	sort.Strings(referenced)
+	if !slices.Equal(referenced, want) {
+		t.Fatalf("blobs with references:\n got %v\nwant %v", referenced, want)
+	}
+
+	t.Logf("%d blobs written, %d referenced by retained and pinned checkpoints", len(allKeys), len(referenced))
+	if len(referenced) == 0 || len(unreferenced) == 0 {
+		t.Fatalf("degenerate scenario: %d referenced, %d unreferenced", len(referenced), len(unreferenced))
+	}
+	// The collector may mark exactly the unreferenced blobs.
+	marked := mustOK(t, h.mustApply(fsm.CmdBlobsDeleting, fsm.BlobKeys{Keys: allKeys})).([]string)
+	sort.Strings(marked)
+	sort.Strings(unreferenced)
+	if !slices.Equal(marked, unreferenced) {
+		t.Fatalf("marked deleting:\n got %v\nwant %v", marked, unreferenced)
+	}
+	gone := mustOK(t, h.mustApply(fsm.CmdBlobsGone, fsm.BlobKeys{Keys: marked})).([]string)
+	if len(gone) != len(marked) {
+		t.Fatalf("gone %d of %d", len(gone), len(marked))
+	}
+	h.fsck()
+
+	// A reference to a gone blob is refused with a clear error, and changes
+	// nothing.
+	h.begin("inc", 1, 61)
+	w := workers[0]
+	res := h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "inc", Generation: 1, Epoch: 61, Task: w.task, Manifest: &fsm.ManifestAck{Delta: &manifests.Delta{
+		AddSegments: []manifests.Segment{{Key: marked[0], Offset: 0, Length: 1, FirstSeq: w.seq + 1, LastSeq: w.seq + 1}}}}})
+	mustRule(t, res, fsm.ErrBlobGone)
+	// A drop of a segment not in the manifest, an unknown blob, a range past
+	// the end, a key outside the charset: each refused.
+	for _, tc := range []struct {
+		d    manifests.Delta
+		want error
+	}{
+		{manifests.Delta{DropSegments: []manifests.Ref{{Key: "inc/t0/none", Offset: 0}}}, fsm.ErrManifestMismatch},
+		{manifests.Delta{AddSegments: []manifests.Segment{{Key: "inc/t0/unknown", Offset: 0, Length: 1, FirstSeq: 1, LastSeq: 1}}}, fsm.ErrBlobUnknown},
+		{manifests.Delta{AddSegments: []manifests.Segment{{Key: w.m.Segments[0].Key, Offset: 99, Length: 2, FirstSeq: 1, LastSeq: 1}}}, fsm.ErrInvalid},
+		{manifests.Delta{AddSegments: []manifests.Segment{{Key: "../escape", Offset: 0, Length: 1, FirstSeq: 1, LastSeq: 1}}}, fsm.ErrInvalid},
+	} {
+		d := tc.d
+		h.reject(tc.want, fsm.CmdTaskAck, fsm.TaskAck{Job: "inc", Generation: 1, Epoch: 61, Task: w.task, Manifest: &fsm.ManifestAck{Delta: &d}})
+	}
+
+	// Epoch 61 gets acks from two tasks, then a new attempt aborts it; the
+	// new attempt continues from epoch 60: what 61 added is gone.
+	workers[0].step(h, 61, false)
+	workers[1].step(h, 61, false)
+	h.fsck()
+	h.start("inc", "a2", tasks...)
+	for _, w := range workers {
+		w.gen = 2
+		w.m = w.acked[60]
+		w.base = &fsm.BaseRef{Job: "inc", Task: w.task, Epoch: 60}
+	}
+	h.begin("inc", 2, 62)
+	for _, w := range workers {
+		w.step(h, 62, false)
+	}
+	h.fsck()
+	for _, w := range workers {
+		h.checkManifest("inc", 62, w.task, w.acked[62])
+		for _, k := range []string{fmt.Sprintf("inc/%s/log-1-61", w.task)} {
+			if b, _, err := h.f.Blob(k); err == nil && b.Refs != 0 {
+				t.Fatalf("blob %s of the aborted epoch still has %d refs", k, b.Refs)
+			}
+		}
+	}
+
+	// Another job restores from the savepoint and shares its blobs.
+	h.putJob("copy", fsm.JobConfig{Retained: 1})
+	h.start("copy", "c1", tasks[0])
+	cw := &worker{job: "copy", task: "t0", gen: 1, acked: map[uint64]manifests.Manifest{}, m: workers[0].acked[25], seq: 1000,
+		base: &fsm.BaseRef{Job: "inc", Task: "t0", Epoch: 25}}
+	h.begin("copy", 1, 1)
+	cw.step(h, 1, false)
+	h.checkManifest("copy", 1, "t0", cw.acked[1])
+	h.fsck()
+	shared := workers[0].acked[25].Blobs()
+	h.unpin("inc", 25)
+	h.fsck()
+	for _, k := range shared {
+		if b, _, _ := h.f.Blob(k); b.Refs == 0 {
+			t.Fatalf("shared blob %s lost its references while the copy job holds it", k)
+		}
+	}
+	// The copy job materializes twice: its retained checkpoint no longer
+	// holds the savepoint's blobs, which lose their last references.
+	h.begin("copy", 1, 2)
+	cw.step(h, 2, true)
+	h.begin("copy", 1, 3)
+	cw.step(h, 3, true)
+	h.fsck()
+	for _, k := range shared {
+		b, _, _ := h.f.Blob(k)
+		if b.Refs != 0 {
+			t.Fatalf("savepoint blob %s still has %d refs after both jobs let go", k, b.Refs)
+		}
+	}
+}
