@@ -64,6 +64,11 @@ var ruleStatus = map[fsm.Code]int{
 	fsm.CodePayloadTooLarge:    http.StatusRequestEntityTooLarge,
 	fsm.CodeNoAttempt:          http.StatusConflict,
 	fsm.CodeTooManyPending:     http.StatusConflict,
+	fsm.CodeManifestMismatch:   http.StatusConflict,
+	fsm.CodeBlobUnknown:        http.StatusConflict,
+	fsm.CodeBlobDeleting:       http.StatusConflict,
+	fsm.CodeBlobGone:           http.StatusConflict,
+	fsm.CodeBlobExpired:        http.StatusConflict,
 }
 
 // toAPIError turns any error into the answer the client gets.

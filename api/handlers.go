@@ -277,11 +277,12 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	var b struct {
 		Generation uint64              `json:"generation"`
 		Payloads   map[fsm.Kind][]byte `json:"payloads"`
+		Manifest   *fsm.ManifestAck    `json:"manifest"`
 	}
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
-	p := fsm.TaskAck{Job: job, Generation: b.Generation, Epoch: n, Task: task, Payloads: b.Payloads}
+	p := fsm.TaskAck{Job: job, Generation: b.Generation, Epoch: n, Task: task, Payloads: b.Payloads, Manifest: b.Manifest}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metastore/metastore/api"
+	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/node"
@@ -24,12 +25,13 @@ import (
 // member is one in-process member: a real Raft node on loopback, its bbolt
 // state machine on disk and the HTTP API on a real listener.
 type member struct {
-	id   string
-	cfg  config.Config
-	fsm  *fsm.FSM
-	node *node.Node
-	srv  *http.Server
-	url  string
+	id    string
+	cfg   config.Config
+	fsm   *fsm.FSM
+	node  *node.Node
+	store blobstore.Store
+	srv   *http.Server
+	url   string
 }
 
 func freeAddr(t *testing.T) (net.Listener, string) {
@@ -85,7 +87,12 @@ func startMember(t *testing.T, cfg config.Config, l net.Listener) *member {
 	}
 	ref.set(n)
 	m.node = n
-	srv := api.New(api.Deps{Config: cfg, Node: n, FSM: f, Registry: prometheus.NewRegistry()})
+	store, err := blobstore.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.store = store
+	srv := api.New(api.Deps{Config: cfg, Node: n, FSM: f, Store: store, Registry: prometheus.NewRegistry()})
 	m.srv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go m.srv.Serve(l)
 	t.Cleanup(m.stop)

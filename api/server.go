@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/node"
@@ -34,9 +35,11 @@ const MaxWait = 5 * time.Minute
 
 // Deps are what the API serves.
 type Deps struct {
-	Config   config.Config
-	Node     *node.Node
-	FSM      *fsm.FSM
+	Config config.Config
+	Node   *node.Node
+	FSM    *fsm.FSM
+	// Store is the object store of checkpoint blobs.
+	Store    blobstore.Store
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 }
@@ -46,6 +49,7 @@ type Server struct {
 	cfg     config.Config
 	node    *node.Node
 	fsm     *fsm.FSM
+	store   blobstore.Store
 	logger  *slog.Logger
 	metrics *metrics
 	fwd     *forwarder
@@ -64,6 +68,7 @@ func New(d Deps) *Server {
 		cfg:     d.Config,
 		node:    d.Node,
 		fsm:     d.FSM,
+		store:   d.Store,
 		logger:  logger,
 		metrics: newMetrics(d.Registry),
 		now:     time.Now,
@@ -94,31 +99,41 @@ type route struct {
 	path    string
 	kind    kind
 	handler func(r *http.Request) (any, uint64, error)
+	// maxBody overrides the configured body limit (blob uploads).
+	maxBody int64
 }
 
 // routeTable lists every route of the API once.
 func (s *Server) routeTable() []route {
 	return []route{
-		{"status", "GET", "/v1/status", local, s.status},
-		{"members.list", "GET", "/v1/members", local, s.membersList},
-		{"members.add", "POST", "/v1/members", write, s.membersAdd},
-		{"members.remove", "DELETE", "/v1/members/{id}", write, s.membersRemove},
-		{"leader.transfer", "POST", "/v1/leader/transfer", write, s.leaderTransfer},
-		{"state.hash", "GET", "/v1/state/hash", local, s.stateHash},
+		{"status", "GET", "/v1/status", local, s.status, 0},
+		{"members.list", "GET", "/v1/members", local, s.membersList, 0},
+		{"members.add", "POST", "/v1/members", write, s.membersAdd, 0},
+		{"members.remove", "DELETE", "/v1/members/{id}", write, s.membersRemove, 0},
+		{"leader.transfer", "POST", "/v1/leader/transfer", write, s.leaderTransfer, 0},
+		{"state.hash", "GET", "/v1/state/hash", local, s.stateHash, 0},
 
-		{"jobs.list", "GET", "/v1/jobs", read, s.jobsList},
-		{"jobs.put", "PUT", "/v1/jobs/{job}", write, s.jobPut},
-		{"jobs.get", "GET", "/v1/jobs/{job}", read, s.jobGet},
-		{"attempts.start", "POST", "/v1/jobs/{job}/attempts", write, s.attemptStart},
-		{"attempts.get", "GET", "/v1/jobs/{job}/attempts/{generation}", read, s.attemptGet},
-		{"epochs.begin", "POST", "/v1/jobs/{job}/epochs", write, s.epochBegin},
-		{"epochs.list", "GET", "/v1/jobs/{job}/epochs", read, s.epochsList},
-		{"epochs.get", "GET", "/v1/jobs/{job}/epochs/{epoch}", read, s.epochGet},
-		{"epochs.ack", "PUT", "/v1/jobs/{job}/epochs/{epoch}/acks/{task}", write, s.taskAck},
-		{"epochs.abort", "POST", "/v1/jobs/{job}/epochs/{epoch}/abort", write, s.epochAbort},
-		{"epochs.pin", "PUT", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochPin},
-		{"epochs.unpin", "DELETE", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochUnpin},
-		{"tasks.restore", "GET", "/v1/jobs/{job}/tasks/{task}/restore", read, s.taskRestore},
+		{"jobs.list", "GET", "/v1/jobs", read, s.jobsList, 0},
+		{"jobs.put", "PUT", "/v1/jobs/{job}", write, s.jobPut, 0},
+		{"jobs.get", "GET", "/v1/jobs/{job}", read, s.jobGet, 0},
+		{"attempts.start", "POST", "/v1/jobs/{job}/attempts", write, s.attemptStart, 0},
+		{"attempts.get", "GET", "/v1/jobs/{job}/attempts/{generation}", read, s.attemptGet, 0},
+		{"epochs.begin", "POST", "/v1/jobs/{job}/epochs", write, s.epochBegin, 0},
+		{"epochs.list", "GET", "/v1/jobs/{job}/epochs", read, s.epochsList, 0},
+		{"epochs.get", "GET", "/v1/jobs/{job}/epochs/{epoch}", read, s.epochGet, 0},
+		{"epochs.ack", "PUT", "/v1/jobs/{job}/epochs/{epoch}/acks/{task}", write, s.taskAck, 0},
+		{"epochs.abort", "POST", "/v1/jobs/{job}/epochs/{epoch}/abort", write, s.epochAbort, 0},
+		{"epochs.pin", "PUT", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochPin, 0},
+		{"epochs.unpin", "DELETE", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochUnpin, 0},
+		{"tasks.restore", "GET", "/v1/jobs/{job}/tasks/{task}/restore", read, s.taskRestore, 0},
+		{"epochs.manifest", "GET", "/v1/jobs/{job}/epochs/{epoch}/manifests/{task}", read, s.manifestGet, 0},
+
+		{"uploads.create", "POST", "/v1/jobs/{job}/uploads", write, s.uploadsCreate, 0},
+		{"objects.put", "PUT", "/v1/objects/{key:.+}", write, s.objectPut, s.cfg.MaxBlobBytes},
+		{"objects.get", "GET", "/v1/objects/{key:.+}", read, nil, 0},
+		{"blobs.stats", "GET", "/v1/blobs", read, s.blobStats, 0},
+		{"blobs.get", "GET", "/v1/blobs/{key:.+}", read, s.blobGet, 0},
+		{"fsck", "GET", "/v1/fsck", read, s.fsck, 0},
 	}
 }
 
@@ -128,7 +143,11 @@ func (s *Server) routes(reg *prometheus.Registry) *mux.Router {
 	r := mux.NewRouter().UseEncodedPath().SkipClean(true)
 	r.Use(s.recoverer)
 	for _, rt := range s.routeTable() {
-		r.Handle(rt.path, s.wrap(rt)).Methods(rt.method).Name(rt.name)
+		h := s.wrap(rt)
+		if rt.name == "objects.get" {
+			h = s.instrument(rt.name, s.leaderOnly(rt, http.HandlerFunc(s.objectGet)))
+		}
+		r.Handle(rt.path, h).Methods(rt.method).Name(rt.name)
 	}
 	r.Handle("/healthz", s.instrument("healthz", http.HandlerFunc(s.healthz))).Methods("GET")
 	r.Handle("/readyz", s.instrument("readyz", http.HandlerFunc(s.readyz))).Methods("GET")
@@ -148,7 +167,11 @@ func (s *Server) routes(reg *prometheus.Registry) *mux.Router {
 // consistency, JSON encoding of the value or the error, metrics.
 func (s *Server) wrap(rt route) http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		limit := s.cfg.MaxBodyBytes
+		if rt.maxBody > 0 {
+			limit = rt.maxBody
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		w.Header().Set(HeaderServedBy, s.cfg.NodeID)
 		if s.mustForward(rt, r) {
 			s.forward(w, r, rt.name)
@@ -200,6 +223,18 @@ func (s *Server) mustForward(rt route, r *http.Request) bool {
 		return consistency(r) != consistencyStale && !s.node.IsLeader()
 	}
 	return false
+}
+
+// leaderOnly forwards a streaming handler's request like wrap does.
+func (s *Server) leaderOnly(rt route, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(HeaderServedBy, s.cfg.NodeID)
+		if s.mustForward(rt, r) {
+			s.forward(w, r, rt.name)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, name string) {

@@ -77,6 +77,32 @@ type Config struct {
 	MaxBodyBytes int64
 	// ShutdownTimeout bounds a clean shutdown (leadership transfer included).
 	ShutdownTimeout time.Duration
+	// BlobStore locates the object store for checkpoint blobs:
+	// "s3://bucket/prefix", "file:///dir", or empty for the directory
+	// "blobs" in DataDir (the embedded default).
+	BlobStore string
+	// S3Endpoint, S3Region and S3PathStyle configure an S3 blob store;
+	// credentials come from the AWS SDK's default chain (environment,
+	// shared config, instance roles).
+	S3Endpoint  string
+	S3Region    string
+	S3PathStyle bool
+	// UploadLease is how long an upload intent holds its key before an
+	// unused upload becomes garbage.
+	UploadLease time.Duration
+	// MaxBlobBytes bounds one blob uploaded through the metastore's own
+	// upload endpoint (local store).
+	MaxBlobBytes int64
+
+	// Garbage collector.
+	GCInterval     time.Duration
+	GCGrace        time.Duration
+	GCBatch        int
+	GCRate         float64
+	GCTombstoneTTL time.Duration
+	GCOrphanGrace  time.Duration
+	GCOrphanEvery  time.Duration
+
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
 	// LogFormat is text or json.
@@ -101,6 +127,15 @@ func DefaultConfig() Config {
 		ApplyTimeout:       10 * time.Second,
 		MaxBodyBytes:       1 << 20,
 		ShutdownTimeout:    10 * time.Second,
+		S3Region:           "us-east-1",
+		UploadLease:        time.Hour,
+		MaxBlobBytes:       5 << 30,
+		GCInterval:         30 * time.Second,
+		GCGrace:            10 * time.Minute,
+		GCBatch:            1000,
+		GCTombstoneTTL:     24 * time.Hour,
+		GCOrphanGrace:      time.Hour,
+		GCOrphanEvery:      time.Hour,
 		LogLevel:           "info",
 		LogFormat:          "text",
 	}
@@ -209,6 +244,30 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 64<<10 {
 		return bad("max-body-bytes", "%d is below the minimum %d", c.MaxBodyBytes, 64<<10)
 	}
+	if c.BlobStore != "" && !strings.HasPrefix(c.BlobStore, "s3://") && !strings.HasPrefix(c.BlobStore, "file:///") {
+		return bad("blob-store", "%q is not s3://bucket[/prefix] or file:///dir", c.BlobStore)
+	}
+	if strings.HasPrefix(c.BlobStore, "s3://") && strings.TrimPrefix(c.BlobStore, "s3://") == "" {
+		return bad("blob-store", "%q names no bucket", c.BlobStore)
+	}
+	if c.UploadLease < time.Second {
+		return bad("upload-lease", "%s is below the minimum 1s", c.UploadLease)
+	}
+	if c.MaxBlobBytes < 1 {
+		return bad("max-blob-bytes", "must be positive")
+	}
+	if c.GCInterval < 10*time.Millisecond {
+		return bad("gc-interval", "%s is below the minimum 10ms", c.GCInterval)
+	}
+	if c.GCGrace < 0 || c.GCTombstoneTTL < 0 || c.GCOrphanGrace < 0 || c.GCOrphanEvery < 0 {
+		return bad("gc-grace", "GC durations cannot be negative")
+	}
+	if c.GCBatch < 1 || c.GCBatch > 1000 {
+		return bad("gc-batch", "%d is not between 1 and 1000", c.GCBatch)
+	}
+	if c.GCRate < 0 {
+		return bad("gc-rate", "cannot be negative")
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -242,6 +301,18 @@ func (c *Config) RaftAdvertiseAddr() string {
 func (c *Config) RaftDir() string     { return filepath.Join(c.DataDir, "raft") }
 func (c *Config) SnapshotDir() string { return filepath.Join(c.DataDir, "snapshots") }
 func (c *Config) FSMPath() string     { return filepath.Join(c.DataDir, "fsm.db") }
+
+// BlobStoreLocation is BlobStore, or the local directory in DataDir.
+func (c *Config) BlobStoreLocation() string {
+	if c.BlobStore != "" {
+		return c.BlobStore
+	}
+	dir, err := filepath.Abs(filepath.Join(c.DataDir, "blobs"))
+	if err != nil {
+		dir = filepath.Join(c.DataDir, "blobs")
+	}
+	return "file://" + dir
+}
 
 // ParseInitialCluster parses "id=host:port,id=host:port".
 func ParseInitialCluster(s string) ([]Peer, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/metastore/metastore/api"
+	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/node"
@@ -57,6 +58,15 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		return exitFailure
 	}
 	cfg.HTTPAddr = boundAddr(cfg.HTTPAddr, ln.Addr())
+
+	store, err := blobstore.Open(context.Background(), cfg.BlobStoreLocation(), blobstore.S3Config{
+		Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, PathStyle: cfg.S3PathStyle,
+	})
+	if err != nil {
+		ln.Close()
+		log.Error("cannot open blob store", "location", cfg.BlobStoreLocation(), "err", err)
+		return exitFailure
+	}
 
 	f, err := fsm.Open(cfg.FSMPath(), logger.With("component", "fsm"))
 	if err != nil {
@@ -103,6 +113,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		Config:   cfg,
 		Node:     n,
 		FSM:      f,
+		Store:    store,
 		Logger:   logger.With("component", "api"),
 		Registry: reg,
 	}).Handler()

@@ -72,6 +72,32 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*int64Value)(&c.MaxBodyBytes) }},
 	{"shutdown-timeout", "bound on a clean shutdown on SIGTERM or SIGINT, leadership transfer included",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.ShutdownTimeout) }},
+	{"blob-store", "object store for checkpoint blobs: s3://bucket[/prefix] or file:///dir (default: the directory blobs in --data-dir)",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.BlobStore) }},
+	{"s3-endpoint", "S3 endpoint URL for S3-compatible servers (default: AWS)",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.S3Endpoint) }},
+	{"s3-region", "S3 region",
+		func(c *config.Config) flag.Value { return (*stringValue)(&c.S3Region) }},
+	{"s3-path-style", "address S3 buckets by path (http://host/bucket/key), as most S3-compatible servers need",
+		func(c *config.Config) flag.Value { return (*boolValue)(&c.S3PathStyle) }},
+	{"upload-lease", "how long an upload intent holds its key; an upload not committed by then is garbage",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.UploadLease) }},
+	{"max-blob-bytes", "largest blob accepted by the metastore's own upload endpoint (local blob store)",
+		func(c *config.Config) flag.Value { return (*int64Value)(&c.MaxBlobBytes) }},
+	{"gc-interval", "time between garbage-collection cycles of the leader",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.GCInterval) }},
+	{"gc-grace", "how long a blob must have been unreferenced before the collector deletes it",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.GCGrace) }},
+	{"gc-batch", "blobs per deletion mark and per DeleteObjects request (at most 1000)",
+		func(c *config.Config) flag.Value { return (*intValue)(&c.GCBatch) }},
+	{"gc-rate", "maximum object deletions per second (0: unlimited)",
+		func(c *config.Config) flag.Value { return (*float64Value)(&c.GCRate) }},
+	{"gc-tombstone-ttl", "how long records of deleted blobs are kept, to answer late references clearly",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.GCTombstoneTTL) }},
+	{"gc-orphan-grace", "age an object unknown to the store must reach before the orphan sweep deletes it",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.GCOrphanGrace) }},
+	{"gc-orphan-every", "period of the orphan sweep, which lists the store (0: never)",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.GCOrphanEvery) }},
 	{"log-level", "debug, info, warn or error",
 		func(c *config.Config) flag.Value { return (*stringValue)(&c.LogLevel) }},
 	{"log-format", "text or json (logs go to stderr)",
@@ -185,6 +211,12 @@ func (c *checkedValue) String() string {
 	return c.v.String()
 }
 
+// IsBoolFlag lets a boolean setting be given as a bare --flag.
+func (c *checkedValue) IsBoolFlag() bool {
+	b, ok := c.v.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
 func (c *checkedValue) Set(s string) error {
 	if err := c.v.Set(s); err != nil {
 		ce := &config.Error{Setting: c.name, Problem: problem(err)}
@@ -246,6 +278,31 @@ func (v *int64Value) Set(s string) error {
 		return fmt.Errorf("%q is not an integer", s)
 	}
 	*v = int64Value(n)
+	return nil
+}
+
+type boolValue bool
+
+func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) IsBoolFlag() bool { return true }
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", s)
+	}
+	*v = boolValue(b)
+	return nil
+}
+
+type float64Value float64
+
+func (v *float64Value) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
+func (v *float64Value) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not a number", s)
+	}
+	*v = float64Value(f)
 	return nil
 }
 

@@ -270,6 +270,8 @@ func TestEveryFieldHasASetting(t *testing.T) {
 		reflect.TypeFor[*int64Value]():    "99999",
 		reflect.TypeFor[*peersValue]():    "s1=10.1.1.1:1",
 		reflect.TypeFor[*listValue]():     "10.1.1.1:1",
+		reflect.TypeFor[*boolValue]():     "true",
+		reflect.TypeFor[*float64Value]():  "2.5",
 	}
 	fields := reflect.TypeFor[config.Config]()
 	boundBy := map[string]string{}

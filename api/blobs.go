@@ -1,0 +1,238 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/metastore/metastore/blobstore"
+	"github.com/metastore/metastore/fsm"
+)
+
+// Upload is one slot handed to a worker: where to PUT the blob.
+type Upload struct {
+	Key       string      `json:"key"`
+	Method    string      `json:"method"`
+	URL       string      `json:"url"`
+	Header    http.Header `json:"header,omitempty"`
+	ExpiresAt time.Time   `json:"expires_at"`
+}
+
+// uploadsCreate hands out upload slots: the leader chooses unique keys under
+// the job's prefix, records them as intents with a lease through Raft, and
+// answers where to upload (a presigned URL for S3, this API's object
+// endpoint for a local store). A repeated request gets new keys; the unused
+// ones expire with their lease and are collected.
+func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	var b struct {
+		Generation uint64 `json:"generation"`
+		Task       string `json:"task"`
+		Count      int    `json:"count"`
+	}
+	if err := decodeBody(r, &b, false); err != nil {
+		return nil, 0, err
+	}
+	if b.Count == 0 {
+		b.Count = 1
+	}
+	if b.Count < 0 || b.Count > fsm.MaxIntents {
+		return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "count", "between 1 and %d uploads per request", fsm.MaxIntents)
+	}
+	dir := b.Task
+	if dir == "" {
+		dir = "_"
+	}
+	now := s.now()
+	p := fsm.IntentCreate{Job: job, Generation: b.Generation, Task: b.Task, LeaseUntil: now.Add(s.cfg.UploadLease).UTC()}
+	for i := 0; i < b.Count; i++ {
+		p.Keys = append(p.Keys, job+"/"+dir+"/"+randomID())
+	}
+	if err := p.Validate(); err != nil {
+		return nil, 0, err
+	}
+	cmd, err := fsm.Encode(fsm.CmdIntentCreate, now, &p)
+	if err != nil {
+		return nil, 0, err
+	}
+	res, err := s.node.Apply(r.Context(), cmd)
+	if err != nil {
+		return nil, 0, err
+	}
+	if res.Err != nil {
+		return nil, res.Index, res.Err
+	}
+	out := make([]Upload, 0, len(p.Keys))
+	for _, key := range p.Keys {
+		u := Upload{Key: key, Method: http.MethodPut, ExpiresAt: p.LeaseUntil}
+		url, hdr, err := s.store.PresignPut(r.Context(), key, s.cfg.UploadLease)
+		switch {
+		case err == nil:
+			u.URL, u.Header = url, hdr
+		case errors.Is(err, blobstore.ErrPresignUnsupported):
+			u.URL = "http://" + s.cfg.HTTPAdvertiseAddr() + "/v1/objects/" + key
+		default:
+			return nil, res.Index, err
+		}
+		out = append(out, u)
+	}
+	return map[string]any{"uploads": out, "lease_until": p.LeaseUntil}, res.Index, nil
+}
+
+// randomID is 16 random bytes in hex: upload keys never collide and cannot
+// be guessed.
+func randomID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func pathKey(r *http.Request) (string, error) {
+	key := mux.Vars(r)["key"]
+	if err := blobstore.ValidateKey(key); err != nil {
+		return "", apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "key", "%v", err)
+	}
+	return key, nil
+}
+
+// objectPut stores an upload through the metastore (the local blob store's
+// upload endpoint): only for a key held by a live intent.
+func (s *Server) objectPut(r *http.Request) (any, uint64, error) {
+	key, err := pathKey(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	if r.ContentLength < 0 {
+		return nil, 0, apiErr(http.StatusLengthRequired, string(fsm.CodeInvalid), "Content-Length", "an upload needs a Content-Length")
+	}
+	if r.ContentLength > s.cfg.MaxBlobBytes {
+		return nil, 0, apiErr(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "blob of %d bytes is larger than %d", r.ContentLength, s.cfg.MaxBlobBytes)
+	}
+	b, idx, err := s.fsm.Blob(key)
+	if err != nil {
+		return nil, idx, err
+	}
+	if b.State != fsm.BlobIntent || (b.LeaseUntil != nil && s.now().After(*b.LeaseUntil)) {
+		return nil, idx, apiErr(http.StatusConflict, string(fsm.CodeConflict), "key", "blob %q is %s: uploads go to keys held by a live upload intent", key, b.State)
+	}
+	if err := s.store.Put(r.Context(), key, r.Body, r.ContentLength); err != nil {
+		return nil, idx, storeError(err)
+	}
+	return map[string]any{"key": key, "size": r.ContentLength}, idx, nil
+}
+
+// objectGet streams a range of a live blob: ?offset=N&length=M.
+func (s *Server) objectGet(w http.ResponseWriter, r *http.Request) {
+	key, err := pathKey(r)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	offset, err := queryUint(r, "offset")
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	length := int64(-1)
+	if raw := r.URL.Query().Get("length"); raw != "" {
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "length", "%q is not a non-negative integer", raw))
+			return
+		}
+		length = n
+	}
+	b, idx, err := s.fsm.Blob(key)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	if b.State != fsm.BlobLive {
+		writeError(w, apiErr(http.StatusConflict, string(fsm.CodeConflict), "key", "blob %q is %s", key, b.State))
+		return
+	}
+	rc, err := s.store.Get(r.Context(), key, int64(offset), length)
+	if err != nil {
+		writeError(w, toAPIError(storeError(err)))
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set(HeaderIndex, strconv.FormatUint(idx, 10))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, rc)
+}
+
+func storeError(err error) error {
+	switch {
+	case errors.Is(err, blobstore.ErrNotFound):
+		return apiErr(http.StatusNotFound, string(fsm.CodeNotFound), "key", "%v", err)
+	case errors.Is(err, blobstore.ErrInvalidKey):
+		return apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "key", "%v", err)
+	case errors.Is(err, blobstore.ErrInvalidRange):
+		return apiErr(http.StatusRequestedRangeNotSatisfiable, string(fsm.CodeInvalid), "offset", "%v", err)
+	case errors.Is(err, blobstore.ErrSizeMismatch):
+		return apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "Content-Length", "%v", err)
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return err
+	}
+	return &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, Retryable: true, Message: "object store: " + err.Error()}
+}
+
+func (s *Server) blobGet(r *http.Request) (any, uint64, error) {
+	key, err := pathKey(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.fsm.Blob(key)
+}
+
+func (s *Server) blobStats(_ *http.Request) (any, uint64, error) {
+	st, idx, err := s.fsm.BlobStats()
+	if err != nil {
+		return nil, idx, err
+	}
+	return map[string]any{"store": s.store.String(), "blobs": st}, idx, nil
+}
+
+// fsck recounts every reference count from the manifest records.
+func (s *Server) fsck(_ *http.Request) (any, uint64, error) {
+	rep, err := s.fsm.Fsck()
+	if err != nil {
+		return nil, 0, err
+	}
+	return map[string]any{"ok": rep.OK(), "report": rep}, rep.Index, nil
+}
+
+func (s *Server) manifestGet(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := pathUint(r, "epoch")
+	if err != nil {
+		return nil, 0, err
+	}
+	task, err := pathID(r, "task")
+	if err != nil {
+		return nil, 0, err
+	}
+	m, idx, err := s.fsm.Manifest(job, n, task)
+	if err != nil {
+		return nil, idx, err
+	}
+	return map[string]any{"job": job, "epoch": n, "task": task, "manifest": m, "bytes": m.Bytes()}, idx, nil
+}
