@@ -132,8 +132,12 @@ func applyOutcome(res *fsm.Result, err error) string {
 
 // LinearizableRead confirms that this node is the leader and that its state
 // machine reflects every write committed before the call, and returns the
-// Raft index the read reflects (the commit index when it was taken). Read
-// the FSM after it returns.
+// Raft index the read reflects: the FSM's applied index once it has caught
+// up. Read the FSM after it returns; the state read is at that index or
+// later. The index is at least that of every write acknowledged before the
+// call, is comparable with the indexes fsm queries report, and is safe to
+// pass to fsm.WaitApplied. (It can be below raft's commit index, whose last
+// entries may be barriers or no-ops that never reach the FSM.)
 //
 // It requires the leader's barrier of the current term to have completed
 // (else ErrTryAgain), takes the commit index, confirms leadership with a
@@ -174,7 +178,7 @@ func (n *Node) LinearizableRead(ctx context.Context) (uint64, error) {
 	if err := n.fsm.WaitApplied(ctx, target); err != nil {
 		return 0, fmt.Errorf("node: wait for the state machine to apply index %d: %w", target, err)
 	}
-	return commit, nil
+	return n.fsm.AppliedIndex(), nil
 }
 
 // fsmTarget returns the index the FSM's applied index must reach for every

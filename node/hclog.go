@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -66,7 +68,50 @@ func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
 	}
-	h.l.Log(context.Background(), toSlogLevel(level), msg, args...)
+	h.l.Log(context.Background(), toSlogLevel(level), msg, convertArgs(args)...)
+}
+
+// convertArgs renders the values hclog formats specially, so text and JSON
+// handlers both print them readably: hclog.Fmt values are formatted, and
+// fmt.Stringers (such as *raft.Raft, which marshals to {} in JSON) become
+// their String(). Errors, times and plain values are left to slog.
+func convertArgs(args []any) []any {
+	var out []any
+	for i := 1; i < len(args); i += 2 {
+		v := args[i]
+		var s string
+		switch x := v.(type) {
+		case error, time.Time, slog.Value, slog.LogValuer:
+			continue
+		case hclog.Format:
+			if len(x) == 0 {
+				continue
+			}
+			format, _ := x[0].(string)
+			s = fmt.Sprintf(format, x[1:]...)
+		case fmt.Stringer:
+			s = safeString(x)
+		default:
+			continue
+		}
+		if out == nil {
+			out = append([]any(nil), args...)
+		}
+		out[i] = s
+	}
+	if out == nil {
+		return args
+	}
+	return out
+}
+
+func safeString(s fmt.Stringer) (str string) {
+	defer func() {
+		if recover() != nil {
+			str = "<nil>"
+		}
+	}()
+	return s.String()
 }
 
 func (h *hclogAdapter) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }

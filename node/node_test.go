@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/node"
@@ -118,6 +120,7 @@ type testNode struct {
 	tasks   atomic.Int32 // leader tasks running now
 	started atomic.Int32 // leader task starts
 	stopped bool
+	reg     prometheus.Registerer
 }
 
 // newTestNode prepares (but does not start) a node with a fake HTTP API
@@ -153,8 +156,9 @@ func (tn *testNode) start() error {
 		tn.t.Fatalf("open fsm: %v", err)
 	}
 	n, err := node.New(tn.cfg, node.Deps{
-		Logger: tn.log.With("node", tn.cfg.NodeID),
-		FSM:    f,
+		Logger:     tn.log.With("node", tn.cfg.NodeID),
+		FSM:        f,
+		Registerer: tn.reg,
 		LeaderTasks: map[string]func(context.Context){
 			"probe": func(ctx context.Context) {
 				tn.started.Add(1)
@@ -465,7 +469,15 @@ func TestRestartKeepsAppliedIndexWithoutRestore(t *testing.T) {
 		}
 		waitFor(t, 10*time.Second, "leader after restart", tn2.node.IsLeader)
 		waitFor(t, 5*time.Second, "ready after restart", func() bool { return tn2.node.Ready() == nil })
-		linRead(t, tn2.node)
+		// The new term's no-op and barrier are the last entries: they never
+		// reach the FSM, and the read must not wait for them.
+		idx := linRead(t, tn2.node)
+		if st := tn2.node.Status(); idx != want || st.CommitIndex <= idx {
+			t.Fatalf("restart %d: read index %d, want %d (below commit index %d)", round, idx, want, st.CommitIndex)
+		}
+		if err := tn2.fsm.WaitApplied(ctxT(t), idx); err != nil {
+			t.Fatalf("restart %d: WaitApplied(read index): %v", round, err)
+		}
 		if got := tn2.fsm.AppliedIndex(); got != want {
 			t.Fatalf("restart %d: applied index %d after replay, want %d (no new commands)", round, got, want)
 		}
@@ -742,4 +754,94 @@ func TestJoinStopsOnFinalRefusal(t *testing.T) {
 	if err := tn.node.Ready(); !errors.Is(err, node.ErrNoLeader) {
 		t.Fatalf("ready: %v", err)
 	}
+}
+
+// metricsReg is shared by every run of TestMetrics: hashicorp/raft's
+// go-metrics sink is installed once per process, on the first registry
+// given to a node.
+var metricsReg = prometheus.NewRegistry()
+
+func TestMetrics(t *testing.T) {
+	log := testLogger(t)
+	reg := metricsReg
+	var tn *testNode
+	withFreePorts(t, 1, func(addrs []string) error {
+		tn = newTestNode(t, log, "n1", t.TempDir())
+		tn.cfg.RaftAddr = addrs[0]
+		tn.reg = reg
+		return tn.start()
+	})
+	waitFor(t, 10*time.Second, "leader", tn.node.IsLeader)
+	res := upsert(t, tn.node, "a")
+
+	if v := counterValue(t, reg, "metastore_node_is_leader"); v != 1 {
+		t.Fatalf("is_leader = %v", v)
+	}
+	waitFor(t, 5*time.Second, "leader change counted", func() bool {
+		return counterValue(t, reg, "metastore_node_leader_changes_total") >= 1
+	})
+	names := gatheredNames(t, reg)
+	for _, want := range []string{
+		"metastore_node_apply_duration_seconds", "metastore_node_raft_term", "metastore_node_raft_commit_index",
+		"metastore_node_fsm_applied_index", "metastore_node_raft_last_snapshot_index",
+	} {
+		if !names[want] {
+			t.Errorf("metric %s missing", want)
+		}
+	}
+	// hashicorp/raft's own metrics arrive through the go-metrics bridge.
+	raftMetrics := 0
+	for name := range names {
+		if strings.HasPrefix(name, "metastore_raft_") {
+			raftMetrics++
+		}
+	}
+	if raftMetrics == 0 {
+		t.Errorf("no metastore_raft_* metrics; got %v", names)
+	}
+	if v := counterValue(t, reg, "metastore_node_fsm_applied_index"); v < float64(res.Index) {
+		t.Errorf("applied index gauge %v < %d", v, res.Index)
+	}
+	// Shutdown unregisters the node's collectors, so a restarted node can
+	// register on the same registry.
+	tn2 := tn.restarted()
+	tn2.reg = reg
+	tn.stop()
+	if err := tn2.start(); err != nil {
+		t.Fatalf("restart on the same registry: %v", err)
+	}
+}
+
+func gatheredNames(t *testing.T, reg *prometheus.Registry) map[string]bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	return names
+}
+
+// counterValue returns the value of the single unlabelled counter or gauge
+// called name.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if m.GetCounter() != nil {
+			return m.GetCounter().GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	return -1
 }
