@@ -1,0 +1,136 @@
+package gc
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/metastore/metastore/blobstore"
+)
+
+// errEnoughOrphans stops a listing that found MaxOrphansPerSweep orphans.
+var errEnoughOrphans = errors.New("gc: orphan bound reached")
+
+// sweepOrphans lists the store under Prefix and deletes the objects the
+// state machine does not know that are older than OrphanGrace. Keys are
+// only handed out through intents recorded before the upload, so nothing
+// references, or will reference, an unknown key.
+//
+// The order makes a stale view harmless: the listing is taken after a
+// leadership check, and before each Delete the collector confirms its
+// leadership again (so its state machine holds every intent committed
+// before the listing, and so before any listed upload) and only then
+// re-reads which keys are known.
+func (cy *cycle) sweepOrphans(dry bool) error {
+	c := cy.c
+	rep := cy.rep
+	now := c.now()
+	rep.OrphanSweep = true
+	if !dry {
+		c.mu.Lock()
+		c.lastSweep = now
+		c.mu.Unlock()
+	}
+	if err := c.verify(cy.ctx); err != nil {
+		return err
+	}
+	cutoff := now.Add(-c.cfg.OrphanGrace)
+	var orphans, pending []blobstore.Info
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		known, err := c.f.Known(infoKeys(pending))
+		if err != nil {
+			return err
+		}
+		for _, info := range pending {
+			if !known[info.Key] {
+				orphans = append(orphans, info)
+			}
+		}
+		pending = pending[:0]
+		return nil
+	}
+	err := c.store.List(cy.ctx, c.cfg.Prefix, func(info blobstore.Info) error {
+		rep.OrphansListed++
+		// An object of unknown age is left alone; a young one may be an
+		// upload in flight.
+		if info.ModTime.IsZero() || !info.ModTime.Before(cutoff) {
+			return nil
+		}
+		pending = append(pending, info)
+		if len(pending) >= c.cfg.BatchSize {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if len(orphans) >= MaxOrphansPerSweep {
+			return errEnoughOrphans
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errEnoughOrphans):
+		rep.Truncated = true
+	case err != nil:
+		if cerr := cy.ctx.Err(); cerr != nil {
+			return cerr
+		}
+		// What was listed before the failure is still valid.
+		rep.note(fmt.Errorf("gc: orphan sweep: list %q: %w", c.cfg.Prefix, err))
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if dry {
+		rep.OrphansDeleted = len(orphans)
+		for _, info := range orphans[:min(len(orphans), DryRunSample)] {
+			rep.Orphans = append(rep.Orphans, info.Key)
+		}
+		return nil
+	}
+	for chunk := range slices.Chunk(orphans, c.deleteChunk) {
+		if err := cy.waitRate(len(chunk)); err != nil {
+			return err
+		}
+		// Right before deleting: still the leader, state machine current,
+		// and the keys still unknown.
+		if err := c.verify(cy.ctx); err != nil {
+			return err
+		}
+		known, err := c.f.Known(infoKeys(chunk))
+		if err != nil {
+			return err
+		}
+		var del []string
+		sizes := map[string]int64{}
+		for _, info := range chunk {
+			if !known[info.Key] {
+				del = append(del, info.Key)
+				sizes[info.Key] = info.Size
+			}
+		}
+		confirmed, err := cy.deleteObjects(del)
+		var bytes uint64
+		for _, k := range confirmed {
+			bytes += uint64(max(sizes[k], 0))
+		}
+		rep.OrphansDeleted += len(confirmed)
+		rep.BytesFreed += bytes
+		c.m.orphansDeleted.Add(float64(len(confirmed)))
+		c.m.bytesFreed.Add(float64(bytes))
+		if err != nil {
+			return cy.ctx.Err()
+		}
+	}
+	return nil
+}
+
+func infoKeys(infos []blobstore.Info) []string {
+	keys := make([]string, len(infos))
+	for i, info := range infos {
+		keys[i] = info.Key
+	}
+	return keys
+}
