@@ -13,6 +13,7 @@ import (
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/gc"
 )
 
 // Upload is one slot handed to a worker: where to PUT the blob.
@@ -235,4 +236,54 @@ func (s *Server) manifestGet(r *http.Request) (any, uint64, error) {
 		return nil, idx, err
 	}
 	return map[string]any{"job": job, "epoch": n, "task": task, "manifest": m, "bytes": m.Bytes()}, idx, nil
+}
+
+// errNoGC answers the collector's routes on a member built without one.
+var errNoGC = &Error{Status: http.StatusNotImplemented, Code: CodeUnavailable, Message: "this member runs no garbage collector"}
+
+func (s *Server) gcStatus(_ *http.Request) (any, uint64, error) {
+	if s.gc == nil {
+		return nil, 0, errNoGC
+	}
+	return s.gc.Status(), s.fsm.AppliedIndex(), nil
+}
+
+// gcRun runs one collection cycle now: ?dry_run=true reports what it would
+// delete and changes nothing; ?orphans=true includes the orphan sweep.
+func (s *Server) gcRun(r *http.Request) (any, uint64, error) {
+	if s.gc == nil {
+		return nil, 0, errNoGC
+	}
+	opts := gc.RunOptions{}
+	for name, dst := range map[string]*bool{"dry_run": &opts.DryRun, "orphans": &opts.Orphans} {
+		if raw := r.URL.Query().Get(name); raw != "" {
+			v, err := strconv.ParseBool(raw)
+			if err != nil {
+				return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q is not true or false", raw)
+			}
+			*dst = v
+		}
+	}
+	rep, err := s.gc.RunOnce(r.Context(), opts)
+	if err != nil {
+		return nil, 0, err
+	}
+	return rep, s.fsm.AppliedIndex(), nil
+}
+
+// jobVerify checks with HEAD requests that every blob referenced by the
+// job's retained and pinned checkpoints exists: a proof that they restore.
+func (s *Server) jobVerify(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	if s.gc == nil {
+		return nil, 0, errNoGC
+	}
+	rep, err := s.gc.Verify(r.Context(), job)
+	if err != nil {
+		return nil, 0, err
+	}
+	return rep, s.fsm.AppliedIndex(), nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/node"
 )
 
@@ -30,6 +31,7 @@ type member struct {
 	fsm   *fsm.FSM
 	node  *node.Node
 	store blobstore.Store
+	gc    *gc.Collector
 	srv   *http.Server
 	url   string
 }
@@ -76,10 +78,32 @@ func startMember(t *testing.T, cfg config.Config, l net.Listener) *member {
 	}
 	m := &member{id: cfg.NodeID, cfg: cfg, fsm: f, url: "http://" + cfg.HTTPAddr}
 	ref := newNodeRef()
+	store, err := blobstore.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.store = store
+	collector, err := gc.New(gc.Config{Interval: time.Hour, Grace: time.Nanosecond, OrphanGrace: time.Nanosecond}, gc.Deps{
+		FSM: f, Store: store, Apply: ref.apply,
+		VerifyLeader: func(ctx context.Context) error {
+			select {
+			case <-ref.ready:
+				_, err := ref.n.LinearizableRead(ctx)
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.gc = collector
 	n, err := node.New(cfg, node.Deps{
 		FSM: f,
 		LeaderTasks: map[string]func(context.Context){
 			"epoch-timeouts": api.EpochTimeoutTask(f, ref.apply, nil),
+			"gc":             collector.Run,
 		},
 	})
 	if err != nil {
@@ -87,12 +111,7 @@ func startMember(t *testing.T, cfg config.Config, l net.Listener) *member {
 	}
 	ref.set(n)
 	m.node = n
-	store, err := blobstore.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.store = store
-	srv := api.New(api.Deps{Config: cfg, Node: n, FSM: f, Store: store, Registry: prometheus.NewRegistry()})
+	srv := api.New(api.Deps{Config: cfg, Node: n, FSM: f, Store: store, GC: collector, Registry: prometheus.NewRegistry()})
 	m.srv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go m.srv.Serve(l)
 	t.Cleanup(m.stop)
@@ -108,6 +127,7 @@ func (m *member) stop() {
 	m.srv.Close()
 	m.node.Shutdown(ctx)
 	m.fsm.Close()
+	m.gc.Close()
 	m.srv = nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/node"
 )
 
@@ -39,7 +40,9 @@ type Deps struct {
 	Node   *node.Node
 	FSM    *fsm.FSM
 	// Store is the object store of checkpoint blobs.
-	Store    blobstore.Store
+	Store blobstore.Store
+	// GC is the garbage collector (it runs as a leader task).
+	GC       *gc.Collector
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 }
@@ -50,6 +53,7 @@ type Server struct {
 	node    *node.Node
 	fsm     *fsm.FSM
 	store   blobstore.Store
+	gc      *gc.Collector
 	logger  *slog.Logger
 	metrics *metrics
 	fwd     *forwarder
@@ -69,6 +73,7 @@ func New(d Deps) *Server {
 		node:    d.Node,
 		fsm:     d.FSM,
 		store:   d.Store,
+		gc:      d.GC,
 		logger:  logger,
 		metrics: newMetrics(d.Registry),
 		now:     time.Now,
@@ -134,6 +139,9 @@ func (s *Server) routeTable() []route {
 		{"blobs.stats", "GET", "/v1/blobs", read, s.blobStats, 0},
 		{"blobs.get", "GET", "/v1/blobs/{key:.+}", read, s.blobGet, 0},
 		{"fsck", "GET", "/v1/fsck", read, s.fsck, 0},
+		{"gc.status", "GET", "/v1/gc", read, s.gcStatus, 0},
+		{"gc.run", "POST", "/v1/gc/run", write, s.gcRun, 0},
+		{"jobs.verify", "GET", "/v1/jobs/{job}/verify", read, s.jobVerify, 0},
 	}
 }
 

@@ -266,12 +266,24 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 // newTransport builds the Raft transport. It is the one place that decides
 // how members talk to each other: plain TCP today, a TLS stream layer
 // (raft.NewNetworkTransportWithConfig) later.
+//
+// Pipelined replication is disabled (MaxRPCsInFlight 1): in hashicorp/raft
+// v1.7.3 a follower answering Success=false can leave the pipeline's send
+// parked on inprogressCh while its decoder is parked on doneCh with no
+// reader; replication to that follower stops and Raft.Shutdown hangs
+// forever (seen in this package's tests; grafana/pyroscope#5518 hit it in
+// production). Raft's own docs say pipelining brings little benefit.
 func newTransport(cfg config.Config, logger hclog.Logger) (*raft.NetworkTransport, error) {
 	advertise, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertiseAddr())
 	if err != nil {
 		return nil, fmt.Errorf("node: resolve raft advertise address %q: %w", cfg.RaftAdvertiseAddr(), err)
 	}
-	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, transportMaxPool, transportTimeout, logger)
+	trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, advertise, &raft.NetworkTransportConfig{
+		Logger:          logger,
+		MaxPool:         transportMaxPool,
+		MaxRPCsInFlight: 1,
+		Timeout:         transportTimeout,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("node: raft transport on %s: %w", cfg.RaftAddr, err)
 	}
@@ -425,6 +437,11 @@ func (n *Node) Ready() error {
 	}
 	if _, id := n.raft.LeaderWithID(); id == "" {
 		return ErrNoLeader
+	}
+	if n.raft.State() == raft.Leader && n.readyTerm.Load() != n.raft.CurrentTerm() {
+		// A new leader serves reads only once its barrier has applied every
+		// entry of earlier terms.
+		return fmt.Errorf("%w: the leader's barrier for term %d has not completed", ErrNotReady, n.raft.CurrentTerm())
 	}
 	commit := n.raft.CommitIndex()
 	target, err := n.fsmTarget(commit)

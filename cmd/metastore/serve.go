@@ -21,6 +21,7 @@ import (
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/node"
 )
 
@@ -91,12 +92,34 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		}
 		return n.Apply(ctx, cmd)
 	}
+	collector, err := gc.New(gcConfig(cfg), gc.Deps{
+		FSM:   f,
+		Store: store,
+		Apply: apply,
+		VerifyLeader: func(ctx context.Context) error {
+			n := current.Load()
+			if n == nil {
+				return fmt.Errorf("%w: the node is starting", node.ErrTryAgain)
+			}
+			_, err := n.LinearizableRead(ctx)
+			return err
+		},
+		Logger:     logger,
+		Registerer: reg,
+	})
+	if err != nil {
+		ln.Close()
+		f.Close()
+		log.Error("cannot configure the garbage collector", "err", err)
+		return exitFailure
+	}
 	n, err := node.New(cfg, node.Deps{
 		Logger:     logger, // the node names its components (node, raft)
 		FSM:        f,
 		Registerer: reg,
 		LeaderTasks: map[string]func(ctx context.Context){
 			"epoch-timeout": api.EpochTimeoutTask(f, apply, logger.With("component", "epoch-timeout")),
+			"gc":            collector.Run,
 		},
 	})
 	if err != nil {
@@ -114,6 +137,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		Node:     n,
 		FSM:      f,
 		Store:    store,
+		GC:       collector,
 		Logger:   logger.With("component", "api"),
 		Registry: reg,
 	}).Handler()
@@ -301,4 +325,20 @@ func boundAddr(addr string, bound net.Addr) string {
 		return addr
 	}
 	return net.JoinHostPort(host, fmt.Sprint(tcp.Port))
+}
+
+// gcConfig maps the node configuration onto the collector's. The collector
+// reads a zero duration as "use the default"; a configured zero grace means
+// no grace, so it is passed as the smallest positive duration.
+func gcConfig(cfg config.Config) gc.Config {
+	orZero := func(d time.Duration) time.Duration { return max(d, time.Nanosecond) }
+	return gc.Config{
+		Interval:     cfg.GCInterval,
+		Grace:        orZero(cfg.GCGrace),
+		BatchSize:    cfg.GCBatch,
+		Rate:         cfg.GCRate,
+		TombstoneTTL: orZero(cfg.GCTombstoneTTL),
+		OrphanGrace:  orZero(cfg.GCOrphanGrace),
+		OrphanEvery:  cfg.GCOrphanEvery,
+	}
 }
