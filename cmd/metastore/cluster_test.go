@@ -26,6 +26,7 @@ type clProc struct {
 	raftAddr string
 	dataDir  string
 	args     []string
+	env      []string
 
 	cmd    *exec.Cmd
 	stderr *lockedBuffer
@@ -63,7 +64,7 @@ func (p *clProc) start(t *testing.T) {
 	p.stderr = &lockedBuffer{}
 	p.exited = make(chan struct{})
 	p.cmd = exec.Command(binary, p.args...)
-	p.cmd.Env = cleanEnv()
+	p.cmd.Env = cleanEnv(p.env...)
 	p.cmd.Stdout = io.Discard
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -115,6 +116,13 @@ type clCluster struct {
 
 func startCluster(t *testing.T, n int) *clCluster {
 	t.Helper()
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith starts n members with the environment env and extra
+// serve flags.
+func startClusterWith(t *testing.T, n int, env []string, extra ...string) *clCluster {
+	t.Helper()
 	c := &clCluster{t: t}
 	var peers []string
 	for i := 1; i <= n; i++ {
@@ -125,6 +133,8 @@ func startCluster(t *testing.T, n int) *clCluster {
 	for _, p := range c.procs {
 		p.args = append([]string{"serve", "--node-id", p.id, "--data-dir", p.dataDir, "--http-addr", p.httpAddr,
 			"--raft-addr", p.raftAddr, "--initial-cluster", strings.Join(peers, ",")}, clRaftFlags...)
+		p.args = append(p.args, extra...)
+		p.env = env
 		p.start(t)
 	}
 	t.Cleanup(func() {
