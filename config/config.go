@@ -127,7 +127,6 @@ func DefaultConfig() Config {
 		ApplyTimeout:       10 * time.Second,
 		MaxBodyBytes:       1 << 20,
 		ShutdownTimeout:    10 * time.Second,
-		S3Region:           "us-east-1",
 		UploadLease:        time.Hour,
 		MaxBlobBytes:       5 << 30,
 		GCInterval:         30 * time.Second,
