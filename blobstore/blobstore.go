@@ -211,13 +211,16 @@ func checkRange(offset int64) error {
 }
 
 // exactReader passes through exactly n bytes of r and fails with
-// ErrSizeMismatch if r holds fewer or more. The mismatch is also kept in err,
-// for callers whose transport hides the reader's error.
+// ErrSizeMismatch if r holds fewer or more. It withholds the last bytes
+// until it has seen that r ends there, so a transport never sends a complete
+// body that was in fact too long. The error is also kept in err, for callers
+// whose transport hides the reader's error.
 type exactReader struct {
-	r    io.Reader
-	left int64
-	size int64
-	err  error
+	r       io.Reader
+	left    int64
+	size    int64
+	checked bool
+	err     error
 }
 
 func newExactReader(r io.Reader, size int64) *exactReader {
@@ -229,35 +232,47 @@ func (e *exactReader) Read(p []byte) (int, error) {
 		return 0, e.err
 	}
 	if e.left == 0 {
-		// Check that the body really ends here.
-		var one [1]byte
-		n, err := io.ReadFull(e.r, one[:])
-		if n > 0 {
-			e.err = fmt.Errorf("%w: body is longer than %d bytes", ErrSizeMismatch, e.size)
-			return 0, e.err
+		if !e.checked {
+			if err := e.checkEnd(); err != nil {
+				return 0, err
+			}
 		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return 0, io.EOF
-		}
-		e.err = err
-		return 0, err
+		return 0, io.EOF
 	}
 	if int64(len(p)) > e.left {
 		p = p[:e.left]
 	}
 	n, err := e.r.Read(p)
 	e.left -= int64(n)
-	if err == io.EOF {
-		if e.left > 0 {
-			e.err = fmt.Errorf("%w: body ended after %d of %d bytes", ErrSizeMismatch, e.size-e.left, e.size)
-			return n, e.err
+	if e.left == 0 {
+		if cerr := e.checkEnd(); cerr != nil {
+			return 0, cerr
 		}
-		err = nil
+		return n, nil
+	}
+	if err == io.EOF {
+		e.err = fmt.Errorf("%w: body ended after %d of %d bytes", ErrSizeMismatch, e.size-e.left, e.size)
+		return n, e.err
 	}
 	if err != nil {
 		e.err = err
 	}
 	return n, err
+}
+
+// checkEnd reads one byte past the declared size, expecting end of file.
+func (e *exactReader) checkEnd() error {
+	e.checked = true
+	var one [1]byte
+	switch _, err := io.ReadFull(e.r, one[:]); err {
+	case io.EOF:
+		return nil
+	case nil:
+		e.err = fmt.Errorf("%w: body is longer than %d bytes", ErrSizeMismatch, e.size)
+	default:
+		e.err = err
+	}
+	return e.err
 }
 
 func checkSize(size int64) error {

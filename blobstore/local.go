@@ -154,22 +154,22 @@ func (l *Local) put(ctx context.Context, r *os.Root, rel string, body io.Reader,
 		created bool
 	)
 	for attempt := 1; ; attempt++ {
+		var err error
 		if dir != "." {
-			if _, err := r.Stat(dir); missing(err) {
+			if _, serr := r.Stat(dir); missing(serr) {
 				created = true
 			}
-			if err := r.MkdirAll(dir, localDirMode); err != nil {
-				return err
+			err = r.MkdirAll(dir, localDirMode)
+		}
+		if err == nil {
+			tmp = filepath.Join(dir, tempPrefix+randomHex())
+			f, err = r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, localFileMode)
+			if err == nil {
+				break
 			}
 		}
-		tmp = filepath.Join(dir, tempPrefix+randomHex())
-		var err error
-		f, err = r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, localFileMode)
-		if err == nil {
-			break
-		}
-		// A concurrent Delete may have removed the directory, empty, between
-		// MkdirAll and OpenFile: create it again.
+		// A concurrent Delete may have pruned a directory, empty, while
+		// MkdirAll created its children or before OpenFile: try again.
 		if !missing(err) || attempt == putAttempts {
 			return err
 		}

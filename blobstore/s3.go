@@ -199,8 +199,11 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 // interface does not cover.
 func (s *S3) Client() *s3.Client { return s.client }
 
-// String returns "s3://bucket/prefix".
+// String returns "s3://bucket/prefix", or "s3://bucket" without a prefix.
 func (s *S3) String() string {
+	if s.prefix == "" {
+		return "s3://" + s.bucket
+	}
 	return "s3://" + s.bucket + "/" + strings.TrimSuffix(s.prefix, "/")
 }
 
@@ -257,7 +260,15 @@ func (s *S3) Put(ctx context.Context, key string, body io.Reader, size int64) (e
 		in.Body = rs
 	} else {
 		exact = newExactReader(body, size)
-		in.Body = exact
+		if size == 0 {
+			// The SDK sends no body for a zero length, so check here
+			// that there is none.
+			if _, err := exact.Read(make([]byte, 1)); err != io.EOF {
+				return fmt.Errorf("blobstore: s3 put %q: %w", key, err)
+			}
+		} else {
+			in.Body = exact
+		}
 		optFns = append(optFns, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware))
 	}
 	ctx, cancel := s.callCtx(ctx)
@@ -329,9 +340,9 @@ func (s *S3) Get(ctx context.Context, key string, offset, length int64) (rc io.R
 	}
 	if err != nil {
 		cancel()
-		if offset > 0 && isInvalidRange(err) {
-			// S3 answers 416 for a range starting at the end, which is
-			// an empty read here.
+		if isInvalidRange(err) {
+			// S3 answers 416 for a range starting at the end (and for
+			// any range of an empty object), which is an empty read here.
 			return s.emptyAt(ctx, key, offset)
 		}
 		return nil, s.mapErr("get", key, err)

@@ -14,6 +14,9 @@
 //     SHA-256 is checked against the body. gofakes3 checks no signature.
 //   - DeleteObjects requests of more than 1,000 keys are refused with
 //     MalformedXML, as AWS does; gofakes3 accepts any number.
+//   - aws-chunked uploads with trailing checksums (what AWS SDKs send over
+//     HTTPS by default since 2025) are refused with NotImplemented; gofakes3
+//     would store the chunk framing as the object's content.
 //
 // It is not for production: it holds whole objects in memory (or in one
 // bbolt file) and implements only the S3 subset gofakes3 does.

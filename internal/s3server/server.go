@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/johannesboyne/gofakes3"
@@ -134,6 +135,10 @@ func (s *Server) Close() error {
 // ServeHTTP checks the signature, enforces the DeleteObjects limit and hands
 // the request to gofakes3.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e := refuseTrailers(r); e != nil {
+		writeError(w, r, e)
+		return
+	}
 	if s.auth != nil {
 		if e := s.auth.verify(r); e != nil {
 			writeError(w, r, e)
@@ -147,6 +152,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.handler.ServeHTTP(w, r)
+}
+
+// refuseTrailers refuses aws-chunked bodies with trailing checksums, which
+// recent AWS SDKs send over HTTPS by default. gofakes3 only decodes
+// STREAMING-AWS4-HMAC-SHA256-PAYLOAD and would store any other chunked body
+// verbatim, framing and trailer included: a loud error beats a corrupt object.
+func refuseTrailers(r *http.Request) *s3Error {
+	mode := r.Header.Get("X-Amz-Content-Sha256")
+	if strings.HasPrefix(mode, "STREAMING-") && mode != "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" {
+		return &s3Error{status: http.StatusNotImplemented, code: "NotImplemented",
+			msg: mode + " bodies (aws-chunked with trailing checksums) are not supported by this test server; " +
+				"configure the client with RequestChecksumCalculation WhenRequired"}
+	}
+	return nil
 }
 
 // limitDeleteObjects refuses a DeleteObjects request of more than

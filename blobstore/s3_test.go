@@ -1,0 +1,242 @@
+package blobstore_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/metastore/metastore/blobstore"
+	"github.com/metastore/metastore/blobstore/blobtest"
+)
+
+// TestS3AgainstServerProcess groups the S3-only behaviour, sharing one
+// server process.
+func TestS3AgainstServerProcess(t *testing.T) {
+	endpoint := blobtest.StartS3Server(t, testBucket)
+	ctx := context.Background()
+
+	t.Run("PrefixIsolation", func(t *testing.T) {
+		a := blobtest.NewS3Store(t, endpoint, testBucket, "iso/a")
+		b := blobtest.NewS3Store(t, endpoint, testBucket, "iso/b/")
+		whole := blobtest.NewS3Store(t, endpoint, testBucket, "")
+		put(t, a, "k", "from a")
+		put(t, b, "k", "from b")
+		if got := get(t, a, "k", 0, -1); got != "from a" {
+			t.Errorf("a sees %q", got)
+		}
+		if got := listKeys(t, b, ""); !slices.Equal(got, []string{"k"}) {
+			t.Errorf("b lists %q", got)
+		}
+		if got := listKeys(t, whole, "iso/"); !slices.Equal(got, []string{"iso/a/k", "iso/b/k"}) {
+			t.Errorf("the bucket holds %q", got)
+		}
+		if failed, err := a.Delete(ctx, []string{"k"}); err != nil || failed != nil {
+			t.Fatal(failed, err)
+		}
+		if got := get(t, b, "k", 0, -1); got != "from b" {
+			t.Errorf("deleting a/k touched b/k: %q", got)
+		}
+	})
+
+	t.Run("ListSkipsForeignKeys", func(t *testing.T) {
+		s := blobtest.NewS3Store(t, endpoint, testBucket, "foreign")
+		for _, raw := range []string{"foreign/", "foreign/with space", "foreign/dir/", "foreign/ü"} {
+			if _, err := s.Client().PutObject(ctx, &s3.PutObjectInput{
+				Bucket: aws.String(testBucket), Key: aws.String(raw), Body: strings.NewReader("x"),
+			}); err != nil {
+				t.Fatalf("raw put %q: %v", raw, err)
+			}
+		}
+		put(t, s, "fine", "y")
+		if got := listKeys(t, s, ""); !slices.Equal(got, []string{"fine"}) {
+			t.Fatalf("List = %q, want only the valid key", got)
+		}
+	})
+
+	t.Run("MissingBucket", func(t *testing.T) {
+		s := blobtest.NewS3Store(t, endpoint, "no-such-bucket", "")
+		if err := s.Ping(ctx); !errors.Is(err, blobstore.ErrBucketNotFound) {
+			t.Errorf("Ping: %v, want ErrBucketNotFound", err)
+		}
+		if err := s.Put(ctx, "k", strings.NewReader("x"), 1); !errors.Is(err, blobstore.ErrBucketNotFound) {
+			t.Errorf("Put: %v, want ErrBucketNotFound", err)
+		}
+		if err := s.List(ctx, "", func(blobstore.Info) error { return nil }); !errors.Is(err, blobstore.ErrBucketNotFound) {
+			t.Errorf("List: %v, want ErrBucketNotFound", err)
+		}
+		if _, err := s.Delete(ctx, []string{"k"}); !errors.Is(err, blobstore.ErrBucketNotFound) {
+			t.Errorf("Delete: %v, want ErrBucketNotFound", err)
+		}
+		good := blobtest.NewS3Store(t, endpoint, testBucket, "")
+		if err := good.Ping(ctx); err != nil {
+			t.Errorf("Ping of the real bucket: %v", err)
+		}
+	})
+
+	t.Run("WrongCredentialsRefused", func(t *testing.T) {
+		cfg := blobtest.Config(endpoint, testBucket, "creds")
+		cfg.SecretAccessKey = "not-the-secret"
+		s, err := blobstore.NewS3(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Put(ctx, "k", strings.NewReader("x"), 1)
+		if err == nil || !strings.Contains(err.Error(), "SignatureDoesNotMatch") {
+			t.Fatalf("Put with a wrong secret: %v, want SignatureDoesNotMatch", err)
+		}
+		cfg = blobtest.Config(endpoint, testBucket, "creds")
+		cfg.AccessKeyID = "stranger"
+		s, err = blobstore.NewS3(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Head(ctx, "k"); err == nil || errors.Is(err, blobstore.ErrNotFound) {
+			t.Fatalf("Head with an unknown key id: %v, want an access error", err)
+		}
+	})
+
+	t.Run("PresignedURLIsBound", func(t *testing.T) {
+		s := blobtest.NewS3Store(t, endpoint, testBucket, "presign")
+		u, _, err := s.PresignPut(ctx, "target", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Another key with the same signature, no signature at all, and a
+		// longer validity than signed are all refused.
+		other := *parsed
+		other.Path = strings.Replace(other.Path, "target", "elsewhere", 1)
+		unsigned := *parsed
+		unsigned.RawQuery = ""
+		longer := *parsed
+		q := longer.Query()
+		q.Set("X-Amz-Expires", "600")
+		longer.RawQuery = q.Encode()
+		for name, bad := range map[string]string{"other key": other.String(), "unsigned": unsigned.String(), "longer ttl": longer.String()} {
+			if code := httpPut(t, bad, "evil"); code != http.StatusForbidden {
+				t.Errorf("%s: PUT answered %d, want 403", name, code)
+			}
+		}
+		if code := httpPut(t, u, "good"); code != http.StatusOK {
+			t.Fatalf("presigned PUT answered %d", code)
+		}
+		if got := listKeys(t, s, ""); !slices.Equal(got, []string{"target"}) {
+			t.Fatalf("objects: %q", got)
+		}
+	})
+
+	t.Run("Observer", func(t *testing.T) {
+		var (
+			mu  sync.Mutex
+			ops []string
+		)
+		cfg := blobtest.Config(endpoint, testBucket, "observed")
+		cfg.Observer = func(op string, n int, err error, d time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			ops = append(ops, op)
+		}
+		s, err := blobstore.NewS3(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(t, s, "k", "v")
+		_ = get(t, s, "k", 0, -1)
+		_, _ = s.Delete(ctx, []string{"k"})
+		if want := []string{"put", "get", "delete"}; !slices.Equal(ops, want) {
+			t.Fatalf("observed %q, want %q", ops, want)
+		}
+	})
+}
+
+func httpPut(t *testing.T, u, body string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A store whose server is down, or never answers, fails within a bounded
+// time instead of hanging.
+func TestS3UnreachableServerFailsFast(t *testing.T) {
+	// A port nothing listens on: connections are refused.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String()
+	_ = ln.Close()
+
+	// A listener that never accepts: connections complete in the kernel's
+	// backlog, requests are never answered.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+
+	const timeout = 500 * time.Millisecond
+	const bound = 10 * time.Second
+	for name, endpoint := range map[string]string{"refused": refused, "silent": "http://" + silent.Addr().String()} {
+		t.Run(name, func(t *testing.T) {
+			cfg := blobtest.Config(endpoint, testBucket, "down")
+			cfg.MaxAttempts = 2
+			cfg.Timeout = timeout
+			s, err := blobstore.NewS3(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			ops := map[string]func() error{
+				"put": func() error { return s.Put(ctx, "k", strings.NewReader("x"), 1) },
+				"get": func() error {
+					rc, err := s.Get(ctx, "k", 0, -1)
+					if err == nil {
+						_ = rc.Close()
+					}
+					return err
+				},
+				"head":   func() error { _, err := s.Head(ctx, "k"); return err },
+				"list":   func() error { return s.List(ctx, "", func(blobstore.Info) error { return nil }) },
+				"delete": func() error { _, err := s.Delete(ctx, []string{"k"}); return err },
+				"ping":   func() error { return s.Ping(ctx) },
+			}
+			for op, call := range ops {
+				start := time.Now()
+				err := call()
+				took := time.Since(start)
+				if err == nil {
+					t.Errorf("%s succeeded against a dead server", op)
+				}
+				if errors.Is(err, blobstore.ErrNotFound) {
+					t.Errorf("%s: %v must not look like a missing object", op, err)
+				}
+				if took > bound {
+					t.Errorf("%s took %s, want under %s", op, took, bound)
+				}
+			}
+		})
+	}
+}
