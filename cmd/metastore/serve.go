@@ -60,8 +60,15 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	}
 	cfg.HTTPAddr = boundAddr(cfg.HTTPAddr, ln.Addr())
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+
 	store, err := blobstore.Open(context.Background(), cfg.BlobStoreLocation(), blobstore.S3Config{
 		Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, PathStyle: cfg.S3PathStyle,
+		Observer: blobstoreObserver(reg),
 	})
 	if err != nil {
 		ln.Close()
@@ -75,12 +82,6 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		log.Error("cannot open state machine", "path", cfg.FSMPath(), "err", err)
 		return exitFailure
 	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
 
 	// Leader tasks are handed to node.New, before the node exists; they
 	// reach it through current, which is set as soon as New returns.
@@ -340,5 +341,28 @@ func gcConfig(cfg config.Config) gc.Config {
 		TombstoneTTL: orZero(cfg.GCTombstoneTTL),
 		OrphanGrace:  orZero(cfg.GCOrphanGrace),
 		OrphanEvery:  cfg.GCOrphanEvery,
+	}
+}
+
+// blobstoreObserver records every object-store operation in Prometheus:
+// its latency and outcome, and the objects it handled.
+func blobstoreObserver(reg prometheus.Registerer) blobstore.Observer {
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "metastore_blobstore_request_duration_seconds",
+		Help:    "Object-store operations by operation and outcome.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+	}, []string{"op", "outcome"})
+	objects := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "metastore_blobstore_objects_total",
+		Help: "Objects handled by object-store operations (keys deleted or listed, else one per call).",
+	}, []string{"op"})
+	reg.MustRegister(latency, objects)
+	return func(op string, n int, err error, d time.Duration) {
+		outcome := "ok"
+		if err != nil {
+			outcome = "error"
+		}
+		latency.WithLabelValues(op, outcome).Observe(d.Seconds())
+		objects.WithLabelValues(op).Add(float64(n))
 	}
 }
