@@ -29,6 +29,7 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeRouteNotFound    = "route_not_found"
 	CodeInternal         = "internal"
+	CodeBadBackup        = "bad_backup"
 )
 
 // Error is the JSON error every failed request answers with:
@@ -103,6 +104,8 @@ func toAPIError(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: err.Error()}
 	case errors.Is(err, node.ErrMemberConflict):
 		return apiErr(http.StatusConflict, string(fsm.CodeConflict), "id", "%v", err)
+	case errors.Is(err, node.ErrBadBackup):
+		return apiErr(http.StatusBadRequest, CodeBadBackup, "", "%v", err)
 	case errors.Is(err, node.ErrUnknownMember):
 		return apiErr(http.StatusNotFound, string(fsm.CodeNotFound), "id", "%v", err)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -76,6 +76,9 @@ func (w *statusWriter) Flush() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// Written reports whether the response has started.
+func (w *statusWriter) Written() bool { return w.status != 0 }
+
 func (s *Server) instrument(name string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()

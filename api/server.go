@@ -142,6 +142,8 @@ func (s *Server) routeTable() []route {
 		{"gc.status", "GET", "/v1/gc", read, s.gcStatus, 0},
 		{"gc.run", "POST", "/v1/gc/run", write, s.gcRun, 0},
 		{"jobs.verify", "GET", "/v1/jobs/{job}/verify", read, s.jobVerify, 0},
+		{"snapshot.save", "GET", "/v1/snapshot", read, nil, 0},
+		{"snapshot.restore", "PUT", "/v1/snapshot", write, s.snapshotRestore, 1 << 40},
 	}
 }
 
@@ -152,8 +154,11 @@ func (s *Server) routes(reg *prometheus.Registry) *mux.Router {
 	r.Use(s.recoverer)
 	for _, rt := range s.routeTable() {
 		h := s.wrap(rt)
-		if rt.name == "objects.get" {
+		switch rt.name {
+		case "objects.get":
 			h = s.instrument(rt.name, s.leaderOnly(rt, http.HandlerFunc(s.objectGet)))
+		case "snapshot.save":
+			h = s.instrument(rt.name, s.leaderOnly(rt, http.HandlerFunc(s.snapshotSave)))
 		}
 		r.Handle(rt.path, h).Methods(rt.method).Name(rt.name)
 	}
