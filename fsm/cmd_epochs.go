@@ -305,16 +305,21 @@ func applyTaskAck(t *txn, c Command) (any, error) {
 		return nil, ruleErr(CodeEpochNotPending, "epoch", "epoch %d is %s", p.Epoch, e.State)
 	}
 	var plan *manifestPlan
+	var abandoned *Lineage
 	if m := p.Manifest; m != nil || tk.Caps.Has(KindState) {
 		if m == nil {
 			// A state task without a manifest in this ack keeps its
-			// manifest unchanged, if this attempt has one.
+			// manifest unchanged, if this attempt has one. A manifest of
+			// an earlier attempt that this attempt does not continue is
+			// abandoned: it lives on only in the checkpoints that hold it.
 			if hid, err := t.head(p.Job, p.Task); err != nil {
 				return nil, err
 			} else if l, err := t.lineage(hid); err != nil {
 				return nil, err
 			} else if l != nil && l.Generation == p.Generation {
 				m = &ManifestAck{}
+			} else if l != nil {
+				abandoned = l
 			}
 		}
 		if m != nil {
@@ -334,6 +339,14 @@ func applyTaskAck(t *txn, c Command) (any, error) {
 	}
 	if plan != nil {
 		if ack.Lineage, err = applyManifest(t, j, p.Generation, p.Epoch, p.Task, plan, c.Time); err != nil {
+			return nil, err
+		}
+	}
+	if abandoned != nil {
+		if err := t.del(bucketHeads, headKey(p.Job, p.Task)); err != nil {
+			return nil, err
+		}
+		if err := detach(t, abandoned, c.Time); err != nil {
 			return nil, err
 		}
 	}

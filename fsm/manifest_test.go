@@ -282,3 +282,28 @@ func TestIncrementalJobReferences(t *testing.T) {
 		}
 	}
 }
+
+// TestAbandonedManifest checks that a task whose new attempt acknowledges
+// without a manifest lets go of its old manifest once no checkpoint holds
+// it.
+func TestAbandonedManifest(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("ab", fsm.JobConfig{Retained: 1})
+	tk := task(t, "t", "state", "incremental")
+	h.start("ab", "a1", tk)
+	w := &worker{job: "ab", task: "t", gen: 1, acked: map[uint64]manifests.Manifest{}}
+	h.begin("ab", 1, 1)
+	w.step(h, 1, false)
+	keys := w.m.Blobs()
+	h.start("ab", "a2", tk)
+	for e := uint64(2); e <= 3; e++ {
+		h.begin("ab", 2, e)
+		h.ack("ab", 2, e, "t", map[fsm.Kind][]byte{fsm.KindState: []byte("inline")})
+	}
+	h.fsck()
+	for _, k := range keys {
+		if b, _, _ := h.f.Blob(k); b.Refs != 0 {
+			t.Fatalf("blob %s of the abandoned manifest still has %d refs", k, b.Refs)
+		}
+	}
+}
