@@ -283,6 +283,8 @@ func TestBadInput(t *testing.T) {
 		{"bad ack timeout", "PUT", "", `{"config":{"ack_timeout":"soon"}}`, 400, "invalid_json", ""},
 		{"bad wait", "GET", "/epochs/7?index=1&wait=forever", nil, 400, "invalid_argument", "wait"},
 		{"bad state filter", "GET", "/epochs?state=done", nil, 400, "invalid_argument", "state"},
+		{"bad consistency", "GET", "/epochs?consistency=eventual", nil, 400, "invalid_argument", "consistency"},
+		{"manifest of an aborted epoch", "GET", "/epochs/6/manifests/src", nil, 409, "epoch_not_completed", "epoch"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -300,6 +302,7 @@ func TestBadInput(t *testing.T) {
 	expectError(t, do(t, "GET", m.url+"/v1/nope", nil), 404, "route_not_found", "")
 	expectError(t, do(t, "DELETE", j.base, nil), 405, "method_not_allowed", "")
 	expectError(t, do(t, "GET", m.url+"/v1/jobs/nope", nil), 404, "not_found", "job")
+	expectError(t, do(t, "POST", m.url+"/v1/leader/transfer", nil), 409, "conflict", "")
 	// The server still serves.
 	ok(t, "GET", m.url+"/healthz", nil, nil)
 }

@@ -82,7 +82,7 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		case errors.Is(err, blobstore.ErrPresignUnsupported):
 			u.URL = "http://" + s.cfg.HTTPAdvertiseAddr() + "/v1/objects/" + key
 		default:
-			return nil, res.Index, err
+			return nil, res.Index, storeError(err)
 		}
 		out = append(out, u)
 	}
@@ -297,7 +297,12 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 		// Nothing is written before the snapshot is taken and open, so an
 		// error here is still a clean JSON answer unless the copy failed.
 		if ww, ok := w.(interface{ Written() bool }); !ok || !ww.Written() {
-			writeError(w, toAPIError(err))
+			ae := toAPIError(err)
+			if ae.Code == CodeOutcomeUnknown {
+				// Nothing is written by a backup: the snapshot simply failed.
+				ae = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: err.Error()}
+			}
+			writeError(w, ae)
 		}
 		s.logger.Warn("backup failed", "err", err)
 	}

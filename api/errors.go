@@ -40,7 +40,8 @@ type Error struct {
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
 	// Retryable tells the client the request did not take effect, or that
-	// repeating it is safe, and that it may succeed later.
+	// repeating it is safe, and that it may succeed later. It travels as
+	// "retryable" in the JSON body, with a Retry-After header.
 	Retryable bool `json:"retryable"`
 }
 

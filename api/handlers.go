@@ -100,6 +100,15 @@ func (s *Server) membersRemove(r *http.Request) (any, uint64, error) {
 }
 
 func (s *Server) leaderTransfer(r *http.Request) (any, uint64, error) {
+	voters := 0
+	for _, m := range s.node.Status().Members {
+		if m.Suffrage == "voter" {
+			voters++
+		}
+	}
+	if voters < 2 {
+		return nil, 0, apiErr(http.StatusConflict, string(fsm.CodeConflict), "", "no other voter to hand leadership to")
+	}
 	if err := s.node.TransferLeadership(r.Context()); err != nil {
 		return nil, 0, err
 	}

@@ -185,15 +185,22 @@ func (s *Server) wrap(rt route) http.Handler {
 			limit = rt.maxBody
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
-		w.Header().Set(HeaderServedBy, s.cfg.NodeID)
 		if s.mustForward(rt, r) {
 			s.forward(w, r, rt.name)
 			return
 		}
-		if rt.kind == read && consistency(r) == consistencyLinearizable {
-			if _, err := s.node.LinearizableRead(r.Context()); err != nil {
+		w.Header().Set(HeaderServedBy, s.cfg.NodeID)
+		if rt.kind == read {
+			c, err := consistency(r)
+			if err != nil {
 				writeError(w, toAPIError(err))
 				return
+			}
+			if c != consistencyStale {
+				if _, err := s.node.LinearizableRead(r.Context()); err != nil {
+					writeError(w, toAPIError(err))
+					return
+				}
 			}
 		}
 		v, idx, err := rt.handler(r)
@@ -211,19 +218,26 @@ func (s *Server) wrap(rt route) http.Handler {
 	return s.instrument(rt.name, h)
 }
 
-// Read consistency levels.
+// Read consistency levels. Reads are linearizable unless the caller asks
+// for a stale one: "default" and "linearizable" are both answered by the
+// leader after it confirmed its leadership with a quorum and applied
+// everything committed (a paused or partitioned ex-leader cannot answer);
+// "stale" is answered by the member asked, from its own state.
 const (
 	consistencyStale        = "stale"
 	consistencyDefault      = "default"
 	consistencyLinearizable = "linearizable"
 )
 
-func consistency(r *http.Request) string {
+func consistency(r *http.Request) (string, error) {
 	switch c := r.URL.Query().Get("consistency"); c {
-	case consistencyStale, consistencyLinearizable:
-		return c
+	case "":
+		return consistencyDefault, nil
+	case consistencyStale, consistencyDefault, consistencyLinearizable:
+		return c, nil
+	default:
+		return "", apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "consistency", "%q is not one of stale, default, linearizable", c)
 	}
-	return consistencyDefault
 }
 
 // mustForward reports whether the request belongs to the leader and this
@@ -233,7 +247,8 @@ func (s *Server) mustForward(rt route, r *http.Request) bool {
 	case write:
 		return !s.node.IsLeader()
 	case read:
-		return consistency(r) != consistencyStale && !s.node.IsLeader()
+		c, err := consistency(r)
+		return err == nil && c != consistencyStale && !s.node.IsLeader()
 	}
 	return false
 }
@@ -241,9 +256,18 @@ func (s *Server) mustForward(rt route, r *http.Request) bool {
 // leaderOnly forwards a streaming handler's request like wrap does.
 func (s *Server) leaderOnly(rt route, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(HeaderServedBy, s.cfg.NodeID)
 		if s.mustForward(rt, r) {
 			s.forward(w, r, rt.name)
+			return
+		}
+		w.Header().Set(HeaderServedBy, s.cfg.NodeID)
+		if c, err := consistency(r); err == nil && rt.kind == read && c != consistencyStale {
+			if _, err := s.node.LinearizableRead(r.Context()); err != nil {
+				writeError(w, toAPIError(err))
+				return
+			}
+		} else if err != nil {
+			writeError(w, toAPIError(err))
 			return
 		}
 		next.ServeHTTP(w, r)

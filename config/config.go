@@ -170,6 +170,8 @@ func (c *Config) Validate() error {
 		if err := checkHostPort(c.HTTPAdvertise, true); err != nil {
 			return bad("http-advertise", "%v", err)
 		}
+	} else if host, _, _ := net.SplitHostPort(c.HTTPAddr); host == "" || host == "0.0.0.0" || host == "::" {
+		return bad("http-advertise", "required when --http-addr %q does not name a routable host", c.HTTPAddr)
 	}
 	if err := checkHostPort(c.RaftAddr, false); err != nil {
 		return bad("raft-addr", "%v", err)

@@ -26,6 +26,7 @@ func TestValidateNamesTheSetting(t *testing.T) {
 		{"http-addr", func(c *Config) { c.HTTPAddr = "nohostport" }},
 		{"raft-addr", func(c *Config) { c.RaftAddr = "127.0.0.1" }},
 		{"raft-advertise", func(c *Config) { c.RaftAddr = "0.0.0.0:7071" }},
+		{"http-advertise", func(c *Config) { c.HTTPAddr = "0.0.0.0:7070" }},
 		{"initial-cluster", func(c *Config) { c.InitialCluster = []Peer{{ID: "other", RaftAddr: "10.0.0.1:7071"}} }},
 		{"initial-cluster", func(c *Config) {
 			c.InitialCluster = []Peer{{ID: "node1", RaftAddr: DefaultRaftAddr}, {ID: "node1", RaftAddr: "10.0.0.1:1"}}

@@ -155,6 +155,17 @@ func (f *FSM) ReferencedBlobs(job string) ([]BlobRef, uint64, error) {
 func (f *FSM) Manifest(job string, epoch uint64, task string) (*manifests.Manifest, uint64, error) {
 	var m *manifests.Manifest
 	idx, err := f.view(func(t *txn) error {
+		j, err := mustJob(t, job)
+		if err != nil {
+			return err
+		}
+		e, err := mustEpoch(t, j, epoch)
+		if err != nil {
+			return err
+		}
+		if e.State != EpochCompleted && e.State != EpochPending {
+			return ruleErr(CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; its manifests are no longer kept", epoch, job, e.State)
+		}
 		a, err := t.ack(job, epoch, task)
 		if err != nil {
 			return err

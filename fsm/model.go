@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Limits of the model. They are part of the API contract (docs/api).
+// Limits of the model. They are part of the API contract (docs/openapi.json).
 const (
 	// MaxInlinePayload is the largest inline payload one task may store for
 	// one kind in one epoch. Source offsets and small sink state fit; larger

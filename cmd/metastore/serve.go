@@ -76,6 +76,17 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		return exitFailure
 	}
 
+	if pinger, ok := store.(interface{ Ping(context.Context) error }); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := pinger.Ping(ctx); err != nil {
+			log.Warn("blob store is not reachable yet; uploads, restores and GC fail until it is", "location", store.String(), "err", err)
+		}
+		cancel()
+	}
+	if cfg.BlobStore == "" && (len(cfg.InitialCluster) > 1 || len(cfg.Join) > 0) {
+		log.Warn("the local blob store keeps blobs on each member's own disk: in a cluster, uploads and reads go to the leader's directory and are lost to a new leader; use --blob-store s3://... for clusters")
+	}
+
 	f, err := fsm.Open(cfg.FSMPath(), logger.With("component", "fsm"))
 	if err != nil {
 		ln.Close()
