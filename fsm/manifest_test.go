@@ -307,3 +307,37 @@ func TestAbandonedManifest(t *testing.T) {
 		}
 	}
 }
+
+// TestReferencesToDeletingAndExpiredBlobs: an ack cannot reference a blob
+// the collector marked deleting, nor commit an upload whose intent expired.
+func TestReferencesToDeletingAndExpiredBlobs(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("d", fsm.JobConfig{Retained: 1})
+	h.start("d", "a1", task(t, "t", "state", "incremental"))
+	w := &worker{job: "d", task: "t", gen: 1, acked: map[uint64]manifests.Manifest{}}
+	h.begin("d", 1, 1)
+	w.step(h, 1, false)
+	h.begin("d", 1, 2)
+	w.step(h, 2, true) // materializes: epoch 1's log blob is dropped
+	old := "d/t/log-1-1"
+	if b, _, _ := h.f.Blob(old); b.Refs != 0 {
+		t.Fatalf("%s still referenced", old)
+	}
+	if got := mustOK(t, h.mustApply(fsm.CmdBlobsDeleting, fsm.BlobKeys{Keys: []string{old}})).([]string); len(got) != 1 {
+		t.Fatalf("marked %v", got)
+	}
+	h.begin("d", 1, 3)
+	seg := manifests.Segment{Key: old, Offset: 0, Length: 10, FirstSeq: w.seq + 1, LastSeq: w.seq + 1}
+	h.reject(fsm.ErrBlobDeleting, fsm.CmdTaskAck, fsm.TaskAck{Job: "d", Generation: 1, Epoch: 3, Task: "t",
+		Manifest: &fsm.ManifestAck{Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg}}}})
+
+	h.intents("d", 1, "d/t/late")
+	h.advance(2 * time.Hour)
+	late := manifests.Segment{Key: "d/t/late", Offset: 0, Length: 10, FirstSeq: w.seq + 1, LastSeq: w.seq + 1}
+	h.reject(fsm.ErrBlobExpired, fsm.CmdTaskAck, fsm.TaskAck{Job: "d", Generation: 1, Epoch: 3, Task: "t",
+		Manifest: &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "d/t/late", Size: 10}}, Delta: &manifests.Delta{AddSegments: []manifests.Segment{late}}}})
+	h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"d/t/late"}})
+	h.reject(fsm.ErrBlobExpired, fsm.CmdTaskAck, fsm.TaskAck{Job: "d", Generation: 1, Epoch: 3, Task: "t",
+		Manifest: &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "d/t/late", Size: 10}}, Delta: &manifests.Delta{AddSegments: []manifests.Segment{late}}}})
+	h.fsck()
+}
