@@ -483,6 +483,9 @@ func (cy *cycle) markAndDelete() error {
 			c.log.Warn("gc candidates could not be marked", "count", len(keys), "first", keys[0])
 			return nil
 		}
+		if faultInject {
+			faultAfterMark(marked)
+		}
 		if _, err := cy.deleteAndRecord(marked, false); err != nil {
 			return err
 		}

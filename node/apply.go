@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -137,7 +138,9 @@ func applyOutcome(res *fsm.Result, err error) string {
 // later. The index is at least that of every write acknowledged before the
 // call, is comparable with the indexes fsm queries report, and is safe to
 // pass to fsm.WaitApplied. (It can be below raft's commit index, whose last
-// entries may be barriers or no-ops that never reach the FSM.)
+// entries may be barriers or no-ops that never reach the FSM; right after a
+// backup is restored it is the FSM's restarted index, below the indexes of
+// writes made before the restore.)
 //
 // It requires the leader's barrier of the current term to have completed
 // (else ErrTryAgain), takes the commit index, confirms leadership with a
@@ -187,8 +190,14 @@ func (n *Node) LinearizableRead(ctx context.Context) (uint64, error) {
 // usual last entry after an election) the FSM's applied index stays below
 // the commit index until the next command.
 //
-// A missing entry has been compacted into a snapshot, and a snapshot covers
-// only what the FSM has already processed, so the scan stops there.
+// A missing entry has been compacted into, or replaced by, a snapshot, which
+// the FSM has already processed: the scan stops there. That includes the
+// index of a restored backup, which has no log entry; the FSM's own index
+// restarts low after such a restore while older commands stay in the log.
+// As a second guard, commands at or below Raft's last snapshot index count
+// as applied: Raft records a snapshot only after the FSM has processed it
+// (taken, installed or restored), and at startup catchUpFromSnapshot brings
+// the FSM up to the newest snapshot.
 func (n *Node) fsmTarget(idx uint64) (uint64, error) {
 	applied := n.fsm.AppliedIndex()
 	for i := idx; i > applied; i-- {
@@ -200,8 +209,21 @@ func (n *Node) fsmTarget(idx uint64) (uint64, error) {
 			return 0, fmt.Errorf("read log entry %d: %w", i, err)
 		}
 		if l.Type == raft.LogCommand {
+			if i <= n.raftSnapshotIndex() {
+				return applied, nil
+			}
 			return i, nil
 		}
 	}
 	return min(applied, idx), nil
+}
+
+// raftSnapshotIndex is the index of the last snapshot Raft has taken,
+// installed or restored (0 if unknown).
+func (n *Node) raftSnapshotIndex() uint64 {
+	v, err := strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
 }

@@ -224,7 +224,11 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	}
 	closers = append(closers, n.trans.Close)
 
-	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), n.fsm, n.logs, n.boltStore, n.snaps, n.trans)
+	var raftFSM raft.FSM = n.fsm
+	if faultInject {
+		raftFSM = faultFSM(n.fsm) // test builds only: snapshot persist passes a fault point
+	}
+	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, n.boltStore, n.snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}

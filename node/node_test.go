@@ -135,9 +135,9 @@ func newTestNode(t *testing.T, log *slog.Logger, id, dir string) *testNode {
 	c.NodeID = id
 	c.DataDir = dir
 	c.HTTPAddr = tn.api.Listener.Addr().String()
-	c.HeartbeatTimeout = 200 * time.Millisecond
-	c.ElectionTimeout = 200 * time.Millisecond
-	c.LeaderLeaseTimeout = 100 * time.Millisecond
+	c.HeartbeatTimeout = 300 * time.Millisecond
+	c.ElectionTimeout = 300 * time.Millisecond
+	c.LeaderLeaseTimeout = 150 * time.Millisecond
 	c.CommitTimeout = 5 * time.Millisecond
 	c.ApplyTimeout = 5 * time.Second
 	c.ShutdownTimeout = 5 * time.Second
@@ -540,6 +540,36 @@ func TestRefusesFSMAheadOfEmptyRaftState(t *testing.T) {
 	}
 }
 
+// retryable reports errors after which a test retries on the then-current
+// leader: leadership can move at any time (tests run under -race on small
+// machines, where a leader can miss its lease).
+func retryable(err error) bool {
+	return errors.Is(err, node.ErrNotLeader) || errors.Is(err, node.ErrTryAgain) ||
+		errors.Is(err, node.ErrUnknownOutcome) || errors.Is(err, node.ErrNoLeader)
+}
+
+// onLeader runs fn on the current leader, and again on the then-current
+// leader while fn fails with a retryable error. It returns the leader fn
+// succeeded on.
+func onLeader(t *testing.T, nodes []*testNode, what string, fn func(l *testNode) error) *testNode {
+	t.Helper()
+	var last error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		l := waitLeader(t, nodes)
+		err := fn(l)
+		if err == nil {
+			return l
+		}
+		if !retryable(err) {
+			t.Fatalf("%s on %s: %v", what, l.cfg.NodeID, err)
+		}
+		last = err
+		time.Sleep(20 * time.Millisecond) // backoff before asking again
+	}
+	t.Fatalf("%s: still failing: %v", what, last)
+	return nil
+}
+
 func TestThreeNodeCluster(t *testing.T) {
 	log := testLogger(t)
 	var nodes []*testNode
@@ -564,34 +594,35 @@ func TestThreeNodeCluster(t *testing.T) {
 		return nil
 	})
 	leader := waitLeader(t, nodes)
-	var followers []*testNode
+	var follower *testNode
 	for _, tn := range nodes {
 		if tn != leader {
-			followers = append(followers, tn)
+			follower = tn
+			break
 		}
 	}
 
 	// Writes and linearizable reads go to the leader only.
 	cmd := mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "x", RaftAddr: "x:1", HTTPAddr: "x:2"})
-	if _, err := followers[0].node.Apply(ctxT(t), cmd); !errors.Is(err, node.ErrNotLeader) {
+	if _, err := follower.node.Apply(ctxT(t), cmd); !errors.Is(err, node.ErrNotLeader) {
 		t.Fatalf("apply on follower: %v", err)
 	}
-	if _, err := followers[0].node.LinearizableRead(ctxT(t)); !errors.Is(err, node.ErrNotLeader) {
+	if _, err := follower.node.LinearizableRead(ctxT(t)); !errors.Is(err, node.ErrNotLeader) {
 		t.Fatalf("read on follower: %v", err)
 	}
 	var last *fsm.Result
-	waitFor(t, 5*time.Second, "write on the leader", func() bool {
-		res, err := leader.node.Apply(ctxT(t), cmd)
-		if err != nil {
-			t.Logf("apply: %v", err)
-			return false
-		}
-		last = res
-		return true
+	onLeader(t, nodes, "write", func(l *testNode) (err error) {
+		last, err = l.node.Apply(ctxT(t), cmd)
+		return err
 	})
-	if idx := linRead(t, leader.node); idx < last.Index {
-		t.Fatalf("read index %d < write index %d", idx, last.Index)
-	}
+	// A read on any leader, even a newer one, reflects the write.
+	onLeader(t, nodes, "linearizable read", func(l *testNode) error {
+		idx, err := l.node.LinearizableRead(ctxT(t))
+		if err == nil && idx < last.Index {
+			t.Fatalf("read index %d < write index %d", idx, last.Index)
+		}
+		return err
+	})
 
 	// Followers of a static cluster get their member records through the
 	// leader (POST /v1/members); then every node knows every HTTP address.
@@ -607,85 +638,144 @@ func TestThreeNodeCluster(t *testing.T) {
 	})
 	for _, tn := range nodes {
 		waitFor(t, 5*time.Second, tn.cfg.NodeID+" ready", func() bool { return tn.node.Ready() == nil })
-		if addr, err := tn.node.LeaderHTTPAddr(); err != nil || addr != leader.cfg.HTTPAdvertiseAddr() {
-			t.Fatalf("%s: LeaderHTTPAddr = %q, %v", tn.cfg.NodeID, addr, err)
-		}
 	}
-	st := leader.node.Status()
-	voters, leads := 0, 0
-	for _, m := range st.Members {
-		if m.Suffrage == "voter" {
-			voters++
-			if m.HTTPAddr == "" {
-				t.Fatalf("voter without HTTP address: %+v", st.Members)
+	waitFor(t, 10*time.Second, "every node names the leader's HTTP address, status agrees", func() bool {
+		ls := leaders(nodes)
+		if len(ls) != 1 {
+			return false
+		}
+		l := ls[0]
+		for _, tn := range nodes {
+			if addr, err := tn.node.LeaderHTTPAddr(); err != nil || addr != l.cfg.HTTPAdvertiseAddr() {
+				return false
 			}
 		}
-		if m.Leader {
-			leads++
+		st := l.node.Status()
+		voters, leads := 0, 0
+		for _, m := range st.Members {
+			if m.Suffrage == "voter" && m.HTTPAddr != "" {
+				voters++
+			}
+			if m.Leader {
+				leads++
+			}
 		}
-	}
-	if voters != 3 || leads != 1 || st.LeaderID != leader.cfg.NodeID {
-		t.Fatalf("status %+v", st)
-	}
+		return voters == 3 && leads == 1 && st.LeaderID == l.cfg.NodeID && st.LeaderHTTPAddr == l.cfg.HTTPAdvertiseAddr()
+	})
 
 	// Leader tasks run on the leader only.
-	waitFor(t, 5*time.Second, "leader task on the leader only", func() bool {
-		return leader.tasks.Load() == 1 && followers[0].tasks.Load() == 0 && followers[1].tasks.Load() == 0
+	tasksOnLeaderOnly := func() bool {
+		ls := leaders(nodes)
+		if len(ls) != 1 {
+			return false
+		}
+		for _, tn := range nodes {
+			want := int32(0)
+			if tn == ls[0] {
+				want = 1
+			}
+			if tn.tasks.Load() != want {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 5*time.Second, "leader task on the leader only", tasksOnLeaderOnly)
+
+	// Membership: a conflicting address is refused, re-adding a voter is a
+	// no-op, an unknown id is 404, and only the leader changes membership.
+	onLeader(t, nodes, "conflicting AddVoter", func(l *testNode) error {
+		other := nodes[0]
+		if other == l {
+			other = nodes[1]
+		}
+		err := l.node.AddVoter(ctxT(t), other.cfg.NodeID, "127.0.0.1:1", other.cfg.HTTPAdvertiseAddr())
+		if errors.Is(err, node.ErrMemberConflict) {
+			return nil
+		}
+		if err == nil {
+			t.Fatalf("conflicting AddVoter succeeded")
+		}
+		return err
 	})
-
-	// Membership: a conflicting address is refused, an unknown id is 404.
-	other := followers[0]
-	if err := leader.node.AddVoter(ctxT(t), other.cfg.NodeID, "127.0.0.1:1", other.cfg.HTTPAdvertiseAddr()); !errors.Is(err, node.ErrMemberConflict) {
-		t.Fatalf("conflicting AddVoter: %v", err)
-	}
-	if err := leader.node.AddVoter(ctxT(t), other.cfg.NodeID, other.cfg.RaftAdvertiseAddr(), other.cfg.HTTPAdvertiseAddr()); err != nil {
-		t.Fatalf("idempotent AddVoter: %v", err)
-	}
-	if err := leader.node.RemoveServer(ctxT(t), "nope"); !errors.Is(err, node.ErrUnknownMember) {
-		t.Fatalf("remove unknown: %v", err)
-	}
-	if err := other.node.RemoveServer(ctxT(t), leader.cfg.NodeID); !errors.Is(err, node.ErrNotLeader) {
-		t.Fatalf("remove on follower: %v", err)
-	}
-
-	// Leadership transfer moves the leader tasks.
-	if err := leader.node.TransferLeadership(ctxT(t)); err != nil {
-		t.Fatalf("transfer: %v", err)
-	}
-	old := leader
-	leader = waitLeader(t, nodes)
-	if leader == old {
-		t.Fatalf("leadership did not move")
-	}
-	waitFor(t, 5*time.Second, "leader task moved", func() bool {
-		return leader.tasks.Load() == 1 && old.tasks.Load() == 0
+	onLeader(t, nodes, "idempotent AddVoter", func(l *testNode) error {
+		other := nodes[0]
+		if other == l {
+			other = nodes[1]
+		}
+		return l.node.AddVoter(ctxT(t), other.cfg.NodeID, other.cfg.RaftAdvertiseAddr(), other.cfg.HTTPAdvertiseAddr())
 	})
-
-	// Remove a follower.
-	var victim *testNode
+	onLeader(t, nodes, "remove unknown", func(l *testNode) error {
+		err := l.node.RemoveServer(ctxT(t), "nope")
+		if errors.Is(err, node.ErrUnknownMember) {
+			return nil
+		}
+		if err == nil {
+			t.Fatalf("removing an unknown id succeeded")
+		}
+		return err
+	})
 	for _, tn := range nodes {
-		if tn != leader {
-			victim = tn
+		if !tn.node.IsLeader() {
+			if err := tn.node.RemoveServer(ctxT(t), "n1"); !errors.Is(err, node.ErrNotLeader) {
+				t.Fatalf("remove on follower: %v", err)
+			}
 			break
 		}
 	}
-	if err := leader.node.RemoveServer(ctxT(t), victim.cfg.NodeID); err != nil {
-		t.Fatalf("remove %s: %v", victim.cfg.NodeID, err)
-	}
-	st = leader.node.Status()
-	for _, m := range st.Members {
-		if m.ID == victim.cfg.NodeID {
-			t.Fatalf("removed server still listed: %+v", st.Members)
+
+	// Leadership transfer: the old leader steps down and the leader task
+	// follows leadership.
+	old := onLeader(t, nodes, "transfer", func(l *testNode) error {
+		return l.node.TransferLeadership(ctxT(t))
+	})
+	waitFor(t, 10*time.Second, "a new leader", func() bool {
+		ls := leaders(nodes)
+		return len(ls) == 1 && ls[0] != old
+	})
+	waitFor(t, 5*time.Second, "leader task moved with leadership", tasksOnLeaderOnly)
+
+	// Remove a follower.
+	var victim *testNode
+	onLeader(t, nodes, "remove follower", func(l *testNode) error {
+		if victim == nil {
+			for _, tn := range nodes {
+				if tn != l {
+					victim = tn
+					break
+				}
+			}
+		}
+		err := l.node.RemoveServer(ctxT(t), victim.cfg.NodeID)
+		if errors.Is(err, node.ErrUnknownMember) {
+			return nil // an earlier attempt with an unknown outcome did it
+		}
+		return err
+	})
+	var rest []*testNode
+	for _, tn := range nodes {
+		if tn != victim {
+			rest = append(rest, tn)
 		}
 	}
-	if len(st.Members) != 3 { // two voters and the "x" record
-		t.Fatalf("members after remove: %+v", st.Members)
-	}
-	if hasMember(t, leader.fsm, victim.cfg.NodeID) {
-		t.Fatalf("member record of the removed server remains")
-	}
+	waitFor(t, 10*time.Second, "the removed server gone from status and member records", func() bool {
+		ls := leaders(rest)
+		if len(ls) != 1 {
+			return false
+		}
+		st := ls[0].node.Status()
+		for _, m := range st.Members {
+			if m.ID == victim.cfg.NodeID {
+				return false
+			}
+		}
+		return len(st.Members) == 3 && !hasMember(t, ls[0].fsm, victim.cfg.NodeID) // two voters and the "x" record
+	})
 	// The two remaining voters still commit.
-	upsert(t, leader.node, "after-remove")
+	onLeader(t, rest, "write after remove", func(l *testNode) error {
+		_, err := l.node.Apply(ctxT(t), mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "after-remove", RaftAddr: "y:1", HTTPAddr: "y:2"}))
+		return err
+	})
 }
 
 func TestJoin(t *testing.T) {
@@ -716,12 +806,26 @@ func TestJoin(t *testing.T) {
 	if err := second.node.Join(ctx, []string{"127.0.0.1:1"}); err != nil {
 		t.Fatalf("join when already a voter: %v", err)
 	}
-	if _, err := second.node.LinearizableRead(ctxT(t)); !errors.Is(err, node.ErrNotLeader) {
-		t.Fatalf("read on follower: %v", err)
-	}
-	if addr, err := second.node.LeaderHTTPAddr(); err != nil || addr != first.cfg.HTTPAdvertiseAddr() {
-		t.Fatalf("LeaderHTTPAddr on n2 = %q, %v", addr, err)
-	}
+	// Both know where the leader serves HTTP; the follower refuses
+	// linearizable reads.
+	both := []*testNode{first, second}
+	waitFor(t, 10*time.Second, "leader HTTP address known on both, follower refuses reads", func() bool {
+		ls := leaders(both)
+		if len(ls) != 1 {
+			return false
+		}
+		for _, tn := range both {
+			if addr, err := tn.node.LeaderHTTPAddr(); err != nil || addr != ls[0].cfg.HTTPAdvertiseAddr() {
+				return false
+			}
+			if tn != ls[0] {
+				if _, err := tn.node.LinearizableRead(ctxT(t)); !errors.Is(err, node.ErrNotLeader) {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
 
 func TestJoinStopsOnFinalRefusal(t *testing.T) {
