@@ -8,21 +8,32 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
-
-	"github.com/metastore/metastore/node"
 )
+
+// This file is the client side of the operator commands: their common
+// flags, the parsing of their command lines, and the one place that talks
+// HTTP to a node (do for JSON requests, request for streams).
 
 // defaultAddr is the node the client commands talk to by default.
 const defaultAddr = "http://127.0.0.1:7070"
 
-// maxResponseBytes bounds what the client reads of one response.
+// maxResponseBytes bounds what the client reads of one JSON response.
 const maxResponseBytes = 64 << 20
+
+// maxErrorBytes bounds what the client reads of an error answer.
+const maxErrorBytes = 1 << 20
+
+// defaultTimeout bounds a JSON request; streamTimeout a snapshot transfer.
+const (
+	defaultTimeout = 30 * time.Second
+	streamTimeout  = time.Hour
+)
 
 // clientOptions are the flags every client command takes.
 type clientOptions struct {
@@ -34,6 +45,11 @@ type clientOptions struct {
 // newClientFlags returns the flag set of a client command, with --addr
 // defaulting to METASTORE_ADDR when that is set.
 func newClientFlags(name string, getenv func(string) string) (*flag.FlagSet, *clientOptions) {
+	return newClientFlagsTimeout(name, getenv, defaultTimeout)
+}
+
+// newClientFlagsTimeout is newClientFlags with another default --timeout.
+func newClientFlagsTimeout(name string, getenv func(string) string, timeout time.Duration) (*flag.FlagSet, *clientOptions) {
 	o := &clientOptions{addr: defaultAddr}
 	if v := getenv(envName("addr")); v != "" {
 		o.addr = v
@@ -42,8 +58,8 @@ func newClientFlags(name string, getenv func(string) string) (*flag.FlagSet, *cl
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.StringVar(&o.addr, "addr", o.addr, "HTTP address of a metastore node ["+envName("addr")+"]")
-	fs.BoolVar(&o.json, "json", false, "print the response as JSON")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the answer")
+	fs.BoolVar(&o.json, "json", false, "print the API's answer as JSON")
+	fs.DurationVar(&o.timeout, "timeout", timeout, "how long to wait for the answer")
 	return fs, o
 }
 
@@ -60,6 +76,11 @@ func parseClientArgs(fs *flag.FlagSet, args []string, synopsis string, wantArgs 
 	}
 	if err == nil && len(pos) != wantArgs {
 		err = fmt.Errorf("want %d argument(s), got %d", wantArgs, len(pos))
+	}
+	if err == nil {
+		if t := fs.Lookup("timeout"); t != nil && t.Value.(flag.Getter).Get().(time.Duration) <= 0 {
+			err = errors.New("--timeout must be positive")
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "metastore: %s: %v (usage: metastore %s)\n", fs.Name(), err, synopsis)
@@ -89,112 +110,6 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func runStatus(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs, o := newClientFlags("status", getenv)
-	if _, code, ok := parseClientArgs(fs, args, "status [--addr URL] [--json]", 0, stdout, stderr); !ok {
-		return code
-	}
-	body, err := o.do(http.MethodGet, "/v1/status", nil)
-	if err != nil {
-		return reportClientError(stderr, err)
-	}
-	if o.json {
-		return printJSON(stdout, stderr, body)
-	}
-	var st node.Status
-	if err := decodeJSON(body, &st); err != nil {
-		return reportClientError(stderr, fmt.Errorf("status from %s: %w", o.addr, err))
-	}
-	printStatus(stdout, st)
-	return exitOK
-}
-
-func runMembers(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 {
-		fmt.Fprintf(stderr, "metastore: members: want a subcommand: list, add or remove\n")
-		return exitUsage
-	}
-	switch args[0] {
-	case "list":
-		return runMembersList(args[1:], stdout, stderr, getenv)
-	case "add":
-		return runMembersAdd(args[1:], stdout, stderr, getenv)
-	case "remove":
-		return runMembersRemove(args[1:], stdout, stderr, getenv)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, "Usage:\n  metastore members list [--addr URL] [--json]\n  metastore members add ID --raft-addr HOST:PORT --http-addr HOST:PORT [--addr URL] [--json]\n  metastore members remove ID [--addr URL] [--json]\n")
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "metastore: members: unknown subcommand %q (want list, add or remove)\n", args[0])
-		return exitUsage
-	}
-}
-
-func runMembersList(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs, o := newClientFlags("members list", getenv)
-	if _, code, ok := parseClientArgs(fs, args, "members list [--addr URL] [--json]", 0, stdout, stderr); !ok {
-		return code
-	}
-	body, err := o.do(http.MethodGet, "/v1/members", nil)
-	if err != nil {
-		return reportClientError(stderr, err)
-	}
-	if o.json {
-		return printJSON(stdout, stderr, body)
-	}
-	return printMembersAnswer(stdout, stderr, o.addr, body)
-}
-
-func runMembersAdd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs, o := newClientFlags("members add", getenv)
-	var raftAddr, httpAddr string
-	fs.StringVar(&raftAddr, "raft-addr", "", "Raft address (host:port) the new member advertises")
-	fs.StringVar(&httpAddr, "http-addr", "", "HTTP address (host:port) the new member advertises")
-	const synopsis = "members add ID --raft-addr HOST:PORT --http-addr HOST:PORT [--addr URL] [--json]"
-	pos, code, ok := parseClientArgs(fs, args, synopsis, 1, stdout, stderr)
-	if !ok {
-		return code
-	}
-	for _, req := range []struct{ name, v string }{{"raft-addr", raftAddr}, {"http-addr", httpAddr}} {
-		if req.v == "" {
-			fmt.Fprintf(stderr, "metastore: members add: --%s is required (usage: metastore %s)\n", req.name, synopsis)
-			return exitUsage
-		}
-	}
-	id := pos[0]
-	body, err := o.do(http.MethodPost, "/v1/members", map[string]string{
-		"id":        id,
-		"raft_addr": raftAddr,
-		"http_addr": httpAddr,
-	})
-	if err != nil {
-		return reportClientError(stderr, err)
-	}
-	if o.json {
-		return printJSON(stdout, stderr, body)
-	}
-	fmt.Fprintf(stdout, "added member %s (raft %s, http %s)\n\n", id, raftAddr, httpAddr)
-	return printMembersAnswer(stdout, stderr, o.addr, body)
-}
-
-func runMembersRemove(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs, o := newClientFlags("members remove", getenv)
-	pos, code, ok := parseClientArgs(fs, args, "members remove ID [--addr URL] [--json]", 1, stdout, stderr)
-	if !ok {
-		return code
-	}
-	id := pos[0]
-	body, err := o.do(http.MethodDelete, "/v1/members/"+url.PathEscape(id), nil)
-	if err != nil {
-		return reportClientError(stderr, err)
-	}
-	if o.json {
-		return printJSON(stdout, stderr, body)
-	}
-	fmt.Fprintf(stdout, "removed member %s\n\n", id)
-	return printMembersAnswer(stdout, stderr, o.addr, body)
-}
-
 // apiError is an error answer of the HTTP API:
 // {"error":{"code":"...","field":"...","message":"..."}}.
 type apiError struct {
@@ -218,63 +133,126 @@ func (o *clientOptions) baseURL() (*url.URL, error) {
 	return u, nil
 }
 
-// do sends one request and returns the body of a 2xx answer. An error
-// answer of the API comes back as *apiError.
-func (o *clientOptions) do(method, path string, reqBody any) ([]byte, error) {
-	base, err := o.baseURL()
-	if err != nil {
-		return nil, err
+// apiPath joins escaped path segments: apiPath("/v1/jobs", job, "epochs").
+func apiPath(prefix string, segments ...string) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	for _, s := range segments {
+		b.WriteByte('/')
+		b.WriteString(url.PathEscape(s))
 	}
-	target := base.String() + path
+	return b.String()
+}
+
+// withQuery appends the non-empty values of q to path.
+func withQuery(path string, q url.Values) string {
+	for k, vs := range q {
+		if len(vs) == 0 || (len(vs) == 1 && vs[0] == "") {
+			delete(q, k)
+		}
+	}
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
+
+// do sends one JSON request, bounded by --timeout, and returns the body of
+// a 2xx answer. An error answer of the API comes back as *apiError.
+func (o *clientOptions) do(method, path string, reqBody any) ([]byte, error) {
 	var rd io.Reader
+	var size int64
 	if reqBody != nil {
 		b, err := json.Marshal(reqBody)
 		if err != nil {
 			return nil, err
 		}
-		rd = bytes.NewReader(b)
+		rd, size = bytes.NewReader(b), int64(len(b))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	resp, err := o.request(ctx, method, path, rd, size, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, o.readError(ctx, method, path, err)
+	}
+	return body, nil
+}
+
+// request sends one request with ctx and returns the response of a 2xx
+// answer, whose body the caller reads and closes: the streaming variant of
+// do (snapshot save and restore), which bounds nothing but what ctx bounds.
+// Any other answer is returned as an error (*apiError for an API error)
+// with its body closed. body, when not nil, is sent with Content-Length
+// size and the given content type.
+func (o *clientOptions) request(ctx context.Context, method, path string, body io.Reader, size int64, contentType string) (*http.Response, error) {
+	base, err := o.baseURL()
+	if err != nil {
+		return nil, err
+	}
+	target := base.String() + path
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.ContentLength = size
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):
 			return nil, fmt.Errorf("cannot connect to %s: connection refused (is 'metastore serve' running there?)", base)
+		case isDialError(err):
+			return nil, fmt.Errorf("cannot connect to %s: %v", base, unwrapURLError(err))
 		case errors.Is(err, context.DeadlineExceeded):
 			return nil, fmt.Errorf("no answer from %s within %s", base, o.timeout)
+		case errors.Is(err, context.Canceled):
+			return nil, fmt.Errorf("%s %s: interrupted", method, target)
 		default:
 			return nil, fmt.Errorf("%s %s: %w", method, target, unwrapURLError(err))
 		}
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, target, err)
-	}
 	if resp.StatusCode/100 == 2 {
-		return body, nil
+		return resp, nil
 	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
 	var envelope struct {
 		Error *apiError `json:"error"`
 	}
-	if json.Unmarshal(body, &envelope) == nil && envelope.Error != nil && envelope.Error.Code != "" {
+	if json.Unmarshal(raw, &envelope) == nil && envelope.Error != nil && envelope.Error.Code != "" {
 		return nil, envelope.Error
 	}
 	// Not an API error (a proxy in the way, a crash): show its first line.
-	text, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	text, _, _ := strings.Cut(strings.TrimSpace(string(raw)), "\n")
 	if len(text) > 200 {
 		text = text[:200] + "..."
 	}
 	return nil, fmt.Errorf("%s %s: %s: %s", method, target, resp.Status, text)
+}
+
+// readError describes a failure while reading the body of an answer.
+func (o *clientOptions) readError(ctx context.Context, method, path string, err error) error {
+	base, _ := o.baseURL()
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("the answer from %s did not arrive within %s (--timeout)", base, o.timeout)
+	case errors.Is(ctx.Err(), context.Canceled):
+		return fmt.Errorf("%s %s%s: interrupted", method, base, path)
+	}
+	return fmt.Errorf("%s %s%s: reading the answer: %w", method, base, path, unwrapURLError(err))
+}
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // unwrapURLError drops the *url.Error wrapper, whose message repeats the
@@ -308,58 +286,6 @@ func printJSON(stdout, stderr io.Writer, body []byte) int {
 		return reportClientError(stderr, err)
 	}
 	return exitOK
-}
-
-// printMembersAnswer prints the member table of an answer that carries
-// {"members":[...]} (members list, add and remove).
-func printMembersAnswer(stdout, stderr io.Writer, addr string, body []byte) int {
-	var answer struct {
-		Members []node.MemberStatus `json:"members"`
-	}
-	if err := decodeJSON(body, &answer); err != nil {
-		return reportClientError(stderr, fmt.Errorf("members from %s: %w", addr, err))
-	}
-	printMembers(stdout, answer.Members)
-	return exitOK
-}
-
-func printMembers(w io.Writer, members []node.MemberStatus) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tSUFFRAGE\tLEADER")
-	for _, m := range members {
-		leader := "-"
-		if m.Leader {
-			leader = "yes"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, orDash(m.RaftAddr), orDash(m.HTTPAddr), orDash(m.Suffrage), leader)
-	}
-	tw.Flush()
-}
-
-func printStatus(w io.Writer, st node.Status) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "node\t%s\n", st.ID)
-	fmt.Fprintf(tw, "state\t%s\n", orDash(st.State))
-	leader := "none known"
-	if st.LeaderID != "" {
-		leader = fmt.Sprintf("%s (http %s, raft %s)", st.LeaderID, orDash(st.LeaderHTTPAddr), orDash(st.LeaderRaftAddr))
-	}
-	fmt.Fprintf(tw, "leader\t%s\n", leader)
-	fmt.Fprintf(tw, "term\t%d\n", st.Term)
-	fmt.Fprintf(tw, "commit index\t%d\n", st.CommitIndex)
-	fmt.Fprintf(tw, "applied index\t%d\n", st.AppliedIndex)
-	fmt.Fprintf(tw, "last log index\t%d\n", st.LastLogIndex)
-	fmt.Fprintf(tw, "last snapshot index\t%d\n", st.LastSnapshotIndex)
-	tw.Flush()
-	fmt.Fprintln(w)
-	printMembers(w, st.Members)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // decodeJSON decodes one JSON value from body into v.

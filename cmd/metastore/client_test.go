@@ -13,9 +13,12 @@ import (
 
 // fakeNode answers the client commands' requests and records them.
 type fakeNode struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// requests holds "METHOD /path", uris the request URIs with their
+	// query, bodies the JSON bodies (nil without one).
 	requests []string
-	bodies   []map[string]string
+	uris     []string
+	bodies   []map[string]any
 	routes   map[string]func(w http.ResponseWriter)
 }
 
@@ -24,17 +27,18 @@ func newFakeNode(t *testing.T, routes map[string]func(w http.ResponseWriter)) (*
 	f := &fakeNode{routes: routes}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Method + " " + r.URL.EscapedPath()
-		var body map[string]string
+		var body map[string]any
 		if r.Body != nil {
 			b, _ := io.ReadAll(r.Body)
 			if len(b) > 0 {
 				if err := json.Unmarshal(b, &body); err != nil {
-					t.Errorf("%s: body %q is not a JSON object of strings: %v", key, b, err)
+					t.Errorf("%s: body %q is not a JSON object: %v", key, b, err)
 				}
 			}
 		}
 		f.mu.Lock()
 		f.requests = append(f.requests, key)
+		f.uris = append(f.uris, r.Method+" "+r.URL.RequestURI())
 		f.bodies = append(f.bodies, body)
 		f.mu.Unlock()
 		route, ok := f.routes[key]
@@ -48,6 +52,13 @@ func newFakeNode(t *testing.T, routes map[string]func(w http.ResponseWriter)) (*
 	}))
 	t.Cleanup(srv.Close)
 	return f, srv
+}
+
+// seen returns the request URIs (method, path and query) received so far.
+func (f *fakeNode) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.uris...)
 }
 
 func answer(status int, body string) func(w http.ResponseWriter) {

@@ -416,6 +416,20 @@ func TestClusterLeaderKillAndMembership(t *testing.T) {
 	// A new member joins the running cluster; the leader has compacted its
 	// log, so the state arrives by snapshot.
 	leader := c.leader(30 * time.Second)
+	// The leader must have compacted its log past the entries a new member
+	// needs (trailing logs 16), so that member can only catch up by snapshot.
+	waitFor(t, 30*time.Second, func() error {
+		var st struct {
+			LastSnapshotIndex uint64 `json:"last_snapshot_index"`
+		}
+		if err := clGet(leader.url("/v1/status"), &st); err != nil {
+			return err
+		}
+		if st.LastSnapshotIndex <= 16 {
+			return fmt.Errorf("leader's last snapshot is at index %d", st.LastSnapshotIndex)
+		}
+		return nil
+	})
 	n4 := &clProc{id: "n4", httpAddr: freeAddr(t), raftAddr: freeAddr(t), dataDir: filepath.Join(t.TempDir(), "n4")}
 	n4.args = append([]string{"serve", "--node-id", "n4", "--data-dir", n4.dataDir, "--http-addr", n4.httpAddr,
 		"--raft-addr", n4.raftAddr, "--join", leader.httpAddr}, clRaftFlags...)

@@ -4,14 +4,24 @@
 //	metastore serve [flags]                 run a node (single-node store by default)
 //	metastore status [--addr URL] [--json]  show the node and cluster status
 //	metastore members list|add|remove ...   show or change the Raft membership
+//	metastore leader transfer               hand leadership to another voter
+//	metastore jobs list|show ...            jobs, their attempts and tasks
+//	metastore checkpoints list|show ...     epochs of a job, one epoch's acks
+//	metastore restore-plan JOB TASK         what a task restores, per kind
+//	metastore gc status|run                 the garbage collector
+//	metastore verify JOB | fsck             check blobs and reference counts
+//	metastore snapshot save|restore FILE    back up and restore the whole state
+//	metastore epochs abort|pin|unpin ...    act on one epoch
 //	metastore version                       print the version
 //
 // serve reads its settings from defaults, then METASTORE_* environment
 // variables, then flags. The client commands reach a node at --addr
-// (METASTORE_ADDR, default http://127.0.0.1:7070).
+// (METASTORE_ADDR, default http://127.0.0.1:7070); every member answers
+// them (writes and default reads are forwarded to the leader).
 //
 // Exit status: 0 on success (and after a clean shutdown), 1 when the command
-// failed, 2 for a malformed command line or configuration.
+// failed (verify, fsck and gc run also when they found a problem), 2 for a
+// malformed command line or configuration.
 package main
 
 import (
@@ -22,6 +32,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
+	"text/tabwriter"
 )
 
 // Exit statuses.
@@ -39,6 +51,88 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
+// command is one command of the binary: one word ("fsck") or a group and
+// a subcommand ("jobs list").
+type command struct {
+	name string
+	// args are the positional arguments, as shown in the usage; flags the
+	// command's own flags, as shown in its synopsis.
+	args, flags string
+	summary     string
+	// client commands talk to a node and take --addr, --json, --timeout.
+	client bool
+	run    func(inv *invocation, args []string) int
+}
+
+// synopsis is the command line of the command, without "metastore ".
+func (c *command) synopsis() string {
+	s := c.name
+	for _, part := range []string{c.args, c.flags} {
+		if part != "" {
+			s += " " + part
+		}
+	}
+	if c.client {
+		s += " [--addr URL] [--json]"
+	}
+	return s
+}
+
+// invocation is one run of a command.
+type invocation struct {
+	cmd    *command
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+// flags returns the command's flag set with the client flags.
+func (inv *invocation) flags() (*flag.FlagSet, *clientOptions) {
+	return newClientFlags(inv.cmd.name, inv.getenv)
+}
+
+// parse parses the command line; ok is false when the command must stop
+// with the returned status (usage error, or -h).
+func (inv *invocation) parse(fs *flag.FlagSet, args []string, wantArgs int) ([]string, int, bool) {
+	return parseClientArgs(fs, args, inv.cmd.synopsis(), wantArgs, inv.stdout, inv.stderr)
+}
+
+// usageError prints a one-line usage error and returns exitUsage.
+func (inv *invocation) badUsage(format string, args ...any) int {
+	fmt.Fprintf(inv.stderr, "metastore: %s: %s (usage: metastore %s)\n", inv.cmd.name, fmt.Sprintf(format, args...), inv.cmd.synopsis())
+	return exitUsage
+}
+
+// fail prints err as one line and returns exitFailure.
+func (inv *invocation) fail(err error) int { return reportClientError(inv.stderr, err) }
+
+// commands lists every command, in the order of the usage.
+var commands = []*command{
+	{name: "serve", flags: "[flags]", summary: "run a node (with no flags: a single-node store in ./metastore-data, HTTP API on 127.0.0.1:7070)",
+		run: func(inv *invocation, args []string) int { return runServe(args, inv.stdout, inv.stderr, inv.getenv) }},
+	{name: "status", client: true, summary: "show the status of a node and its view of the cluster", run: runStatus},
+	{name: "members list", client: true, summary: "list the members of the cluster", run: runMembersList},
+	{name: "members add", args: "ID", flags: "--raft-addr HOST:PORT --http-addr HOST:PORT", client: true, summary: "add a voting member (--raft-addr, --http-addr)", run: runMembersAdd},
+	{name: "members remove", args: "ID", client: true, summary: "remove a member", run: runMembersRemove},
+	{name: "leader transfer", client: true, summary: "hand leadership to another voter", run: runLeaderTransfer},
+	{name: "jobs list", client: true, summary: "list jobs: generation, epochs, pending and retained checkpoints", run: runJobsList},
+	{name: "jobs show", args: "JOB", client: true, summary: "show a job with its current attempt, tasks and capabilities", run: runJobsShow},
+	{name: "checkpoints list", args: "JOB", flags: "[--state pending|completed|aborted|subsumed]", client: true, summary: "list the epochs of a job (--state filters)", run: runCheckpointsList},
+	{name: "checkpoints show", args: "JOB EPOCH", client: true, summary: "show an epoch: per-task ack delay and sizes, stragglers, duration", run: runCheckpointsShow},
+	{name: "restore-plan", args: "JOB TASK", flags: "[--epoch N | --pin NAME] [--source-job JOB] [--source-task TASK]", client: true, summary: "what TASK restores, per kind, and the object-store reads it costs", run: runRestorePlan},
+	{name: "epochs abort", args: "JOB EPOCH", flags: "[--reason TEXT] [--generation N]", client: true, summary: "abort a pending epoch (of the current attempt unless --generation)", run: runEpochsAbort},
+	{name: "epochs pin", args: "JOB EPOCH", flags: "[--name NAME]", client: true, summary: "pin a completed epoch as a savepoint", run: runEpochsPin},
+	{name: "epochs unpin", args: "JOB EPOCH", client: true, summary: "release a savepoint", run: runEpochsUnpin},
+	{name: "gc status", client: true, summary: "show the garbage collector: candidates, deleting, last run, totals", run: runGCStatus},
+	{name: "gc run", flags: "[--dry-run] [--orphans]", client: true, summary: "run a collection cycle now (--dry-run: only report; --orphans: sweep orphans too)", run: runGCRun},
+	{name: "verify", args: "JOB", client: true, summary: "check that every blob of JOB's retained and pinned checkpoints exists (exit 1 if not)", run: runVerify},
+	{name: "fsck", client: true, summary: "recount every blob reference count (exit 1 on any mismatch)", run: runFsck},
+	{name: "snapshot save", args: "FILE", client: true, summary: "save a backup of the whole replicated state to FILE", run: runSnapshotSave},
+	{name: "snapshot restore", args: "FILE", flags: "[--yes]", client: true, summary: "replace the cluster's whole state with the backup in FILE", run: runSnapshotRestore},
+	{name: "version", summary: "print the version", run: runVersion},
+	{name: "help", summary: "show this help"}, // run handles it: printUsage reads this table
+}
+
 // run executes one command line and returns the exit status. getenv reads
 // the environment.
 func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -46,44 +140,76 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		printUsage(stderr)
 		return exitUsage
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "serve":
-		return runServe(rest, stdout, stderr, getenv)
-	case "status":
-		return runStatus(rest, stdout, stderr, getenv)
-	case "members":
-		return runMembers(rest, stdout, stderr, getenv)
-	case "version":
-		if len(rest) > 0 {
-			fmt.Fprintf(stderr, "metastore: version takes no arguments\n")
-			return exitUsage
-		}
-		fmt.Fprintf(stdout, "metastore %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-		return exitOK
+	word, rest := args[0], args[1:]
+	switch word {
 	case "help", "-h", "-help", "--help":
 		printUsage(stdout)
 		return exitOK
-	default:
-		fmt.Fprintf(stderr, "metastore: unknown command %q (run 'metastore help')\n", cmd)
+	}
+	var group []*command
+	for _, c := range commands {
+		if c.name == word {
+			return c.run(&invocation{cmd: c, stdout: stdout, stderr: stderr, getenv: getenv}, rest)
+		}
+		if first, _, _ := strings.Cut(c.name, " "); first == word {
+			group = append(group, c)
+		}
+	}
+	if len(group) == 0 {
+		fmt.Fprintf(stderr, "metastore: unknown command %q (run 'metastore help')\n", word)
 		return exitUsage
 	}
+	var subs []string
+	for _, c := range group {
+		subs = append(subs, strings.TrimPrefix(c.name, word+" "))
+	}
+	if len(rest) == 0 {
+		fmt.Fprintf(stderr, "metastore: %s: want a subcommand: %s (run 'metastore %s -h')\n", word, joinOr(subs), word)
+		return exitUsage
+	}
+	switch rest[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, "Usage:")
+		for _, c := range group {
+			fmt.Fprintf(stdout, "  metastore %s\n", c.synopsis())
+		}
+		return exitOK
+	}
+	for i, c := range group {
+		if subs[i] == rest[0] {
+			return c.run(&invocation{cmd: c, stdout: stdout, stderr: stderr, getenv: getenv}, rest[1:])
+		}
+	}
+	fmt.Fprintf(stderr, "metastore: %s: unknown subcommand %q (want %s)\n", word, rest[0], joinOr(subs))
+	return exitUsage
+}
+
+// joinOr joins words as "a, b or c".
+func joinOr(words []string) string {
+	if len(words) <= 1 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprint(w, `Usage: metastore <command> [flags]
-
-Commands:
-  serve                  run a node (with no flags: a single-node store in ./metastore-data,
-                         HTTP API on 127.0.0.1:7070)
-  status                 show the status of a node and its view of the cluster
-  members list           list the members of the cluster
-  members add ID         add a voting member (--raft-addr, --http-addr)
-  members remove ID      remove a member
-  version                print the version
+	fmt.Fprint(w, "Usage: metastore <command> [flags]\n\nCommands:\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range commands {
+		name := c.name
+		if c.args != "" {
+			name += " " + c.args
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", name, c.summary)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, `
+Client commands ask the node at --addr (%s, default %s); any member
+answers. They print tables; --json prints the API's answer instead. --timeout
+bounds the wait (default %s; %s for snapshot save and restore).
 
 Run 'metastore <command> -h' for the flags of a command.
-`)
+`, envName("addr"), defaultAddr, defaultTimeout, streamTimeout)
 }
 
 func runServe(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -104,6 +230,15 @@ func runServe(args []string, stdout, stderr io.Writer, getenv func(string) strin
 		return exitUsage
 	}
 	return serve(cfg, stderr)
+}
+
+func runVersion(inv *invocation, args []string) int {
+	if len(args) > 0 {
+		fmt.Fprintf(inv.stderr, "metastore: version takes no arguments\n")
+		return exitUsage
+	}
+	fmt.Fprintf(inv.stdout, "metastore %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return exitOK
 }
 
 func buildVersion() string {
