@@ -1,0 +1,244 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// UploadSlot is where to upload one blob: a key held by an upload intent
+// with a lease, and the request to send (a presigned PUT to the object
+// store, or the metastore's /v1/objects/{key} with the local blob store).
+// It is the wire form of the API's upload answer.
+type UploadSlot struct {
+	Key       string      `json:"key"`
+	Method    string      `json:"method"`
+	URL       string      `json:"url"`
+	Header    http.Header `json:"header,omitempty"`
+	ExpiresAt time.Time   `json:"expires_at"`
+}
+
+// UploadSlots asks for count upload slots for task (count 0 means 1; at
+// most fsm.MaxIntents). Each call hands out fresh keys, so it is the one
+// call of the API that is not idempotent by content; retrying it (as the
+// client does on a failure whose outcome is unknown) is still harmless: a
+// slot nothing commits expires with its lease and the garbage collector
+// deletes whatever was uploaded to it.
+func (c *Client) UploadSlots(ctx context.Context, job string, gen uint64, task string, count int) ([]UploadSlot, error) {
+	var out struct {
+		Uploads []UploadSlot `json:"uploads"`
+	}
+	body := map[string]any{"generation": gen, "task": task, "count": count}
+	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/uploads", body, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Uploads) == 0 {
+		return nil, fmt.Errorf("metastore: POST %s/uploads: the answer holds no upload slot", jobPath(job))
+	}
+	return out.Uploads, nil
+}
+
+// Upload uploads size bytes of body as a new blob of task and returns its
+// key: it asks for an upload slot (POST /v1/jobs/{job}/uploads, see
+// UploadSlots for why a retry of it is harmless), then PUTs the body where
+// the slot says (PutObject). The blob becomes part of the task's state when
+// an ack commits it: TaskState.AddBlob, then AddSegment or Materialize.
+func (c *Client) Upload(ctx context.Context, job string, gen uint64, task string, body io.Reader, size int64) (string, error) {
+	slots, err := c.UploadSlots(ctx, job, gen, task, 1)
+	if err != nil {
+		return "", err
+	}
+	if err := c.PutObject(ctx, slots[0], body, size); err != nil {
+		return "", err
+	}
+	return slots[0].Key, nil
+}
+
+// PutObject uploads size bytes of body to a slot. An attempt may take
+// Config.RequestTimeout plus one second per MinUploadRate bytes. A failed PUT is repeated
+// (the same bytes to the same key, which is idempotent) when the body can
+// be sent again: when it is an io.Seeker (bytes.Reader, os.File), or when
+// nothing of it was read yet. A PUT to the metastore's /v1/objects that
+// cannot reach the member the slot names goes to the client's other
+// endpoints, which forward it to the leader. The body is never closed.
+func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader, size int64) error {
+	if size < 0 {
+		return fmt.Errorf("client: PutObject: negative size %d", size)
+	}
+	target, err := url.Parse(slot.URL)
+	if err != nil {
+		return fmt.Errorf("client: upload slot %q: bad URL: %w", slot.Key, err)
+	}
+	method := slot.Method
+	if method == "" {
+		method = http.MethodPut
+	}
+	metastore := strings.HasPrefix(target.Path, "/v1/objects/")
+	seeker, _ := body.(io.Seeker)
+	var start int64
+	if seeker != nil {
+		if start, err = seeker.Seek(0, io.SeekCurrent); err != nil {
+			seeker = nil
+		}
+	}
+	unknown := false
+	var last error
+	endpoint := -1 // -1: the slot's own URL; else an index of the rotation
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			c.retries.Add(1)
+		}
+		u := *target
+		if endpoint >= 0 {
+			_, base := c.current()
+			bu, _ := url.Parse(base)
+			u.Scheme, u.Host = bu.Scheme, bu.Host
+		}
+		cr := &countingReader{r: io.LimitReader(body, size)}
+		err := c.putOnce(ctx, method, u.String(), slot.Header, cr, size)
+		if err == nil {
+			c.bytesPut.Add(size)
+			return nil
+		}
+		retry, moveOn := false, false
+		var ae *APIError
+		if errors.As(err, &ae) {
+			retry = ae.Retryable || ae.Status >= 500
+			moveOn = ae.Status == http.StatusBadGateway || ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusGatewayTimeout
+			if retry && outcomeUnknownAnswer(ae) {
+				unknown = true
+			}
+		} else {
+			retry, moveOn = true, true
+			if sentMaybe(err) {
+				unknown = true
+			}
+		}
+		last = err
+		resend := cr.n == 0
+		if !resend && seeker != nil {
+			_, serr := seeker.Seek(start, io.SeekStart)
+			resend = serr == nil
+		}
+		if !retry || !resend {
+			return err
+		}
+		if ctx.Err() != nil {
+			if unknown {
+				return &RetryError{Method: method, Path: u.Path, Attempts: attempt, Unknown: true, Last: ctx.Err()}
+			}
+			return fmt.Errorf("metastore: %s %s: %w", method, u.Path, ctx.Err())
+		}
+		if attempt >= c.cfg.MaxAttempts {
+			return &RetryError{Method: method, Path: u.Path, Attempts: attempt, Unknown: unknown, Last: last}
+		}
+		if moveOn && metastore {
+			// Send the rest through the client's endpoints, past the one
+			// that just failed.
+			if i, base := c.current(); base == u.Scheme+"://"+u.Host {
+				c.rotate(i, ae == nil && !sentMaybe(err))
+			}
+			endpoint, _ = c.current()
+		}
+		c.logger.Debug("metastore client: retrying upload", "key", slot.Key, "attempt", attempt, "err", err)
+		if err := c.backoff(ctx, attempt); err != nil {
+			return fmt.Errorf("metastore: %s %s: %w (last failure: %v)", method, u.Path, err, last)
+		}
+	}
+}
+
+func (c *Client) putOnce(ctx context.Context, method, u string, header http.Header, body io.Reader, size int64) error {
+	// The request's body hides any Close method: the transport closes a
+	// request body, and the caller's (an *os.File) must stay open.
+	actx, cancel := context.WithTimeout(ctx, uploadTimeout(c.cfg.RequestTimeout, size))
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, method, u, io.NopCloser(body))
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	c.count(classObjectPut)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return timeoutErr(err, actx, ctx)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return timeoutErr(err, actx, ctx)
+	}
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp.StatusCode, raw, method, req.URL.Path)
+	}
+	return nil
+}
+
+// MinUploadRate is the slowest upload PutObject waits for: an attempt may
+// take RequestTimeout plus one second per MinUploadRate bytes.
+const MinUploadRate = 1 << 20
+
+func uploadTimeout(base time.Duration, size int64) time.Duration {
+	return base + time.Duration(size/MinUploadRate)*time.Second
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.n += int64(n)
+	return n, err
+}
+
+// ReadBlob reads length bytes of a live blob from offset (length < 0: to
+// the end) through GET /v1/objects/{key}?offset=&length=. The attempts until
+// the answer's headers arrive follow the client's retry rules (a read is
+// always safe to repeat); the body is then the caller's to read and close,
+// bounded by ctx only. The reader does not check the number of bytes:
+// Restore.OpenState does.
+func (c *Client) ReadBlob(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if offset < 0 {
+		return nil, fmt.Errorf("client: ReadBlob: negative offset %d", offset)
+	}
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
+	if length >= 0 {
+		q.Set("length", strconv.FormatInt(length, 10))
+	}
+	segs := strings.Split(key, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	path := "/v1/objects/" + strings.Join(segs, "/")
+	res, err := c.do(ctx, &request{method: http.MethodGet, path: path, query: q, class: classObjectGet, stream: true}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &countingBody{ReadCloser: res.resp.Body, c: c}, nil
+}
+
+type countingBody struct {
+	io.ReadCloser
+	c *Client
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.c.bytesRead.Add(int64(n))
+	return n, err
+}

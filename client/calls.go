@@ -1,0 +1,253 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/node"
+)
+
+func jobPath(job string) string { return "/v1/jobs/" + url.PathEscape(job) }
+
+func epochPath(job string, epoch uint64) string {
+	return jobPath(job) + "/epochs/" + strconv.FormatUint(epoch, 10)
+}
+
+func (c *Client) mutate(ctx context.Context, method, path string, body any, out any) error {
+	var raw []byte
+	if body != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			return fmt.Errorf("metastore: %s %s: encoding the request: %w", method, path, err)
+		}
+	}
+	_, err := c.do(ctx, &request{method: method, path: path, body: raw, class: classMutation}, out)
+	return err
+}
+
+func (c *Client) get(ctx context.Context, path string, query url.Values, out any) error {
+	_, err := c.do(ctx, &request{method: http.MethodGet, path: path, query: query, class: classRead}, out)
+	return err
+}
+
+// Status returns the status of a member (role, leader, term, indexes,
+// members), and teaches the client the members' addresses and the leader.
+func (c *Client) Status(ctx context.Context) (*node.Status, error) {
+	var st node.Status
+	_, base := c.current()
+	if _, err := c.do(ctx, &request{method: http.MethodGet, path: "/v1/status", class: classRead, local: true}, &st); err != nil {
+		return nil, err
+	}
+	c.learn(&st, schemeOf(base))
+	return &st, nil
+}
+
+// PutJob creates a job or changes its config; zero fields of cfg take the
+// store's defaults.
+func (c *Client) PutJob(ctx context.Context, job string, cfg fsm.JobConfig) (*fsm.Job, error) {
+	var out fsm.Job
+	err := c.mutate(ctx, http.MethodPut, jobPath(job), map[string]any{"config": cfg}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Job reads a job: generation, last and latest completed epochs, pending
+// and retained epochs.
+func (c *Client) Job(ctx context.Context, job string) (*fsm.Job, error) {
+	var out fsm.Job
+	if err := c.get(ctx, jobPath(job), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Jobs lists every job.
+func (c *Client) Jobs(ctx context.Context) ([]fsm.Job, error) {
+	var out struct {
+		Jobs []fsm.Job `json:"jobs"`
+	}
+	if err := c.get(ctx, "/v1/jobs", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Jobs, nil
+}
+
+// StartAttempt starts an attempt of the job with its task set: it bumps the
+// generation (fencing the previous attempt's workers), aborts the epochs
+// still pending, and answers the generation every later write carries. The
+// attempt id makes it safe to retry: the same id with the same tasks
+// answers the same generation, with other tasks it is ErrConflict, and once
+// a newer attempt started it is ErrFenced.
+func (c *Client) StartAttempt(ctx context.Context, job, attemptID string, tasks []fsm.Task) (*fsm.Attempt, error) {
+	var out fsm.Attempt
+	body := map[string]any{"attempt_id": attemptID, "tasks": tasks}
+	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/attempts", body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Attempt reads attempt generation gen of a job with its tasks; 0 means
+// the current attempt.
+func (c *Client) Attempt(ctx context.Context, job string, gen uint64) (*fsm.AttemptDetail, error) {
+	g := "current"
+	if gen != 0 {
+		g = strconv.FormatUint(gen, 10)
+	}
+	var out fsm.AttemptDetail
+	if err := c.get(ctx, jobPath(job)+"/attempts/"+g, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// BeginEpoch opens an epoch of the current attempt. Epochs are strictly
+// increasing per job; a retried begin of the same epoch in the same
+// generation answers the epoch.
+func (c *Client) BeginEpoch(ctx context.Context, job string, gen, epoch uint64) (*fsm.Epoch, error) {
+	var out fsm.Epoch
+	body := map[string]any{"generation": gen, "epoch": epoch}
+	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/epochs", body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AckRequest is what a task acknowledges an epoch with.
+type AckRequest struct {
+	// Payloads are inline payloads by kind (at most fsm.MaxInlinePayload
+	// bytes each); the task must have the kind's capability.
+	Payloads map[fsm.Kind][]byte
+	// Manifest is the task's state manifest change, from
+	// TaskState.Manifest; nil keeps the manifest of the attempt's previous
+	// ack.
+	Manifest *fsm.ManifestAck
+}
+
+// Ack acknowledges epoch for task. Repeating the same ack is answered with
+// the stored ack (one ack); a different ack for the same task and epoch is
+// ErrConflict. On ErrOutcomeUnknown, repeat the same call: it is the only
+// way to learn whether the ack was stored.
+func (c *Client) Ack(ctx context.Context, job string, gen, epoch uint64, task string, ack AckRequest) (*fsm.AckResult, error) {
+	body := struct {
+		Generation uint64              `json:"generation"`
+		Payloads   map[fsm.Kind][]byte `json:"payloads,omitempty"`
+		Manifest   *fsm.ManifestAck    `json:"manifest,omitempty"`
+	}{gen, ack.Payloads, ack.Manifest}
+	var out fsm.AckResult
+	if err := c.mutate(ctx, http.MethodPut, epochPath(job, epoch)+"/acks/"+url.PathEscape(task), body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AbortEpoch aborts a pending epoch with a reason (may be empty). Aborting
+// an aborted epoch again answers it; a completed one is
+// ErrEpochNotPending.
+func (c *Client) AbortEpoch(ctx context.Context, job string, gen, epoch uint64, reason string) (*fsm.Epoch, error) {
+	var out fsm.Epoch
+	body := map[string]any{"generation": gen, "reason": reason}
+	if err := c.mutate(ctx, http.MethodPost, epochPath(job, epoch)+"/abort", body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Pin keeps a completed epoch as a savepoint, optionally named; retention
+// never subsumes it until Unpin.
+func (c *Client) Pin(ctx context.Context, job string, epoch uint64, name string) (*fsm.Epoch, error) {
+	var out fsm.Epoch
+	body := map[string]any{}
+	if name != "" {
+		body["name"] = name
+	}
+	if err := c.mutate(ctx, http.MethodPut, epochPath(job, epoch)+"/pin", body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Unpin releases a savepoint.
+func (c *Client) Unpin(ctx context.Context, job string, epoch uint64) (*fsm.Epoch, error) {
+	var out fsm.Epoch
+	if err := c.mutate(ctx, http.MethodDelete, epochPath(job, epoch)+"/pin", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Epoch reads an epoch with its per-task statistics and stragglers.
+func (c *Client) Epoch(ctx context.Context, job string, epoch uint64) (*fsm.EpochDetail, error) {
+	var out fsm.EpochDetail
+	if err := c.get(ctx, epochPath(job, epoch), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Epochs lists the remembered epochs of a job; state filters when not
+// empty.
+func (c *Client) Epochs(ctx context.Context, job string, state fsm.EpochState) ([]fsm.Epoch, error) {
+	var q url.Values
+	if state != "" {
+		q = url.Values{"state": {string(state)}}
+	}
+	var out struct {
+		Epochs []fsm.Epoch `json:"epochs"`
+	}
+	if err := c.get(ctx, jobPath(job)+"/epochs", q, &out); err != nil {
+		return nil, err
+	}
+	return out.Epochs, nil
+}
+
+// AwaitEpoch blocks until the epoch is no longer pending, with blocking
+// queries (?index=&wait=), not polling. It returns the epoch once it
+// completed (also when it has since been subsumed), an error matching
+// ErrEpochAborted (an *EpochAbortedError with the reason) when it was
+// aborted, or the context's error.
+func (c *Client) AwaitEpoch(ctx context.Context, job string, epoch uint64) (*fsm.EpochDetail, error) {
+	var index uint64
+	for {
+		q := url.Values{}
+		r := &request{method: http.MethodGet, path: epochPath(job, epoch), query: q, class: classRead}
+		if index > 0 {
+			q.Set("index", strconv.FormatUint(index, 10))
+			q.Set("wait", AwaitWait.String())
+			r.wait = AwaitWait
+		}
+		var d fsm.EpochDetail
+		if _, err := c.do(ctx, r, &d); err != nil {
+			return nil, err
+		}
+		switch d.State {
+		case fsm.EpochCompleted, fsm.EpochSubsumed:
+			return &d, nil
+		case fsm.EpochAborted:
+			return &d, &EpochAbortedError{Job: job, Epoch: epoch, Reason: d.Reason, Detail: &d}
+		}
+		index = max(d.ModifyIndex, 1)
+	}
+}
+
+// EpochManifest reads the manifest task acknowledged in epoch.
+func (c *Client) EpochManifest(ctx context.Context, job string, epoch uint64, task string) (*manifests.Manifest, error) {
+	var out struct {
+		Manifest *manifests.Manifest `json:"manifest"`
+	}
+	if err := c.get(ctx, epochPath(job, epoch)+"/manifests/"+url.PathEscape(task), nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Manifest == nil {
+		out.Manifest = &manifests.Manifest{}
+	}
+	return out.Manifest, nil
+}

@@ -1,0 +1,597 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/metastore/metastore/node"
+)
+
+// HeaderServedBy names the member that answered. A forwarded answer
+// carries the forwarding member first and the leader last.
+const HeaderServedBy = "X-Metastore-Served-By"
+
+// Defaults of Config.
+const (
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultMaxAttempts    = 8
+	DefaultBackoffBase    = 50 * time.Millisecond
+	DefaultBackoffMax     = 2 * time.Second
+	// AwaitWait is the wait of one blocking query of AwaitEpoch; the
+	// request may take this long plus RequestTimeout.
+	AwaitWait = 30 * time.Second
+)
+
+// maxResponseBytes bounds the JSON answer read (a restore plan of a large
+// manifest is the biggest).
+const maxResponseBytes = 256 << 20
+
+// Config configures a Client.
+type Config struct {
+	// Endpoints are base URLs (http://host:port) of any members. The
+	// client talks to one at a time, prefers the leader once it knows it,
+	// and moves on when one cannot be reached. Members it learns of from
+	// /v1/status are added.
+	Endpoints []string
+	// HTTPClient sends the requests; nil means a client of its own. Its
+	// Timeout should be zero: RequestTimeout bounds each attempt.
+	HTTPClient *http.Client
+	// RequestTimeout bounds one attempt of one request (default 30s). A
+	// blocking query adds its wait; a blob read is bounded by it until the
+	// answer's headers arrive, then only by the caller's context.
+	RequestTimeout time.Duration
+	// MaxAttempts bounds the attempts of one call, the first included
+	// (default 8).
+	MaxAttempts int
+	// BackoffBase and BackoffMax shape the jittered exponential backoff
+	// between attempts (defaults 50ms and 2s): attempt n waits a random
+	// time in [d/2, d] with d = min(BackoffMax, BackoffBase * 2^(n-1)).
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// DisableDiscovery keeps the client to Endpoints: it neither adds the
+	// members /v1/status lists nor sends to them directly. Set it when the
+	// members' advertised addresses are not reachable from the client (a
+	// load balancer or proxy in front of the cluster).
+	DisableDiscovery bool
+	// Logger receives retries (debug) and endpoint changes (debug); nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// Stats counts the requests a client made, retries included.
+type Stats struct {
+	// MetastoreRequests are requests to the metastore API, blob transfers
+	// through /v1/objects excluded.
+	MetastoreRequests int64
+	// ObjectPuts are blob uploads: PUTs to a presigned object-store URL or
+	// to the metastore's /v1/objects endpoint (the local blob store).
+	ObjectPuts int64
+	// ObjectGets are ranged blob reads (GET /v1/objects/{key}).
+	ObjectGets int64
+	// ObjectBytesPut and ObjectBytesRead count blob bytes sent and read.
+	ObjectBytesPut  int64
+	ObjectBytesRead int64
+	// Retries counts attempts after the first of a call.
+	Retries int64
+}
+
+// Sub returns s - o, the requests made between two snapshots.
+func (s Stats) Sub(o Stats) Stats {
+	return Stats{
+		MetastoreRequests: s.MetastoreRequests - o.MetastoreRequests,
+		ObjectPuts:        s.ObjectPuts - o.ObjectPuts,
+		ObjectGets:        s.ObjectGets - o.ObjectGets,
+		ObjectBytesPut:    s.ObjectBytesPut - o.ObjectBytesPut,
+		ObjectBytesRead:   s.ObjectBytesRead - o.ObjectBytesRead,
+		Retries:           s.Retries - o.Retries,
+	}
+}
+
+// ObjectRequests is ObjectPuts + ObjectGets.
+func (s Stats) ObjectRequests() int64 { return s.ObjectPuts + s.ObjectGets }
+
+// Client is a metastore client. It is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	hc     *http.Client
+	logger *slog.Logger
+
+	mu        sync.Mutex
+	endpoints []string          // base URLs, configured first
+	preferred int               // index into endpoints
+	down      map[int]time.Time // endpoints that refused a connection, until when
+	byID      map[string]string // member id -> base URL
+	refreshed time.Time         // last member refresh
+
+	metastoreReqs, objectPuts, objectGets, bytesPut, bytesRead, retries atomic.Int64
+}
+
+// New returns a client of the members cfg.Endpoints names.
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("client: Config.Endpoints is empty")
+	}
+	c := &Client{cfg: cfg, byID: map[string]string{}, down: map[int]time.Time{}}
+	for _, e := range cfg.Endpoints {
+		base, err := normalizeEndpoint(e)
+		if err != nil {
+			return nil, err
+		}
+		c.addEndpointLocked(base)
+	}
+	if c.cfg.RequestTimeout <= 0 {
+		c.cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.cfg.MaxAttempts <= 0 {
+		c.cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.cfg.BackoffBase <= 0 {
+		c.cfg.BackoffBase = DefaultBackoffBase
+	}
+	if c.cfg.BackoffMax <= 0 {
+		c.cfg.BackoffMax = DefaultBackoffMax
+	}
+	c.cfg.BackoffMax = max(c.cfg.BackoffMax, c.cfg.BackoffBase)
+	c.hc = cfg.HTTPClient
+	if c.hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		c.hc = &http.Client{Transport: tr}
+	}
+	c.logger = cfg.Logger
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// normalizeEndpoint turns "host:port" or "http://host:port/" into
+// "http://host:port".
+func normalizeEndpoint(e string) (string, error) {
+	e = strings.TrimSpace(e)
+	if !strings.Contains(e, "://") {
+		e = "http://" + e
+	}
+	u, err := url.Parse(e)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", fmt.Errorf("client: endpoint %q is not http://host:port", e)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// Stats returns the requests made so far.
+func (c *Client) Stats() Stats {
+	return Stats{
+		MetastoreRequests: c.metastoreReqs.Load(),
+		ObjectPuts:        c.objectPuts.Load(),
+		ObjectGets:        c.objectGets.Load(),
+		ObjectBytesPut:    c.bytesPut.Load(),
+		ObjectBytesRead:   c.bytesRead.Load(),
+		Retries:           c.retries.Load(),
+	}
+}
+
+// Endpoints returns the endpoints the client knows, the preferred first.
+func (c *Client) Endpoints() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := []string{c.endpoints[c.preferred]}
+	for i, e := range c.endpoints {
+		if i != c.preferred {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (c *Client) addEndpointLocked(base string) int {
+	for i, e := range c.endpoints {
+		if e == base {
+			return i
+		}
+	}
+	c.endpoints = append(c.endpoints, base)
+	return len(c.endpoints) - 1
+}
+
+// current returns the preferred endpoint.
+func (c *Client) current() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.preferred, c.endpoints[c.preferred]
+}
+
+// rotate moves the preference past endpoint i (if it is still preferred)
+// and returns the new one. An endpoint that could not be reached is passed
+// over for a while, so a dead member does not use up the attempts of the
+// calls that follow.
+func (c *Client) rotate(i int, unreachable bool) (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if unreachable {
+		c.down[i] = now.Add(max(2*c.cfg.BackoffMax, time.Second))
+	}
+	if c.preferred == i {
+		n := len(c.endpoints)
+		next := (i + 1) % n
+		for k := 1; k < n; k++ {
+			j := (i + k) % n
+			if until, ok := c.down[j]; !ok || now.After(until) {
+				next = j
+				break
+			}
+		}
+		c.preferred = next
+		c.logger.Debug("metastore client: moving to the next endpoint", "from", c.endpoints[i], "to", c.endpoints[c.preferred])
+	}
+	return c.preferred, c.endpoints[c.preferred]
+}
+
+// answered records that endpoint i answered, served by the member named in
+// the header: the client prefers that member from now on when it knows its
+// address, else the endpoint that answered. It reports whether the serving
+// member's address is unknown.
+func (c *Client) answered(i int, servedBy string) (unknown bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.down, i)
+	if c.cfg.DisableDiscovery {
+		c.preferred = i
+		return false
+	}
+	if servedBy != "" {
+		if base, ok := c.byID[servedBy]; ok {
+			c.preferred = c.addEndpointLocked(base)
+			return false
+		}
+	}
+	c.preferred = i
+	if servedBy != "" && time.Since(c.refreshed) > time.Second {
+		c.refreshed = time.Now()
+		return true
+	}
+	return false
+}
+
+// learn records the members and leader a status answer names.
+func (c *Client) learn(st *node.Status, scheme string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshed = time.Now()
+	for _, m := range st.Members {
+		if m.HTTPAddr == "" || m.Suffrage == "none" {
+			continue
+		}
+		base := scheme + "://" + m.HTTPAddr
+		if c.cfg.DisableDiscovery && !slices.Contains(c.endpoints, base) {
+			continue
+		}
+		c.byID[m.ID] = base
+		c.addEndpointLocked(base)
+	}
+	if st.LeaderID != "" {
+		if base, ok := c.byID[st.LeaderID]; ok {
+			c.preferred = c.addEndpointLocked(base)
+		}
+	}
+}
+
+// reqClass says how a request is counted and whether repeating it is safe.
+type reqClass int
+
+const (
+	classRead reqClass = iota
+	classMutation
+	classObjectGet
+	classObjectPut
+)
+
+// request is one API call, resendable as is.
+type request struct {
+	method string
+	path   string // escaped, from /v1
+	query  url.Values
+	body   []byte
+	class  reqClass
+	// wait extends the attempt's timeout (blocking queries).
+	wait time.Duration
+	// stream leaves the answer's body open for the caller (blob reads);
+	// the attempt's timeout then covers the headers only.
+	stream bool
+	// local marks a route any member answers itself (status): its
+	// X-Metastore-Served-By names that member, not the leader.
+	local bool
+}
+
+func (r *request) mutation() bool { return r.method != http.MethodGet && r.method != http.MethodHead }
+
+// result is a successful answer.
+type result struct {
+	resp *http.Response
+	body []byte
+}
+
+// do sends r until it gets a definite answer or runs out of attempts, and
+// decodes a successful JSON answer into out (when not nil and not stream).
+func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
+	unknown := false
+	var last error
+	tried := map[int]bool{}
+	i, base := c.current()
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			c.retries.Add(1)
+		}
+		tried[i] = true
+		res, err := c.attempt(ctx, base, r)
+		if err == nil {
+			servedBy := ""
+			if !r.local {
+				servedBy = lastValue(res.resp.Header.Values(HeaderServedBy))
+			}
+			if c.answered(i, servedBy) && !r.stream {
+				c.refreshMembers(ctx, base)
+			}
+			if out != nil && !r.stream {
+				if err := json.Unmarshal(res.body, out); err != nil {
+					return nil, fmt.Errorf("metastore: %s %s: decoding the answer: %w", r.method, r.path, err)
+				}
+			}
+			return res, nil
+		}
+		var ae *APIError
+		rotate, retry := false, false
+		switch {
+		case errors.As(err, &ae):
+			retry = ae.Retryable || ae.Status == http.StatusBadGateway || ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusGatewayTimeout
+			rotate = ae.Status == http.StatusBadGateway || ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusGatewayTimeout
+			if r.mutation() && retry && outcomeUnknownAnswer(ae) {
+				unknown = true
+			}
+		default:
+			// A transport error: the member is unreachable, or the
+			// connection broke or timed out after the request was sent.
+			retry, rotate = true, true
+			if r.mutation() && sentMaybe(err) {
+				unknown = true
+			}
+		}
+		last = err
+		if !retry {
+			return nil, err // a definite answer
+		}
+		if ctx.Err() != nil {
+			// The caller gave up; an attempt in flight may have landed.
+			if unknown {
+				return nil, &RetryError{Method: r.method, Path: r.path, Attempts: attempt, Unknown: true, Last: ctx.Err()}
+			}
+			return nil, fmt.Errorf("metastore: %s %s: %w", r.method, r.path, ctx.Err())
+		}
+		if attempt >= c.cfg.MaxAttempts {
+			return nil, &RetryError{Method: r.method, Path: r.path, Attempts: attempt, Unknown: unknown, Last: last}
+		}
+		wait := true
+		if rotate {
+			prev := i
+			i, base = c.rotate(i, ae == nil && !sentMaybe(err))
+			// Another member not yet tried in this call may answer at
+			// once: skip the backoff for a member that cannot be reached.
+			if !tried[i] && i != prev && ae == nil && !sentMaybe(err) {
+				wait = false
+			}
+		}
+		c.logger.Debug("metastore client: retrying", "method", r.method, "path", r.path, "attempt", attempt, "next", base, "err", err)
+		if wait {
+			if err := c.backoff(ctx, attempt); err != nil {
+				if r.mutation() && unknown {
+					return nil, &RetryError{Method: r.method, Path: r.path, Attempts: attempt, Unknown: true, Last: err}
+				}
+				return nil, fmt.Errorf("metastore: %s %s: %w (last failure: %v)", r.method, r.path, err, last)
+			}
+		}
+		if !rotate {
+			// The same member, unless the preference moved meanwhile.
+			i, base = c.current()
+		}
+	}
+}
+
+// outcomeUnknownAnswer reports whether an error answer to a mutation leaves
+// its outcome open.
+func outcomeUnknownAnswer(ae *APIError) bool {
+	switch ae.Code {
+	case CodeOutcomeUnknown, CodeTimeout:
+		return true
+	case CodeNoLeader, CodeNotLeader, CodeUnavailable, CodeNotReady:
+		return false
+	}
+	// Not the API's JSON: a proxy's 502 or 504 may have forwarded it.
+	return ae.Status == http.StatusBadGateway || ae.Status == http.StatusGatewayTimeout
+}
+
+// sentMaybe reports whether a transport error may have happened after the
+// request reached the member: anything but a failure to connect.
+func sentMaybe(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	var dns *net.DNSError
+	return !errors.As(err, &dns)
+}
+
+func lastValue(vs []string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[len(vs)-1]
+}
+
+// backoff waits before attempt n+1.
+func (c *Client) backoff(ctx context.Context, n int) error {
+	d := c.cfg.BackoffBase
+	for i := 1; i < n && d < c.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.BackoffMax)
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// attempt sends r once to base.
+func (c *Client) attempt(ctx context.Context, base string, r *request) (*result, error) {
+	actx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(c.cfg.RequestTimeout+r.wait, cancel)
+	u := base + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(actx, r.method, u, body)
+	if err != nil {
+		timer.Stop()
+		cancel()
+		return nil, err
+	}
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	c.count(r.class)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		err = timeoutErr(err, actx, ctx)
+		timer.Stop()
+		cancel()
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK && r.stream {
+		if !timer.Stop() {
+			// The timeout fired as the headers arrived.
+			resp.Body.Close()
+			cancel()
+			return nil, timeoutErr(context.DeadlineExceeded, actx, ctx)
+		}
+		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+		return &result{resp: resp}, nil
+	}
+	defer func() {
+		timer.Stop()
+		cancel()
+	}()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	resp.Body.Close()
+	if err != nil {
+		return nil, timeoutErr(err, actx, ctx)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, decodeError(resp.StatusCode, raw, r.method, r.path)
+	}
+	return &result{resp: resp, body: raw}, nil
+}
+
+// timeoutErr names an attempt's own timeout as such (the caller's context
+// is still live), so it is retried as a transport failure.
+func timeoutErr(err error, actx, ctx context.Context) error {
+	if actx.Err() != nil && ctx.Err() == nil {
+		return &attemptTimeout{err: err}
+	}
+	return err
+}
+
+// attemptTimeout is an attempt that ran out of Config.RequestTimeout.
+type attemptTimeout struct{ err error }
+
+func (e *attemptTimeout) Error() string { return "request timed out: " + e.err.Error() }
+func (e *attemptTimeout) Unwrap() error { return e.err }
+
+func (c *Client) count(class reqClass) {
+	switch class {
+	case classObjectGet:
+		c.objectGets.Add(1)
+	case classObjectPut:
+		c.objectPuts.Add(1)
+	default:
+		c.metastoreReqs.Add(1)
+	}
+}
+
+// decodeError turns an error answer into an *APIError.
+func decodeError(status int, raw []byte, method, path string) *APIError {
+	var env struct {
+		Error *APIError `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &env); err == nil && env.Error != nil && env.Error.Code != "" {
+		ae := env.Error
+		ae.Status, ae.Method, ae.Path = status, method, path
+		return ae
+	}
+	msg := strings.TrimSpace(string(raw))
+	if len(msg) > 512 {
+		msg = msg[:512] + "..."
+	}
+	return &APIError{
+		Status: status, Code: fmt.Sprintf("http_%d", status), Message: msg, Method: method, Path: path,
+		Retryable: status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout,
+	}
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// refreshMembers reads the members from base, so the client can send to
+// the leader directly. Failures are ignored: forwarding still works.
+func (c *Client) refreshMembers(ctx context.Context, base string) {
+	r := &request{method: http.MethodGet, path: "/v1/status", class: classRead}
+	res, err := c.attempt(ctx, base, r)
+	if err != nil {
+		c.logger.Debug("metastore client: reading members failed", "endpoint", base, "err", err)
+		return
+	}
+	var st node.Status
+	if err := json.Unmarshal(res.body, &st); err == nil {
+		c.learn(&st, schemeOf(base))
+	}
+}
+
+func schemeOf(base string) string {
+	s, _, _ := strings.Cut(base, "://")
+	return s
+}
