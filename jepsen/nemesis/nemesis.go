@@ -1,0 +1,252 @@
+// Package nemesis injects faults into a cluster under test (package
+// jepsen/cluster): process crashes and pauses, network partitions, slow and
+// lossy Raft links, snapshot installs, membership changes, leadership
+// transfers, object-store failures, and crashes at fault points compiled
+// into the metastore's faultinject build.
+//
+// Every fault implements Fault. A Runner runs one: it checks the cluster
+// is healthy (cluster.WaitHealthy), injects, holds the fault, heals, and
+// checks the cluster is healthy again, reporting each step as an Event (for
+// a workload's history) and the whole as a Result. A workload runs its
+// clients concurrently with Runner.Run; the faults themselves write only
+// what they need (a few jobs named nemesis-*, and a stream of job-config
+// writes to push the log past a snapshot).
+//
+// A Fault value picks its targets at Inject and remembers them for Heal, so
+// it serves one Run at a time; build a new one (or reuse it sequentially)
+// for each run. Catalog returns one of every fault.
+//
+// The faults, and how each is made:
+//
+//	kill-leader, kill-follower,   SIGKILL of the member's process; heal
+//	kill-random                   restarts it from its data directory
+//	pause-leader                  SIGSTOP of the leader until the others
+//	                              have elected a new one (at least
+//	                              2x the election timeout); heal SIGCONTs
+//	partition-isolate-leader,     iptables DROP rules in the members'
+//	partition-isolate-follower,   namespaces (cluster.Partition); heal
+//	partition-majority-minority,  removes them. bridge: one member sees
+//	partition-bridge,             both sides, the sides not each other.
+//	partition-one-way-*           one-way: only one direction dropped
+//	link-delay, link-loss,        the userspace Raft proxies
+//	link-blackhole-leader         (cluster.SetLinks): latency with jitter,
+//	                              random connection resets and refusals,
+//	                              or nothing forwarded to the leader
+//	snapshot-install              a follower is cut off until the leader
+//	                              snapshots past its trailing logs; after
+//	                              the heal the follower must install the
+//	                              snapshot (its log says so)
+//	member-rejoin                 DELETE /v1/members/{id} of a follower,
+//	                              kill, wipe; heal starts it empty with
+//	                              --join and waits until it votes again
+//	spare-join                    the spare joins (4 voters), heal
+//	                              removes and wipes it again
+//	leader-transfer               POST /v1/leader/transfer
+//	s3-errors, s3-timeouts,       rules of the S3 proxy (cluster.S3):
+//	s3-lost-put, s3-lost-delete   5xx answers, held-then-dropped requests,
+//	                              PUT or DELETE applied but the reply lost
+//	gc-crash-after-mark           the leader crashes at the fault point
+//	                              between a GC deleting mark and the delete;
+//	                              after the heal the new leader must have
+//	                              finished the deletion (blob gone)
+//	snapshot-persist-crash        a member crashes inside snapshot persist;
+//	                              heal restarts it
+//	point-ACTION-POINT-TARGET     (ArmPoint, not in Catalog) any fault point
+//	                              armed with any action for the hold
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/metastore/metastore/jepsen/cluster"
+)
+
+// Fault is one kind of failure.
+type Fault interface {
+	// Name identifies the fault ("kill-leader").
+	Name() string
+	// Inject starts the fault. It returns once the fault is in force
+	// (a process is dead, a rule installed, a crash observed).
+	Inject(ctx context.Context, c *cluster.Cluster) error
+	// Heal ends the fault and verifies what the fault promises to verify
+	// (a snapshot installed, a deletion finished). It is called after
+	// every Inject, even a failed one, and must tolerate a partial
+	// injection.
+	Heal(ctx context.Context, c *cluster.Cluster) error
+}
+
+// Describer is implemented by faults that can say what they did
+// ("killed n2 (leader)"), after Inject.
+type Describer interface {
+	Describe() string
+}
+
+// MinHolder is implemented by faults that must stay in force for a
+// minimum time.
+type MinHolder interface {
+	MinHold(c *cluster.Cluster) time.Duration
+}
+
+// Phase is a step of a Run.
+type Phase string
+
+// Phases, in order.
+const (
+	PhaseCheckBefore Phase = "check-before"
+	PhaseInject      Phase = "inject"
+	PhaseInjected    Phase = "injected"
+	PhaseHeal        Phase = "heal"
+	PhaseHealed      Phase = "healed"
+	PhaseCheckAfter  Phase = "check-after"
+)
+
+// Event reports one step of a Run. Err is set if the step failed.
+type Event struct {
+	Time   time.Time
+	Fault  string
+	Phase  Phase
+	Detail string
+	Err    error
+}
+
+// Result is the outcome of one Run.
+type Result struct {
+	Fault  string
+	Detail string
+	// Injected and Healed are when Inject and Heal returned.
+	Injected, Healed time.Time
+	// HealthyAfter is how long after Heal the cluster was healthy again.
+	HealthyAfter time.Duration
+	// Err is the first failure: unhealthy before, inject, heal, or
+	// unhealthy after.
+	Err error
+}
+
+// Runner runs faults against a cluster.
+type Runner struct {
+	Cluster *cluster.Cluster
+	// Hold is how long a fault stays in force between Inject and Heal
+	// (at least the fault's MinHold); default 2s.
+	Hold time.Duration
+	// HealthTimeout bounds each health check; default 90s.
+	HealthTimeout time.Duration
+	// InjectTimeout bounds Inject and HealTimeout bounds Heal; default
+	// 3m each.
+	InjectTimeout time.Duration
+	HealTimeout   time.Duration
+	// During, if set, runs while the fault is in force: it starts after a
+	// successful Inject, its context ends when the hold time is over, and
+	// Heal waits for it to return. (A workload usually runs on its own,
+	// across many Runs; During is for traffic one fault needs.)
+	During func(ctx context.Context, f Fault)
+	// OnEvent, if set, receives every step.
+	OnEvent func(Event)
+	// Logf, if set, receives progress lines.
+	Logf func(format string, args ...any)
+}
+
+func (r *Runner) emit(f Fault, p Phase, detail string, err error) {
+	if r.Logf != nil {
+		if err != nil {
+			r.Logf("nemesis: %s %s: %s: %v", f.Name(), p, detail, err)
+		} else {
+			r.Logf("nemesis: %s %s %s", f.Name(), p, detail)
+		}
+	}
+	if r.OnEvent != nil {
+		r.OnEvent(Event{Time: time.Now(), Fault: f.Name(), Phase: p, Detail: detail, Err: err})
+	}
+}
+
+// Run checks health, injects f, holds it, heals it and checks health
+// again. Heal runs even if Inject failed or ctx ended (under its own
+// timeout), so a Run never leaves a fault behind.
+func (r *Runner) Run(ctx context.Context, f Fault) Result {
+	c := r.Cluster
+	res := Result{Fault: f.Name()}
+	healthTimeout := durationOr(r.HealthTimeout, 90*time.Second)
+
+	r.emit(f, PhaseCheckBefore, "", nil)
+	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	err := c.WaitHealthy(hctx)
+	cancel()
+	if err != nil {
+		res.Err = fmt.Errorf("unhealthy before %s: %w", f.Name(), err)
+		r.emit(f, PhaseCheckBefore, "", res.Err)
+		return res
+	}
+
+	r.emit(f, PhaseInject, "", nil)
+	ictx, cancel := context.WithTimeout(ctx, durationOr(r.InjectTimeout, 3*time.Minute))
+	injectErr := f.Inject(ictx, c)
+	cancel()
+	res.Injected = time.Now()
+	if d, ok := f.(Describer); ok {
+		res.Detail = d.Describe()
+	}
+	if injectErr != nil {
+		res.Err = fmt.Errorf("inject %s: %w", f.Name(), injectErr)
+		r.emit(f, PhaseInjected, res.Detail, res.Err)
+	} else {
+		r.emit(f, PhaseInjected, res.Detail, nil)
+		hold := durationOr(r.Hold, 2*time.Second)
+		if mh, ok := f.(MinHolder); ok {
+			hold = max(hold, mh.MinHold(c))
+		}
+		dctx, dcancel := context.WithDeadline(ctx, res.Injected.Add(hold))
+		if r.During != nil {
+			r.During(dctx, f)
+		}
+		<-dctx.Done()
+		dcancel()
+	}
+
+	r.emit(f, PhaseHeal, res.Detail, nil)
+	hctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), durationOr(r.HealTimeout, 3*time.Minute))
+	healErr := f.Heal(hctx, c)
+	cancel()
+	res.Healed = time.Now()
+	if d, ok := f.(Describer); ok {
+		res.Detail = d.Describe()
+	}
+	if healErr != nil {
+		res.Err = errors.Join(res.Err, fmt.Errorf("heal %s: %w", f.Name(), healErr))
+	}
+	r.emit(f, PhaseHealed, res.Detail, healErr)
+
+	hctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), healthTimeout)
+	err = c.WaitHealthy(hctx)
+	cancel()
+	res.HealthyAfter = time.Since(res.Healed)
+	if err != nil {
+		res.Err = errors.Join(res.Err, fmt.Errorf("unhealthy after %s: %w", f.Name(), err))
+	}
+	r.emit(f, PhaseCheckAfter, fmt.Sprintf("healthy %s after heal", res.HealthyAfter.Round(time.Millisecond)), err)
+	return res
+}
+
+func durationOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Catalog returns one of every fault, with durations suited to a short
+// run.
+func Catalog() []Fault {
+	return []Fault{
+		Kill(Leader), Kill(Follower), Kill(Random),
+		PauseLeader(),
+		Partition(IsolateLeader), Partition(IsolateFollower), Partition(MajorityMinority),
+		Partition(BridgePartition), Partition(OneWayLeaderToFollower), Partition(OneWayFollowerToLeader),
+		LinkDelay(50*time.Millisecond, 50*time.Millisecond), LinkLoss(0.02, 0.1), LinkBlackholeLeader(),
+		SnapshotInstall(),
+		MemberRejoin(), SpareJoin(), LeaderTransfer(),
+		S3Errors(0.3), S3Timeouts(2*time.Second, 0.3), S3LostReply(LostPut), S3LostReply(LostDelete),
+		GCCrashAfterMark(), SnapshotPersistCrash(),
+	}
+}

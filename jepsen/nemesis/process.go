@@ -1,0 +1,134 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/metastore/metastore/jepsen/cluster"
+)
+
+// Target selects the member a fault hits, by its role when the fault is
+// injected.
+type Target string
+
+// Targets.
+const (
+	Leader   Target = "leader"
+	Follower Target = "follower"
+	Random   Target = "random"
+)
+
+// pick returns the member t names, among the serving members, and whether
+// it is the leader.
+func pick(ctx context.Context, c *cluster.Cluster, t Target) (*cluster.Member, bool, error) {
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	switch t {
+	case Leader:
+		return leader, true, nil
+	case Follower:
+		fs := c.Followers(leader)
+		if len(fs) == 0 {
+			return nil, false, errors.New("no follower")
+		}
+		return fs[rand.IntN(len(fs))], false, nil
+	case Random:
+		s := c.Serving()
+		m := s[rand.IntN(len(s))]
+		return m, m == leader, nil
+	}
+	return nil, false, fmt.Errorf("unknown target %q", t)
+}
+
+func role(isLeader bool) string {
+	if isLeader {
+		return "leader"
+	}
+	return "follower"
+}
+
+// killFault is kill -9 of a member, restarted by Heal.
+type killFault struct {
+	target Target
+	victim *cluster.Member
+	detail string
+}
+
+// Kill returns the fault that SIGKILLs the target member; Heal restarts it
+// from its data directory.
+func Kill(t Target) Fault { return &killFault{target: t} }
+
+func (f *killFault) Name() string     { return "kill-" + string(f.target) }
+func (f *killFault) Describe() string { return f.detail }
+
+func (f *killFault) Inject(ctx context.Context, c *cluster.Cluster) error {
+	m, isLeader, err := pick(ctx, c, f.target)
+	if err != nil {
+		return err
+	}
+	f.victim = m
+	f.detail = fmt.Sprintf("killed %s (%s)", m.ID, role(isLeader))
+	return m.Kill()
+}
+
+func (f *killFault) Heal(ctx context.Context, c *cluster.Cluster) error {
+	if f.victim == nil || f.victim.Running() {
+		return nil
+	}
+	f.detail += ", restarted"
+	return f.victim.Start(ctx)
+}
+
+// pauseFault is SIGSTOP of the leader.
+type pauseFault struct {
+	victim *cluster.Member
+	detail string
+}
+
+// PauseLeader returns the fault that SIGSTOPs the leader and keeps it
+// stopped until the other members have elected a new leader (and at least
+// twice the election timeout); Heal SIGCONTs it, and it must rejoin as a
+// follower of the new term.
+func PauseLeader() Fault { return &pauseFault{} }
+
+func (f *pauseFault) Name() string     { return "pause-leader" }
+func (f *pauseFault) Describe() string { return f.detail }
+
+func (f *pauseFault) MinHold(c *cluster.Cluster) time.Duration {
+	return 2 * c.Options().ElectionTimeout
+}
+
+func (f *pauseFault) Inject(ctx context.Context, c *cluster.Cluster) error {
+	m, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	f.victim = m
+	if err := m.Pause(); err != nil {
+		return err
+	}
+	f.detail = fmt.Sprintf("paused leader %s", m.ID)
+	// The rest elect a new leader: longer than the election timeout, for
+	// sure.
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	next, err := c.Leader(wctx)
+	if err != nil {
+		return fmt.Errorf("no new leader while %s was paused: %w", m.ID, err)
+	}
+	f.detail += fmt.Sprintf("; %s elected after %s", next.ID, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func (f *pauseFault) Heal(ctx context.Context, c *cluster.Cluster) error {
+	if f.victim == nil || !f.victim.Paused() {
+		return nil
+	}
+	return f.victim.Resume()
+}

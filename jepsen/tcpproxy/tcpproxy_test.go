@@ -1,0 +1,124 @@
+package tcpproxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// echoServer answers every line with the same line.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string) (time.Duration, error) {
+	t.Helper()
+	start := time.Now()
+	if _, err := c.Write([]byte(msg + "\n")); err != nil {
+		return 0, err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if line != msg+"\n" {
+		t.Fatalf("echo %q, want %q", line, msg)
+	}
+	return time.Since(start), nil
+}
+
+func TestForwardDelayBlackholeReset(t *testing.T) {
+	p, err := Listen("127.0.0.1:0", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if _, err := roundTrip(t, c, r, "plain"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Delay applies in both directions of an open connection.
+	p.SetSource("127.0.0.1", Link{Delay: 100 * time.Millisecond})
+	if d, err := roundTrip(t, c, r, "slow"); err != nil || d < 200*time.Millisecond {
+		t.Fatalf("delayed round trip took %s (%v), want >= 200ms", d, err)
+	}
+	// Another source's setting does not apply.
+	p.Clear()
+	p.SetSource("10.0.0.9", Link{Delay: time.Second})
+	if d, err := roundTrip(t, c, r, "fast"); err != nil || d > 500*time.Millisecond {
+		t.Fatalf("round trip took %s (%v)", d, err)
+	}
+
+	// A blackhole holds data until lifted; then it arrives.
+	p.SetDefault(Link{Blackhole: true})
+	if _, err := c.Write([]byte("held\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("data passed a blackhole")
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	p.SetDefault(Link{})
+	// The read above timed out; a new reader picks up the held line.
+	r = bufio.NewReader(c)
+	if line, err := r.ReadString('\n'); err != nil || line != "held\n" {
+		t.Fatalf("after the blackhole: %q %v", line, err)
+	}
+
+	// ResetProb 1 resets the connection at the next chunk.
+	p.SetDefault(Link{ResetProb: 1})
+	if _, err := roundTrip(t, c, r, "boom"); err == nil {
+		t.Fatal("connection survived ResetProb 1")
+	}
+	if st := p.Stats(); st.Resets == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	// RefuseProb 1 closes new connections at once.
+	p.SetDefault(Link{RefuseProb: 1})
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := roundTrip(t, c2, bufio.NewReader(c2), "refused"); err == nil {
+		t.Fatal("refused connection answered")
+	}
+	p.Clear()
+	c3, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if _, err := roundTrip(t, c3, bufio.NewReader(c3), "healed"); err != nil {
+		t.Fatal(err)
+	}
+}
