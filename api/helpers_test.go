@@ -141,6 +141,12 @@ func startSingle(t *testing.T) *member {
 	m := startMember(t, cfg, l)
 	waitFor(t, 10*time.Second, "leader", func() bool { return m.node.IsLeader() })
 	waitFor(t, 10*time.Second, "ready", func() bool { return m.node.Ready() == nil })
+	// The leader writes its member record after its barrier; tests that
+	// compare state hashes start once it is there.
+	waitFor(t, 10*time.Second, "member record", func() bool {
+		members, err := m.fsm.Members()
+		return err == nil && len(members) == 1 && members[0].HTTPAddr == cfg.HTTPAddr
+	})
 	return m
 }
 
