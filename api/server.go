@@ -230,6 +230,9 @@ const (
 )
 
 func consistency(r *http.Request) (string, error) {
+	if unsafeStaleReads {
+		return consistencyStale, nil // positive control, faultinject builds only (unsafe_on.go)
+	}
 	switch c := r.URL.Query().Get("consistency"); c {
 	case "":
 		return consistencyDefault, nil

@@ -468,6 +468,9 @@ func (cy *cycle) markAndDelete() error {
 		if err != nil || len(keys) == 0 {
 			return err
 		}
+		if unsafeSkipMark {
+			return cy.unsafeDeleteUnmarked(keys) // positive control, faultinject builds only (unsafe_on.go)
+		}
 		cy.rep.MarksProposed += len(keys)
 		c.m.marksProposed.Add(float64(len(keys)))
 		marked, err := c.propose(cy.ctx, fsm.CmdBlobsDeleting, now, fsm.BlobKeys{Keys: keys, Grace: fsm.Duration(c.cfg.Grace)})

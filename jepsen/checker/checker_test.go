@@ -1,0 +1,208 @@
+package checker
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/jepsen/history"
+	"github.com/metastore/metastore/jepsen/s3proxy"
+)
+
+// hb builds histories with times in milliseconds from a fixed start.
+type hb struct {
+	t0  time.Time
+	ops []history.Op
+}
+
+func newHB() *hb { return &hb{t0: time.Unix(1_700_000_000, 0)} }
+
+func (b *hb) ms(n int) time.Time { return b.t0.Add(time.Duration(n) * time.Millisecond) }
+
+func (b *hb) add(o history.Op, from, to int) {
+	o.ID = len(b.ops)
+	o.Invoke, o.Complete = b.ms(from), b.ms(to)
+	if o.Outcome == "" {
+		o.Outcome = history.OK
+	}
+	b.ops = append(b.ops, o)
+}
+
+func ack(job string, epoch uint64, task, value string, completed bool) history.Op {
+	return history.Op{Kind: history.KindAck, Job: job, Epoch: epoch, Task: task, Gen: 1, Value: value, Completed: completed, Client: 1}
+}
+
+func read(job string, epoch uint64, client int) history.Op {
+	return history.Op{Kind: history.KindRead, Job: job, Task: "src-0", ReadEpoch: epoch, Client: client, Member: "n1"}
+}
+
+func TestLinearizableAcceptsValidHistory(t *testing.T) {
+	b := newHB()
+	b.add(ack("j", 1, "src-0", "v1", true), 0, 10)
+	b.add(read("j", 0, 2), 1, 5) // concurrent with the completion: may see none
+	b.add(read("j", 1, 3), 11, 12)
+	b.add(ack("j", 2, "src-0", "v2", false), 20, 30) // completion not reported
+	b.add(read("j", 2, 2), 25, 35)
+	b.add(read("j", 2, 3), 40, 41)
+	u := ack("j", 3, "src-0", "v3", false)
+	u.Outcome = history.Unknown
+	b.add(u, 50, 60)
+	b.add(read("j", 2, 2), 70, 71) // the unknown ack has not taken effect yet
+	b.add(read("j", 3, 3), 80, 81) // now it has
+	v := Linearizable(&Input{Ops: b.ops})
+	if !v.OK {
+		t.Fatalf("valid history refused: %s %v", v.Summary, v.Problems)
+	}
+}
+
+func TestLinearizableRefusesStaleRead(t *testing.T) {
+	b := newHB()
+	b.add(ack("j", 1, "src-0", "v1", true), 0, 10)
+	b.add(ack("j", 2, "src-0", "v2", true), 20, 30)
+	b.add(read("j", 1, 2), 40, 45)
+	dir := t.TempDir()
+	v := Linearizable(&Input{Ops: b.ops, OutDir: dir})
+	if v.OK {
+		t.Fatal("stale read accepted")
+	}
+	if !strings.Contains(strings.Join(v.Problems, "\n"), "stale read") {
+		t.Errorf("no readable reason: %v", v.Problems)
+	}
+	if v.Artifact == "" {
+		t.Error("no visualization written")
+	}
+}
+
+func TestLinearizableRefusesValueNeverCompleted(t *testing.T) {
+	b := newHB()
+	f := ack("j", 1, "src-0", "v1", false)
+	f.Outcome = history.Fail
+	b.add(f, 0, 10)
+	b.add(read("j", 1, 2), 20, 25)
+	if v := Linearizable(&Input{Ops: b.ops}); v.OK {
+		t.Fatal("a read of an epoch whose only ack failed was accepted")
+	}
+}
+
+func TestLinearizableRefusesLostCompletion(t *testing.T) {
+	b := newHB()
+	b.add(history.Op{Kind: history.KindAwait, Job: "j", Epoch: 3, Completed: true, Outcome: history.OK, Client: 4}, 0, 10)
+	b.add(ack("j", 3, "src-0", "v3", false), 0, 5)
+	b.add(read("j", 0, 2), 20, 25)
+	if v := Linearizable(&Input{Ops: b.ops}); v.OK {
+		t.Fatal("a read behind an awaited completion was accepted")
+	}
+}
+
+func TestAcksFencingAndZombies(t *testing.T) {
+	b := newHB()
+	b.add(history.Op{Kind: history.KindAttempt, Job: "j", Gen: 2}, 0, 10)
+	b.add(ack("j", 5, "src-0", "old", false), 20, 30) // generation 1 after generation 2 started
+	b.add(history.Op{Kind: history.KindZombieAck, Job: "j", Gen: 1, Epoch: 4, Task: "src-0"}, 40, 50)
+	v := Acks(&Input{Ops: b.ops})
+	if v.OK || v.total() != 2 {
+		t.Fatalf("want 2 violations, got %v", v.Problems)
+	}
+}
+
+func (v Verdict) total() int { return len(v.Problems) }
+
+func TestAcksLostAckAndValueNeverWritten(t *testing.T) {
+	b := newHB()
+	b.add(ack("j", 1, "agg-0", "a1", false), 0, 10)
+	b.add(ack("j", 1, "src-0", "s1", true), 0, 10)
+	final := &Final{Jobs: map[string]*JobFinal{"j": {Generation: 1, LatestCompleted: 1, Epochs: []EpochFinal{{
+		Epoch: 1, Generation: 1, State: "completed", Expected: 2, Acked: 2,
+		Tasks: map[string]TaskCheckpoint{"agg-0": {Value: "a1"}, "src-0": {Value: "forged"}},
+	}}}}}
+	v := Acks(&Input{Ops: b.ops, Final: final})
+	if v.OK {
+		t.Fatal("forged checkpoint accepted")
+	}
+	joined := strings.Join(v.Problems, "\n")
+	if !strings.Contains(joined, "no ack of that epoch sent") || !strings.Contains(joined, "lost ack") {
+		t.Errorf("problems: %v", v.Problems)
+	}
+	final.Jobs["j"].Epochs[0].Tasks["src-0"] = TaskCheckpoint{Value: "s1"}
+	if v := Acks(&Input{Ops: b.ops, Final: final}); !v.OK {
+		t.Fatalf("valid final state refused: %v", v.Problems)
+	}
+	final.Jobs["j"].Epochs[0].State = "aborted"
+	if v := Acks(&Input{Ops: b.ops, Final: final}); v.OK {
+		t.Fatal("a completion acknowledged and then aborted was accepted")
+	}
+}
+
+func TestGCSafety(t *testing.T) {
+	b := newHB()
+	exp := b.ms(60_000)
+	b.add(history.Op{Kind: history.KindUpload, Job: "j", Task: "agg-0", Key: "j/agg-0/k1", Expires: &exp}, 0, 10)
+	a := ack("j", 1, "agg-0", "a1", true)
+	a.HasManifest, a.Keys, a.Commits = true, []string{"j/agg-0/k1"}, []string{"j/agg-0/k1"}
+	b.add(a, 20, 30)
+	drop := ack("j", 2, "agg-0", "a2", true)
+	drop.HasManifest, drop.Keys = true, []string{}
+	b.add(drop, 100, 110)
+	s3 := func(op s3proxy.Op, at int, status int) s3proxy.Request {
+		return s3proxy.Request{Op: op, Key: "ms/j/agg-0/k1", Keys: []string{"ms/j/agg-0/k1"}, Start: b.ms(at), Latency: time.Millisecond, Forwarded: true, Upstream: status, Client: "n1"}
+	}
+	cases := []struct {
+		name string
+		req  s3proxy.Request
+		ok   bool
+	}{
+		{"delete while an intent", s3(s3proxy.OpDeleteBatch, 15, 200), false},
+		{"delete while in the head", s3(s3proxy.OpDeleteBatch, 50, 200), false},
+		{"delete after the drop was sent", s3(s3proxy.OpDeleteBatch, 105, 200), true},
+		{"404 while referenced", s3(s3proxy.OpGet, 40, 404), false},
+		{"404 after the drop", s3(s3proxy.OpGet, 200, 404), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := GCSafety(&Input{Ops: b.ops, S3: []s3proxy.Request{c.req}, S3Prefix: "ms/"})
+			if v.OK != c.ok {
+				t.Fatalf("ok = %v, want %v: %v", v.OK, c.ok, v.Problems)
+			}
+		})
+	}
+	// At the end: a referenced key missing from the bucket.
+	final := &Final{Jobs: map[string]*JobFinal{"j": {Epochs: []EpochFinal{{Epoch: 2, State: "completed",
+		Tasks: map[string]TaskCheckpoint{"agg-0": {HasManifest: true, Keys: []string{"j/agg-0/k2"}}}}}}}}
+	if v := GCSafety(&Input{Ops: b.ops, Final: final}); v.OK {
+		t.Fatal("missing referenced blob accepted")
+	}
+	final.Bucket = []string{"j/agg-0/k2"}
+	if v := GCSafety(&Input{Ops: b.ops, Final: final}); !v.OK {
+		t.Fatalf("present blob refused: %v", v.Problems)
+	}
+}
+
+func TestGCLiveness(t *testing.T) {
+	now := time.Now()
+	later := now.Add(time.Minute)
+	earlier := now.Add(-time.Second)
+	f := &Final{ListedAt: now, GCStart: now, Grace: 2 * time.Second, Bucket: []string{"a", "b", "c", "d"}, Records: map[string]BlobRecord{
+		"a": {State: "live", Refs: 1},
+		"b": {State: "intent", LeaseUntil: &later},
+		"d": {State: "expired", LeaseUntil: &earlier}, // within the grace period
+	}}
+	if v := GCLiveness(&Input{Final: f}); !v.OK {
+		t.Fatalf("referenced and young refused: %v", v.Problems)
+	}
+	f.Records["c"] = BlobRecord{State: "live"}
+	if v := GCLiveness(&Input{Final: f}); v.OK {
+		t.Fatal("unreferenced live blob left in the bucket accepted")
+	}
+	old := now.Add(-time.Minute)
+	f.Records["c"] = BlobRecord{State: "expired", LeaseUntil: &old}
+	if v := GCLiveness(&Input{Final: f}); v.OK {
+		t.Fatal("expired upload past its grace left in the bucket accepted")
+	}
+}
+
+func TestScanLog(t *testing.T) {
+	log := "ok\npanic: boom\nfaultpoint: crash at gc.after-mark\nWARNING: DATA RACE\n"
+	if got := ScanLog(log); len(got) != 2 {
+		t.Fatalf("findings %v", got)
+	}
+}

@@ -1,0 +1,290 @@
+package checker
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/metastore/metastore/jepsen/history"
+	"github.com/metastore/metastore/jepsen/s3proxy"
+)
+
+// interval is a time during which a blob key is certainly referenced (or
+// held by a live intent), so the collector must not delete it and reads
+// of it must find it.
+type interval struct {
+	from, to time.Time // to zero: until the end of the run
+	why      string
+}
+
+func (iv interval) covers(a, b time.Time) bool {
+	return !a.Before(iv.from) && (iv.to.IsZero() || !b.After(iv.to))
+}
+
+// intentMargin is taken off an upload lease's end: the lease is stamped
+// by the leader's clock, on this machine too, but not at the instant the
+// answer arrived.
+const intentMargin = time.Second
+
+// Protections computes, from the history alone, when each blob key was
+// certainly protected from collection. Only facts the workload observed
+// count; anything uncertain shortens an interval, never lengthens it, so
+// a deletion found inside one is a real violation:
+//
+//   - intent: from the answer of the upload that got the key until the
+//     lease's end less a margin, or until the first ack that commits the key
+//     is invoked (the intent then turns into a live blob, protected below
+//     only if the ack is answered ok);
+//   - head: from the answer of an ok ack whose manifest holds the key (the
+//     task's lineage head holds a reference, even if the epoch is aborted
+//     later) until the task's next ack whose manifest lacks the key is
+//     invoked, or a new attempt of the job is invoked (which detaches the
+//     head), or the end of the run;
+//   - pin: from the answer of an ok pin of an epoch to the invocation of its
+//     unpin (or the end), for the keys of the epoch's manifests read after
+//     the pin.
+func Protections(ops []history.Op) map[string][]interval {
+	out := map[string][]interval{}
+	add := func(k string, iv interval) { out[k] = append(out[k], iv) }
+
+	// Intents.
+	firstCommit := map[string]time.Time{}
+	for _, o := range ops {
+		if o.Kind == history.KindAck {
+			for _, k := range o.Commits {
+				if t, ok := firstCommit[k]; !ok || o.Invoke.Before(t) {
+					firstCommit[k] = o.Invoke
+				}
+			}
+		}
+	}
+	for _, o := range ops {
+		if o.Kind != history.KindUpload || o.Key == "" || o.Expires == nil || o.Complete.IsZero() {
+			continue
+		}
+		end := o.Expires.Add(-intentMargin)
+		if t, ok := firstCommit[o.Key]; ok && t.Before(end) {
+			end = t
+		}
+		if end.After(o.Complete) {
+			add(o.Key, interval{o.Complete, end, fmt.Sprintf("upload intent of %s/%s (lease to %s)", o.Job, o.Task, o.Expires.Format("15:04:05.000"))})
+		}
+	}
+
+	// Heads.
+	attemptsByJob := map[string][]time.Time{}
+	for _, o := range ops {
+		if o.Kind == history.KindAttempt {
+			attemptsByJob[o.Job] = append(attemptsByJob[o.Job], o.Invoke)
+		}
+	}
+	type tk struct{ job, task string }
+	acks := map[tk][]history.Op{}
+	for _, o := range ops {
+		if o.Kind == history.KindAck && o.HasManifest {
+			acks[tk{o.Job, o.Task}] = append(acks[tk{o.Job, o.Task}], o)
+		}
+	}
+	for key, list := range acks {
+		sort.Slice(list, func(i, j int) bool { return list[i].Invoke.Before(list[j].Invoke) })
+		for i, a := range list {
+			if a.Outcome != history.OK {
+				continue
+			}
+			for _, k := range a.Keys {
+				var end time.Time
+				for _, b := range list[i+1:] {
+					if !slices.Contains(b.Keys, k) {
+						end = b.Invoke
+						break
+					}
+				}
+				for _, t := range attemptsByJob[key.job] {
+					if t.After(a.Complete) && (end.IsZero() || t.Before(end)) {
+						end = t
+					}
+				}
+				if end.IsZero() || end.After(a.Complete) {
+					add(k, interval{a.Complete, end, fmt.Sprintf("manifest of %s/%s acked ok in epoch %d", key.job, key.task, a.Epoch)})
+				}
+			}
+		}
+	}
+
+	// Pins.
+	type je struct {
+		job   string
+		epoch uint64
+	}
+	keysOf := map[je][]string{}
+	for _, o := range ops {
+		if o.Kind == history.KindManifest && o.Outcome == history.OK {
+			keysOf[je{o.Job, o.Epoch}] = append(keysOf[je{o.Job, o.Epoch}], o.Keys...)
+		}
+	}
+	for _, o := range ops {
+		if o.Kind != history.KindPin || o.Outcome != history.OK {
+			continue
+		}
+		var end time.Time
+		for _, u := range ops {
+			if u.Kind == history.KindUnpin && u.Job == o.Job && u.Epoch == o.Epoch && u.Invoke.After(o.Complete) && (end.IsZero() || u.Invoke.Before(end)) {
+				end = u.Invoke
+			}
+		}
+		for _, k := range keysOf[je{o.Job, o.Epoch}] {
+			add(k, interval{o.Complete, end, fmt.Sprintf("savepoint %s epoch %d", o.Job, o.Epoch)})
+		}
+	}
+	return out
+}
+
+func protectedDuring(ivs []interval, a, b time.Time) (interval, bool) {
+	for _, iv := range ivs {
+		if iv.covers(a, b) {
+			return iv, true
+		}
+	}
+	return interval{}, false
+}
+
+// GCSafety checks that no protected blob was deleted or answered as
+// missing, and that every blob the final state references exists.
+//
+// Deletions come from the S3 proxy's log: every DELETE and every key of a
+// DeleteObjects that reached the S3 server, whatever the answer the member
+// saw. Missing blobs: GET and HEAD requests the server answered 404, and
+// the workload's own blob reads answered not found (or "deleting", "gone")
+// by the metastore. Each is a violation when it happened entirely inside
+// a protection interval of its key (Protections). At the end, every key of
+// a retained, pinned or pending checkpoint's manifest and of every worker's
+// head must be in the bucket.
+func GCSafety(in *Input) Verdict {
+	start := time.Now()
+	var p problems
+	prot := Protections(in.Ops)
+	t0 := time.Time{}
+	if len(in.Ops) > 0 {
+		t0 = in.Ops[0].Invoke
+	}
+	var deletes, misses int
+	for _, r := range in.S3 {
+		end := r.Start.Add(r.Latency)
+		switch {
+		case (r.Op == s3proxy.OpDelete || r.Op == s3proxy.OpDeleteBatch) && r.Forwarded:
+			keys := r.Keys
+			if r.Op == s3proxy.OpDelete {
+				keys = []string{r.Key}
+			}
+			for _, sk := range keys {
+				k, ok := strings.CutPrefix(sk, in.S3Prefix)
+				if !ok {
+					continue
+				}
+				deletes++
+				if iv, bad := protectedDuring(prot[k], r.Start, end); bad {
+					p.addf("blob %s deleted by %s at %s while protected (%s, since %s)", k, r.Client, at(t0, r.Start), iv.why, at(t0, iv.from))
+				}
+			}
+		case (r.Op == s3proxy.OpGet || r.Op == s3proxy.OpHead) && r.Upstream == 404:
+			k, ok := strings.CutPrefix(r.Key, in.S3Prefix)
+			if !ok {
+				continue
+			}
+			misses++
+			if iv, bad := protectedDuring(prot[k], r.Start, end); bad {
+				p.addf("%s of referenced blob %s by %s answered 404 at %s (%s, since %s)", r.Op, k, r.Client, at(t0, r.Start), iv.why, at(t0, iv.from))
+			}
+		}
+	}
+	for _, o := range in.Ops {
+		if o.Kind != history.KindRestore || o.Key == "" || o.Outcome == history.OK {
+			continue
+		}
+		if o.Code != "not_found" && o.Code != "conflict" {
+			continue
+		}
+		if iv, bad := protectedDuring(prot[o.Key], o.Invoke, o.Complete); bad {
+			p.addf("read of referenced blob %s (restore of %s/%s) failed %s at %s (%s, since %s): %s", o.Key, o.Job, o.Task, o.Code, at(t0, o.Invoke), iv.why, at(t0, iv.from), short(o.Error))
+		}
+	}
+
+	// The end.
+	var referenced int
+	if in.Final != nil && in.Final.BucketErr == "" && in.Final.CollectErr == "" {
+		bucket := map[string]bool{}
+		for _, k := range in.Final.Bucket {
+			bucket[k] = true
+		}
+		need := map[string]string{}
+		for _, job := range sortedKeys(in.Final.Jobs) {
+			for _, e := range in.Final.Jobs[job].Epochs {
+				if e.State != "completed" && e.State != "pending" {
+					continue
+				}
+				for task, tc := range e.Tasks {
+					for _, k := range tc.Keys {
+						need[k] = fmt.Sprintf("%s checkpoint %d (%s) of %s", job, e.Epoch, e.State, task)
+					}
+				}
+			}
+		}
+		if in.Workload != nil {
+			for job, heads := range in.Workload.Heads {
+				for task, keys := range heads {
+					for _, k := range keys {
+						if _, ok := need[k]; !ok {
+							need[k] = fmt.Sprintf("the head manifest of %s/%s", job, task)
+						}
+					}
+				}
+			}
+		}
+		referenced = len(need)
+		for _, k := range sortedKeys(need) {
+			if !bucket[k] {
+				p.addf("blob %s referenced by %s is missing from the bucket at the end", k, need[k])
+			}
+		}
+	} else if in.Final != nil {
+		p.addf("final state incomplete: %s%s", in.Final.CollectErr, in.Final.BucketErr)
+	}
+	return p.verdict("gc-safety", fmt.Sprintf("%d deletions and %d misses outside protection; %d referenced blobs present at the end", deletes, misses, referenced), start)
+}
+
+// GCLiveness checks that, after the cluster was healed and quiet for the
+// grace period and ran two GC cycles, every object in the bucket is one
+// the store counts as referenced, or a young upload: an intent (or an
+// expired one) whose lease ended less than the grace period before the
+// final cycles began, so they could not collect it yet. An object without
+// a record, a live blob with no reference, a blob marked deleting, one
+// recorded gone, or an older expired intent is a leak.
+func GCLiveness(in *Input) Verdict {
+	start := time.Now()
+	var p problems
+	f := in.Final
+	if f == nil || f.BucketErr != "" {
+		if f != nil {
+			p.addf("bucket not listed: %s", f.BucketErr)
+		}
+		return p.verdict("gc-liveness", "", start)
+	}
+	young := 0
+	for _, k := range sortedKeys(f.Records) {
+		r := f.Records[k]
+		switch {
+		case r.Err != "":
+			p.addf("leak: object %s has no usable record (%s)", k, r.Err)
+		case r.State == "live" && r.Refs > 0:
+		case (r.State == "intent" || r.State == "expired") && r.LeaseUntil != nil && r.LeaseUntil.Add(f.Grace).After(f.GCStart):
+			// An upload whose lease ended less than the grace period
+			// before the final cycles: not collectable by them yet.
+			young++
+		default:
+			p.addf("leak: object %s is still in the bucket after the final GC cycles, recorded %s with %d references", k, r.State, r.Refs)
+		}
+	}
+	return p.verdict("gc-liveness", fmt.Sprintf("%d objects in the bucket, all referenced or young intents (%d); GC runs %v", len(f.Bucket), young, f.GCRuns), start)
+}

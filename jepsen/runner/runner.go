@@ -1,0 +1,613 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/metastore/metastore/blobstore"
+	"github.com/metastore/metastore/blobstore/blobtest"
+	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/jepsen/checker"
+	"github.com/metastore/metastore/jepsen/cluster"
+	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/jepsen/history"
+	"github.com/metastore/metastore/jepsen/nemesis"
+	"github.com/metastore/metastore/jepsen/workload"
+)
+
+// Prefix and Subnet name the scenarios' clusters: namespaces, links and
+// rules start with Prefix, members live in Subnet.0/24.
+const (
+	Prefix = "msc"
+	Subnet = "10.79.0"
+)
+
+// Options configure a tier run.
+type Options struct {
+	// OutDir is where failed scenarios keep their artifacts (default
+	// ./jepsen-results).
+	OutDir string
+	// Out receives the report (default os.Stdout).
+	Out io.Writer
+	// Verbose sends progress lines of the cluster and nemesis to Out.
+	Verbose bool
+	// Race builds the members with the race detector.
+	Race bool
+	// Env is added to every member's environment in every scenario.
+	Env []string
+	// Jobs is the number of jobs of the workload (default 3).
+	Jobs int
+	// ReuseSameRef: see workload.Config.ReuseSameRef.
+	ReuseSameRef bool
+}
+
+// ScenarioResult is the outcome of one scenario.
+type ScenarioResult struct {
+	Name     string
+	Faults   []nemesis.Result
+	Counts   history.Counts
+	Verdicts []checker.Verdict
+	// Err is set when the scenario could not run (the cluster did not
+	// start, say): a failure too.
+	Err  error
+	Dir  string
+	Took time.Duration
+}
+
+// Passed reports whether the scenario ran and every checker passed.
+func (r *ScenarioResult) Passed() bool { return r.Err == nil && checker.Passed(r.Verdicts) }
+
+// Runner runs scenarios, one cluster at a time.
+type Runner struct {
+	opts   Options
+	binary string
+	binDir string
+}
+
+// New prepares a runner: it checks the machine can run the suite and
+// builds the metastore binary once (faultinject tag).
+func New(ctx context.Context, opts Options) (*Runner, error) {
+	if err := cluster.Supported(); err != nil {
+		return nil, err
+	}
+	if opts.Out == nil {
+		opts.Out = os.Stdout
+	}
+	if opts.OutDir == "" {
+		opts.OutDir = "jepsen-results"
+	}
+	r := &Runner{opts: opts}
+	dir, err := os.MkdirTemp("", "metastore-jepsen-bin-*")
+	if err != nil {
+		return nil, err
+	}
+	r.binDir = dir
+	r.binary = filepath.Join(dir, "metastore")
+	start := time.Now()
+	if err := cluster.Build(ctx, cluster.MetastorePackage, r.binary, []string{cluster.FaultInjectTag}, opts.Race); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	r.printf("built metastore (tags faultinject, race %v) in %s\n", opts.Race, time.Since(start).Round(time.Second))
+	return r, nil
+}
+
+// Close removes the runner's binary.
+func (r *Runner) Close() { os.RemoveAll(r.binDir) }
+
+func (r *Runner) printf(format string, args ...any) { fmt.Fprintf(r.opts.Out, format, args...) }
+
+func (r *Runner) logf(format string, args ...any) {
+	if r.opts.Verbose {
+		fmt.Fprintf(r.opts.Out, "    %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+}
+
+// RunTier runs scenarios in order, prints each one's report and a last
+// line "scenarios: N passed, M failed", and returns the results.
+func (r *Runner) RunTier(ctx context.Context, scenarios []Scenario) []*ScenarioResult {
+	var results []*ScenarioResult
+	passed, failed := 0, 0
+	for i, sc := range scenarios {
+		r.printf("=== scenario %d/%d: %s (%s)\n", i+1, len(scenarios), sc.Name, sc.Duration)
+		res := r.Run(ctx, sc)
+		results = append(results, res)
+		r.report(res)
+		if res.Passed() {
+			passed++
+		} else {
+			failed++
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	r.printf("scenarios: %d passed, %d failed\n", passed, failed)
+	return results
+}
+
+func (r *Runner) report(res *ScenarioResult) {
+	for _, f := range res.Faults {
+		status := "ok"
+		if f.Err != nil {
+			status = "FAILED: " + f.Err.Error()
+		}
+		r.printf("  fault %s: %s (healthy %s after heal) %s\n", f.Fault, f.Detail, f.HealthyAfter.Round(time.Millisecond), status)
+	}
+	if len(res.Faults) == 0 && res.Err == nil {
+		r.printf("  fault: none injected\n")
+	}
+	c := res.Counts
+	r.printf("  operations: %d (ok %d, fail %d, unknown %d)\n", c.Total, c.OK, c.Fail, c.Unknown)
+	for _, v := range res.Verdicts {
+		mark := "PASS"
+		if !v.OK {
+			mark = "FAIL"
+		}
+		r.printf("  %-14s %s  %s\n", v.Name+":", mark, v.Summary)
+		if !v.OK {
+			for i, p := range v.Problems {
+				if i >= 8 {
+					r.printf("      ... %d more\n", len(v.Problems)-i)
+					break
+				}
+				r.printf("      - %s\n", p)
+			}
+			if v.Artifact != "" {
+				r.printf("      see %s\n", v.Artifact)
+			}
+		}
+	}
+	if res.Err != nil {
+		r.printf("  ERROR: %v\n", res.Err)
+	}
+	verdict := "PASSED"
+	if !res.Passed() {
+		verdict = "FAILED"
+	}
+	r.printf("  %s in %s", verdict, res.Took.Round(time.Second))
+	if res.Dir != "" {
+		r.printf("; artifacts kept in %s", res.Dir)
+	}
+	r.printf("\n")
+}
+
+// Run runs one scenario on a fresh cluster.
+func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
+	start := time.Now()
+	res := &ScenarioResult{Name: sc.Name}
+	defer func() { res.Took = time.Since(start) }()
+	copts := cluster.Options{
+		// Names and a subnet of the suite's own, apart from the
+		// cluster package's tests (prefix msj, 10.77.0), so that their
+		// clean-up of leftovers never touches a scenario's cluster. The
+		// members' object-store prefix is taken from Prefix; the same value
+		// for S3Prefix keeps Bucket and S3KeyPrefix in step.
+		Prefix:   Prefix,
+		Subnet:   Subnet,
+		S3Prefix: Prefix,
+		Binary:   r.binary,
+		Env:      append(append([]string(nil), r.opts.Env...), sc.Env...),
+		Logf:     r.logf,
+	}
+	sctx, cancel := context.WithTimeout(ctx, sc.Duration+10*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(sctx, copts)
+	if err != nil {
+		res.Err = fmt.Errorf("start cluster: %w", err)
+		return res
+	}
+	keep := false
+	defer func() {
+		_ = c.Close()
+		if keep {
+			res.Dir = c.WorkDir()
+		} else {
+			os.RemoveAll(c.WorkDir())
+		}
+	}()
+
+	h := history.New()
+	members := map[string]string{}
+	for _, m := range c.Members() {
+		if !m.Spare {
+			members[m.ID] = "http://" + m.HTTPAddr
+		}
+	}
+	wcfg := workload.Config{Members: members, Duration: sc.Duration, Jobs: r.opts.Jobs, Readers: sc.ReadersPerMember, ReuseSameRef: r.opts.ReuseSameRef, Logf: r.logf}
+	wl, err := workload.New(wcfg, h)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+
+	// The workload, and the nemesis beside it.
+	var wres *workload.Result
+	var werr error
+	var wg sync.WaitGroup
+	wctx, wcancel := context.WithCancel(sctx)
+	defer wcancel()
+	wg.Add(1)
+	go func() { defer wg.Done(); wres, werr = wl.Run(wctx) }()
+	var faults []nemesis.Result
+	if len(sc.Faults) > 0 {
+		nr := &nemesis.Runner{
+			Cluster: c,
+			Hold:    durationOr(sc.Hold, 3*time.Second),
+			Logf:    r.logf,
+			OnEvent: func(e nemesis.Event) {
+				if e.Fault == "gc-crash-after-mark" && e.Phase == nemesis.PhaseInjected {
+					disarmGCCrash(sctx, c)
+				}
+				he := history.Event{Time: e.Time, Fault: e.Fault, Phase: string(e.Phase), Detail: e.Detail}
+				if e.Err != nil {
+					he.Error = e.Err.Error()
+				}
+				h.AddEvent(he)
+			},
+		}
+		deadline := time.Now().Add(sc.Duration)
+		sleepCtx(sctx, 3*time.Second)
+		for i := 0; time.Until(deadline) > 8*time.Second && sctx.Err() == nil; i++ {
+			f := sc.Faults[i%len(sc.Faults)]()
+			fr := nr.Run(sctx, f)
+			faults = append(faults, fr)
+			sleepCtx(sctx, time.Second)
+		}
+	}
+	wg.Wait()
+	h.End = time.Now()
+	res.Faults = faults
+	ops := h.Snapshot()
+	res.Counts = history.Count(ops)
+	if werr != nil {
+		res.Err = fmt.Errorf("workload: %w", werr)
+	}
+
+	// Heal whatever is left, wait for health, collect the final state.
+	final := r.finish(sctx, c, wres)
+	in := &checker.Input{Ops: ops, Workload: wres, Final: final, S3: c.S3.Requests(), S3Prefix: c.S3KeyPrefix()}
+	dir := filepath.Join(r.opts.OutDir, fmt.Sprintf("%s-%s", time.Now().Format("20060102-150405"), sanitize(sc.Name)))
+	in.OutDir = dir
+	res.Verdicts = append(res.Verdicts, checker.Check(in)...)
+	res.Verdicts = append(res.Verdicts, nemesisVerdict(faults))
+
+	if !res.Passed() {
+		keep = true
+		if err := r.saveArtifacts(dir, c, h, final, res); err != nil {
+			r.printf("  (saving artifacts: %v)\n", err)
+		}
+		res.Dir = dir
+		keep = false // the artifacts hold copies; the work dir can go
+	} else if in.OutDir != "" {
+		os.RemoveAll(dir)
+	}
+	return res
+}
+
+// disarmGCCrash turns the fault point gc.after-mark off on every running
+// member as soon as gc-crash-after-mark has seen its victim crash. The
+// fault arms every member and disarms the survivors only at Heal, after the
+// hold: under the workload's garbage the next leader's collector reaches
+// the point within the hold and crashes too, and Heal restarts only the
+// first victim.
+func disarmGCCrash(ctx context.Context, c *cluster.Cluster) {
+	for _, m := range c.Members() {
+		if m.Running() {
+			fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, _ = m.Faults().Set(fctx, faultpoint.GCAfterMark, faultpoint.Arm{Action: faultpoint.Off})
+			cancel()
+		}
+	}
+}
+
+// nemesisVerdict fails when a fault's own checks failed: the cluster was
+// not healthy before or after, or the heal could not verify what the fault
+// promised (a snapshot installed, a crashed deletion finished).
+func nemesisVerdict(faults []nemesis.Result) checker.Verdict {
+	v := checker.Verdict{Name: "nemesis", OK: true, Summary: fmt.Sprintf("%d fault runs, each healthy before and after", len(faults))}
+	for _, f := range faults {
+		if f.Err != nil {
+			v.OK = false
+			v.Problems = append(v.Problems, fmt.Sprintf("%s: %v", f.Fault, f.Err))
+		}
+	}
+	if !v.OK {
+		v.Summary = fmt.Sprintf("%d of %d fault runs failed; first: %s", len(v.Problems), len(faults), v.Problems[0])
+	}
+	return v
+}
+
+// finish heals the cluster, waits until it is healthy, reads the final
+// state, runs the final GC cycles after the grace period, lists the bucket
+// and reads every member's hash, fsck and log.
+func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.Result) *checker.Final {
+	f := &checker.Final{Jobs: map[string]*checker.JobFinal{}, Records: map[string]checker.BlobRecord{}}
+	_ = c.Heal(ctx)
+	c.ClearLinks()
+	c.S3.ClearRules()
+	for _, m := range c.Members() {
+		if m.Paused() {
+			_ = m.Resume()
+		}
+		if !m.Running() && m.Starts() > 0 && !m.Spare {
+			if err := m.Start(ctx); err != nil {
+				r.logf("restart %s: %v", m.ID, err)
+			}
+		}
+	}
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	if err := c.WaitHealthy(hctx); err != nil {
+		f.HealthErr = err.Error()
+	}
+	cancel()
+
+	var endpoints []string
+	for _, m := range c.Serving() {
+		endpoints = append(endpoints, "http://"+m.HTTPAddr)
+	}
+	if len(endpoints) == 0 {
+		f.CollectErr = "no member is serving"
+		return f
+	}
+	cl, err := client.New(client.Config{Endpoints: endpoints, RequestTimeout: 10 * time.Second, MaxAttempts: 10})
+	if err != nil {
+		f.CollectErr = err.Error()
+		return f
+	}
+	if wres != nil {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		if err := collect(cctx, cl, wres, f); err != nil {
+			f.CollectErr = err.Error()
+		}
+		cancel()
+	}
+
+	// Quiet for the grace period, then two GC cycles.
+	sleepCtx(ctx, c.Options().GCGrace+time.Second)
+	f.GCStart, f.Grace = time.Now(), c.Options().GCGrace
+	for i := 0; i < 2; i++ {
+		var rep map[string]any
+		gctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := c.Send(gctx, "POST", "/v1/gc/run", nil, &rep)
+		cancel()
+		if err != nil {
+			f.GCRuns = append(f.GCRuns, "error: "+err.Error())
+		} else {
+			f.GCRuns = append(f.GCRuns, fmt.Sprintf("deleted %v", rep["deleted"]))
+		}
+	}
+
+	// The bucket, straight from the S3 server.
+	lctx, lcancel := context.WithTimeout(ctx, time.Minute)
+	defer lcancel()
+	prefix := strings.TrimSuffix(c.S3KeyPrefix(), "/")
+	store, err := blobstore.NewS3(lctx, blobtest.Config(c.S3Endpoint(), c.Options().Bucket, prefix))
+	if err == nil {
+		f.ListedAt = time.Now()
+		err = store.List(lctx, "", func(i blobstore.Info) error {
+			f.Bucket = append(f.Bucket, i.Key)
+			return nil
+		})
+	}
+	if err != nil {
+		f.BucketErr = err.Error()
+	}
+	sort.Strings(f.Bucket)
+	referenced := map[string]bool{}
+	for _, jf := range f.Jobs {
+		for _, e := range jf.Epochs {
+			for _, tc := range e.Tasks {
+				for _, k := range tc.Keys {
+					referenced[k] = true
+				}
+			}
+		}
+	}
+	if wres != nil {
+		for _, heads := range wres.Heads {
+			for _, keys := range heads {
+				for _, k := range keys {
+					referenced[k] = true
+				}
+			}
+		}
+	}
+	for _, k := range f.Bucket {
+		if referenced[k] {
+			continue
+		}
+		var b fsm.Blob
+		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := c.Send(bctx, "GET", "/v1/blobs/"+escapeKey(k), nil, &b)
+		cancel()
+		rec := checker.BlobRecord{State: string(b.State), Refs: b.Refs, LeaseUntil: b.LeaseUntil}
+		if err != nil {
+			rec.Err = err.Error()
+		}
+		f.Records[k] = rec
+	}
+
+	// Convergence: healthy (same hash at the same index), then each
+	// member's hash and fsck, asked of the member itself.
+	hctx, cancel = context.WithTimeout(ctx, time.Minute)
+	if err := c.WaitHealthy(hctx); err != nil && f.HealthErr == "" {
+		f.HealthErr = err.Error()
+	}
+	cancel()
+	for _, m := range c.Members() {
+		if m.Starts() == 0 {
+			continue
+		}
+		mf := checker.MemberFinal{ID: m.ID}
+		mf.LogFindings = checker.ScanLog(m.LogSince(0))
+		if m.Serving() {
+			mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if h, err := c.StateHash(mctx, m); err != nil {
+				mf.HashErr = err.Error()
+			} else {
+				mf.Hash, mf.Index = h.Hash, h.Index
+			}
+			var fr struct {
+				OK     bool           `json:"ok"`
+				Report fsm.FsckReport `json:"report"`
+			}
+			if err := c.Get(mctx, m, "/v1/fsck?consistency=stale", &fr); err != nil {
+				mf.FsckErr = err.Error()
+			} else {
+				for _, mm := range fr.Report.Mismatches {
+					mf.FsckProblems = append(mf.FsckProblems, fmt.Sprintf("blob %s (%s): %d references stored, %d recounted", mm.Key, mm.State, mm.Stored, mm.Recounted))
+				}
+				mf.FsckProblems = append(mf.FsckProblems, fr.Report.Problems...)
+				if !fr.OK && len(mf.FsckProblems) == 0 {
+					mf.FsckProblems = append(mf.FsckProblems, "fsck answered ok=false")
+				}
+			}
+			cancel()
+			f.Members = append(f.Members, mf)
+		} else if len(mf.LogFindings) > 0 {
+			f.Members = append(f.Members, mf)
+		}
+	}
+	return f
+}
+
+func escapeKey(k string) string {
+	parts := strings.Split(k, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return strings.Join(parts, "/")
+}
+
+// collect reads the final state of every job through linearizable reads:
+// every remembered epoch, and for retained, pinned and pending ones what
+// each task holds.
+func collect(ctx context.Context, cl *client.Client, wres *workload.Result, f *checker.Final) error {
+	var errs []error
+	for ji, job := range wres.Jobs {
+		j, err := cl.Job(ctx, job)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("job %s: %w", job, err))
+			continue
+		}
+		eps, err := cl.Epochs(ctx, job, "")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("epochs of %s: %w", job, err))
+			continue
+		}
+		jf := &checker.JobFinal{Generation: j.Generation, LatestCompleted: j.LatestCompleted}
+		for _, e := range eps {
+			ef := checker.EpochFinal{Epoch: e.Epoch, Generation: e.Generation, State: string(e.State), Pinned: e.Pinned,
+				Expected: e.Expected, Acked: e.Acked, CompletedAt: e.CompletedAt, Tasks: map[string]checker.TaskCheckpoint{}}
+			for _, t := range workload.Tasks(ji) {
+				caps, _ := fsm.ParseCaps(t.Caps)
+				if !caps.Expected() {
+					continue
+				}
+				switch e.State {
+				case fsm.EpochCompleted:
+					rs, err := cl.Restore(ctx, job, t.ID, client.RestoreOptions{Epoch: e.Epoch})
+					if err != nil {
+						errs = append(errs, fmt.Errorf("restore %s/%s epoch %d: %w", job, t.ID, e.Epoch, err))
+						continue
+					}
+					tc := checker.TaskCheckpoint{Value: string(rs.Payload(workload.MainKind(caps)))}
+					if m := rs.StateManifest(); m != nil {
+						tc.HasManifest = true
+						tc.Keys = m.Blobs()
+					}
+					ef.Tasks[t.ID] = tc
+				case fsm.EpochPending:
+					if !caps.Has(fsm.KindState) {
+						continue
+					}
+					m, err := cl.EpochManifest(ctx, job, e.Epoch, t.ID)
+					if err != nil {
+						if errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrConflict) || errors.Is(err, client.ErrInvalid) {
+							continue
+						}
+						errs = append(errs, fmt.Errorf("manifest %s/%s epoch %d: %w", job, t.ID, e.Epoch, err))
+						continue
+					}
+					ef.Tasks[t.ID] = checker.TaskCheckpoint{HasManifest: true, Keys: m.Blobs()}
+				}
+			}
+			jf.Epochs = append(jf.Epochs, ef)
+		}
+		f.Jobs[job] = jf
+	}
+	return errors.Join(errs...)
+}
+
+// saveArtifacts keeps what a failed scenario needs for a post-mortem: the
+// history, the final state, the verdicts, the node logs and the S3
+// request log (the linearizability visualization is already there).
+func (r *Runner) saveArtifacts(dir string, c *cluster.Cluster, h *history.History, final *checker.Final, res *ScenarioResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	errs = append(errs, h.Save(filepath.Join(dir, "history.json")))
+	errs = append(errs, writeJSON(filepath.Join(dir, "final.json"), final))
+	errs = append(errs, writeJSON(filepath.Join(dir, "verdicts.json"), res.Verdicts))
+	logs := filepath.Join(c.WorkDir(), "logs")
+	entries, err := os.ReadDir(logs)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join(logs, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, os.WriteFile(filepath.Join(dir, e.Name()), raw, 0o644))
+	}
+	return errors.Join(errs...)
+}
+
+func writeJSON(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o644)
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+func durationOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,99 @@
+// Package runner runs the consistency suite's scenarios: for each, a fresh
+// cluster of metastore processes (package jepsen/cluster), the workload
+// (jepsen/workload) running while a fault (jepsen/nemesis) is injected and
+// healed again and again, then a heal, quiescence, the final GC cycles, the
+// collection of the final state and the checkers (jepsen/checker).
+//
+// Tiers: Short (about ten scenarios, one fault each, for CI) and Long (every
+// fault of the nemesis catalog, for a count of scenarios of a given
+// duration). cmd/jepsen is the command line; TestShortTier runs the short
+// tier as a Go test when METASTORE_JEPSEN=short.
+package runner
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/metastore/metastore/jepsen/nemesis"
+)
+
+// Scenario is one run: a fault injected repeatedly while the workload runs.
+type Scenario struct {
+	Name string
+	// Faults make the faults injected in turn (a fresh value per
+	// injection); none: the workload runs without faults.
+	Faults []func() nemesis.Fault
+	// Duration of the workload.
+	Duration time.Duration
+	// Hold is how long each fault stays in force (default 3s).
+	Hold time.Duration
+	// Env is added to every member's environment (the positive
+	// controls' unsafe switches).
+	Env []string
+	// ReadersPerMember overrides the workload's readers per member.
+	ReadersPerMember int
+}
+
+// catalogFault returns a constructor of the catalog's fault named name.
+func catalogFault(name string) func() nemesis.Fault {
+	for i, f := range nemesis.Catalog() {
+		if f.Name() == name {
+			return func() nemesis.Fault { return nemesis.Catalog()[i] }
+		}
+	}
+	panic("runner: no fault " + name + " in the nemesis catalog")
+}
+
+// FaultNames lists the names of every fault of the nemesis catalog.
+func FaultNames() []string {
+	var out []string
+	for _, f := range nemesis.Catalog() {
+		out = append(out, f.Name())
+	}
+	return out
+}
+
+// ShortTier is the CI tier: ten scenarios of 30 seconds, each with one
+// fault of a different family.
+func ShortTier() []Scenario {
+	d := 30 * time.Second
+	one := func(name string) Scenario {
+		return Scenario{Name: name, Faults: []func() nemesis.Fault{catalogFault(name)}, Duration: d}
+	}
+	return []Scenario{
+		one("kill-leader"),
+		one("pause-leader"),
+		one("partition-isolate-leader"),
+		one("partition-majority-minority"),
+		one("partition-one-way-follower-to-leader"),
+		{Name: "link-delay+link-loss", Faults: []func() nemesis.Fault{catalogFault("link-delay"), catalogFault("link-loss")}, Duration: d},
+		one("snapshot-install"),
+		{Name: "member-rejoin+leader-transfer", Faults: []func() nemesis.Fault{catalogFault("member-rejoin"), catalogFault("leader-transfer")}, Duration: d},
+		{Name: "s3-errors+s3-lost-replies", Faults: []func() nemesis.Fault{catalogFault("s3-errors"), catalogFault("s3-lost-delete"), catalogFault("s3-lost-put")}, Duration: d, Hold: 2 * time.Second},
+		one("gc-crash-after-mark"),
+	}
+}
+
+// LongTier is count scenarios of the given duration, going round the
+// whole nemesis catalog (and starting with a fault-free run when count
+// exceeds the catalog).
+func LongTier(count int, duration time.Duration) []Scenario {
+	names := FaultNames()
+	var out []Scenario
+	for i := range count {
+		name := names[i%len(names)]
+		out = append(out, Scenario{Name: name, Faults: []func() nemesis.Fault{catalogFault(name)}, Duration: duration})
+	}
+	return out
+}
+
+// Fault returns a constructor of the catalog's fault named name.
+func Fault(name string) (func() nemesis.Fault, error) {
+	for _, n := range FaultNames() {
+		if n == name {
+			return catalogFault(name), nil
+		}
+	}
+	return nil, fmt.Errorf("no fault %q (faults: %s)", name, strings.Join(FaultNames(), ", "))
+}

@@ -1,0 +1,520 @@
+package workload
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/jepsen/history"
+	"github.com/metastore/metastore/manifests"
+)
+
+// jobRun is one job: a coordinator (attempts, begin, abort, await), an
+// operator (pins, retention) and one worker per task, each with its own
+// client.
+type jobRun struct {
+	w     *Workload
+	idx   int
+	name  string
+	tasks []TaskSpec
+
+	coord    *client.Client
+	coordID  int
+	oper     *client.Client
+	operID   int
+	gen      uint64
+	attempts int
+	next     uint64
+	workers  []*worker
+	pins     []uint64
+	restart  bool
+	retained int
+}
+
+func newJobRun(w *Workload, i int, name string) *jobRun {
+	j := &jobRun{w: w, idx: i, name: name, tasks: Tasks(i), next: 1, retained: JobConfig().Retained}
+	j.coord, j.coordID = w.newClient(nil)
+	j.oper, j.operID = w.newClient(nil)
+	for _, t := range j.tasks {
+		caps, err := fsm.ParseCaps(t.Caps)
+		if err != nil {
+			panic(err)
+		}
+		wk := &worker{j: j, spec: t, caps: caps, reuses: map[string]int{}}
+		wk.c, wk.cid = w.newClient(nil)
+		j.workers = append(j.workers, wk)
+	}
+	return j
+}
+
+func (j *jobRun) invoke(cid int, kind history.Kind) *history.Op {
+	return j.w.h.Invoke(&history.Op{Client: cid, Kind: kind, Job: j.name})
+}
+
+func (j *jobRun) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if j.gen == 0 || j.restart {
+			if !j.startAttempt(ctx) {
+				sleep(ctx, 200*time.Millisecond)
+				continue
+			}
+		}
+		j.epoch(ctx)
+	}
+}
+
+// startAttempt starts a new attempt (a restart of the job): a new
+// generation, a zombie ack of the old one that must be fenced, and every
+// worker restoring from the latest checkpoint.
+func (j *jobRun) startAttempt(ctx context.Context) bool {
+	w := j.w
+	old := j.gen
+	var tasks []fsm.Task
+	for _, wk := range j.workers {
+		tasks = append(tasks, fsm.Task{ID: wk.spec.ID, Caps: wk.caps})
+	}
+	j.attempts++
+	aid := fmt.Sprintf("a%d", j.attempts)
+	for try := 0; try < 20 && ctx.Err() == nil; try++ {
+		op := j.invoke(j.coordID, history.KindAttempt)
+		op.Note = aid
+		octx, cancel := w.opCtx(ctx)
+		att, err := j.coord.StartAttempt(octx, j.name, aid, tasks)
+		cancel()
+		if err == nil {
+			op.Gen = att.Generation
+		}
+		w.h.Finish(op, err, true)
+		if err == nil {
+			j.gen = att.Generation
+			break
+		}
+		if op.Outcome == history.Fail && !errors.Is(err, client.ErrUnavailable) {
+			// Fenced or conflicting: this id is spent.
+			j.attempts++
+			aid = fmt.Sprintf("a%d", j.attempts)
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+	if j.gen == old {
+		return false
+	}
+	if old != 0 && j.next > 1 {
+		j.zombieAck(ctx, old)
+	}
+	var wg sync.WaitGroup
+	for _, wk := range j.workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); wk.reset(ctx, j.gen) }()
+	}
+	wg.Wait()
+	j.restart = false
+	for _, wk := range j.workers {
+		if wk.broken {
+			j.restart = true
+		}
+	}
+	return !j.restart
+}
+
+// zombieAck sends an ack of the superseded generation: a zombie worker of
+// the dead attempt. It must be fenced.
+func (j *jobRun) zombieAck(ctx context.Context, old uint64) {
+	wk := j.workers[0] // the source
+	op := j.w.h.Invoke(&history.Op{Client: wk.cid, Kind: history.KindZombieAck, Job: j.name, Task: wk.spec.ID, Gen: old, Epoch: j.next - 1})
+	op.Value = j.w.value(j.name, "/", wk.spec.ID, "/zombie/g", old, "/e", j.next-1)
+	octx, cancel := j.w.opCtx(ctx)
+	_, err := wk.c.Ack(octx, j.name, old, j.next-1, wk.spec.ID, client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindInput: []byte(op.Value)}})
+	cancel()
+	j.w.h.Finish(op, err, true)
+}
+
+func (j *jobRun) epoch(ctx context.Context) {
+	w := j.w
+	e := j.next
+	j.next++
+	gen := j.gen
+	begun := false
+	for try := 0; try < 4 && ctx.Err() == nil; try++ {
+		op := j.invoke(j.coordID, history.KindBegin)
+		op.Gen, op.Epoch = gen, e
+		octx, cancel := w.opCtx(ctx)
+		_, err := j.coord.BeginEpoch(octx, j.name, gen, e)
+		cancel()
+		w.h.Finish(op, err, true)
+		if err == nil {
+			begun = true
+			break
+		}
+		if op.Outcome == history.Fail {
+			if errors.Is(err, client.ErrFenced) {
+				j.restart = true
+			}
+			if !errors.Is(err, client.ErrUnavailable) {
+				return
+			}
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+	if !begun {
+		return
+	}
+	if w.rnd.Float64() < w.cfg.AbortProb/2 {
+		j.abort(ctx, gen, e)
+	}
+	var wg sync.WaitGroup
+	for _, wk := range j.workers {
+		if !wk.caps.Expected() {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); wk.ack(ctx, gen, e) }()
+	}
+	wg.Wait()
+	if w.rnd.Float64() < w.cfg.AbortProb/2 {
+		j.abort(ctx, gen, e)
+	}
+	completed := j.await(ctx, e)
+	for _, wk := range j.workers {
+		if wk.broken {
+			j.restart = true
+		}
+	}
+	if w.rnd.Float64() < w.cfg.RestartProb {
+		j.restart = true
+	}
+	if completed {
+		j.operate(ctx, e)
+	}
+}
+
+func (j *jobRun) abort(ctx context.Context, gen, e uint64) {
+	op := j.invoke(j.coordID, history.KindAbort)
+	op.Gen, op.Epoch = gen, e
+	octx, cancel := j.w.opCtx(ctx)
+	ep, err := j.coord.AbortEpoch(octx, j.name, gen, e, "workload abort")
+	cancel()
+	if err == nil {
+		op.State = string(ep.State)
+	}
+	j.w.h.Finish(op, err, true)
+}
+
+// await waits (bounded) for the epoch to complete or abort.
+func (j *jobRun) await(ctx context.Context, e uint64) bool {
+	op := j.invoke(j.coordID, history.KindAwait)
+	op.Epoch = e
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	d, err := j.coord.AwaitEpoch(octx, j.name, e)
+	cancel()
+	if errors.Is(err, client.ErrEpochAborted) {
+		op.State = string(fsm.EpochAborted)
+		err = nil
+	} else if err == nil {
+		op.State = string(d.State)
+		op.Completed = true
+	}
+	j.w.h.Finish(op, err, false)
+	return op.Completed
+}
+
+// operate is the operator: pins a completed epoch as a savepoint (and
+// reads its manifests), unpins the oldest savepoint, changes retention.
+func (j *jobRun) operate(ctx context.Context, e uint64) {
+	w := j.w
+	switch r := w.rnd.Float64(); {
+	case r < w.cfg.PinProb && len(j.pins) < 2:
+		op := j.invoke(j.operID, history.KindPin)
+		op.Epoch = e
+		octx, cancel := w.opCtx(ctx)
+		_, err := j.oper.Pin(octx, j.name, e, fmt.Sprintf("sp-%d", e))
+		cancel()
+		w.h.Finish(op, err, true)
+		if op.Outcome == history.Fail {
+			return
+		}
+		j.pins = append(j.pins, e)
+		if op.Outcome != history.OK {
+			return
+		}
+		for _, wk := range j.workers {
+			if !wk.caps.Has(fsm.KindState) {
+				continue
+			}
+			mop := j.invoke(j.operID, history.KindManifest)
+			mop.Task, mop.Epoch, mop.HasManifest = wk.spec.ID, e, true
+			octx, cancel := w.opCtx(ctx)
+			m, err := j.oper.EpochManifest(octx, j.name, e, wk.spec.ID)
+			cancel()
+			if err == nil {
+				mop.Keys = manifestKeys(*m)
+			}
+			w.h.Finish(mop, err, false)
+		}
+	case r < 2*w.cfg.PinProb && len(j.pins) > 0:
+		p := j.pins[0]
+		op := j.invoke(j.operID, history.KindUnpin)
+		op.Epoch = p
+		octx, cancel := w.opCtx(ctx)
+		_, err := j.oper.Unpin(octx, j.name, p)
+		cancel()
+		w.h.Finish(op, err, true)
+		if op.Outcome != history.Unknown {
+			j.pins = j.pins[1:]
+		}
+	case r < 2*w.cfg.PinProb+0.02:
+		// Retention moves between 1 and 3 checkpoints: lowering it
+		// subsumes checkpoints at the next completion.
+		cfg := JobConfig()
+		cfg.Retained = 1 + w.rnd.IntN(3)
+		op := j.invoke(j.operID, history.KindPutJob)
+		op.Note = fmt.Sprintf("retained=%d", cfg.Retained)
+		octx, cancel := w.opCtx(ctx)
+		_, err := j.oper.PutJob(octx, j.name, cfg)
+		cancel()
+		w.h.Finish(op, err, true)
+	}
+}
+
+// worker is one task of a job.
+type worker struct {
+	j    *jobRun
+	spec TaskSpec
+	caps fsm.Caps
+	c    *client.Client
+	cid  int
+
+	gen    uint64
+	ts     *client.TaskState
+	seq    uint64
+	left   []leftBlob
+	reused *manifests.Ref
+	// reuses counts, per blob key, the times it was referenced again.
+	reuses map[string]int
+	// broken: the worker's state is uncertain (an ack whose outcome stayed
+	// unknown, a refusal it cannot repair); the job restarts.
+	broken bool
+}
+
+type leftBlob struct {
+	key  string
+	size uint64
+	at   time.Time
+}
+
+// reset starts the worker in a new attempt: it restores from the latest
+// checkpoint (reading its state) and continues from there.
+func (wk *worker) reset(ctx context.Context, gen uint64) {
+	w := wk.j.w
+	wk.gen, wk.broken, wk.ts, wk.left, wk.reused = gen, false, nil, nil, nil
+	var r *client.Restore
+	var err error
+	for try := 0; try < 5 && ctx.Err() == nil; try++ {
+		if r, err = w.restore(ctx, wk.c, wk.cid, wk.j.name, wk.spec.ID, client.RestoreOptions{}); err == nil {
+			break
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+	if err != nil || r == nil {
+		wk.broken = true
+		return
+	}
+	if !wk.caps.Has(fsm.KindState) {
+		return
+	}
+	if wk.ts, err = client.NewTaskState(r, wk.caps); err != nil {
+		wk.broken = true
+		return
+	}
+	wk.seq = 1
+	if m := r.StateManifest(); m != nil {
+		for _, sg := range m.Segments {
+			wk.seq = max(wk.seq, sg.LastSeq+1)
+		}
+	}
+}
+
+func (wk *worker) payload(gen, e uint64, k fsm.Kind) []byte {
+	return []byte(wk.j.w.value(wk.j.name, "/", wk.spec.ID, "/g", gen, "/e", e, "/", k))
+}
+
+// ack acknowledges epoch e: inline payloads of its kinds and, for a state
+// task, the manifest change of this epoch (a new changelog blob, now and
+// then a materialization, a dropped segment or a blob referenced again).
+func (wk *worker) ack(ctx context.Context, gen, e uint64) {
+	if wk.broken || wk.gen != gen {
+		return
+	}
+	w := wk.j.w
+	payloads := map[fsm.Kind][]byte{}
+	for _, k := range fsm.Kinds {
+		if wk.caps.Has(k) {
+			payloads[k] = wk.payload(gen, e, k)
+		}
+	}
+	main := MainKind(wk.caps)
+	if wk.ts != nil {
+		wk.mutate(ctx, gen, e)
+	}
+	uncertain := false
+	for try := 0; try < 6 && ctx.Err() == nil; try++ {
+		op := &history.Op{Client: wk.cid, Kind: history.KindAck, Job: wk.j.name, Task: wk.spec.ID, Gen: gen, Epoch: e, Value: string(payloads[main])}
+		req := client.AckRequest{Payloads: payloads}
+		if wk.ts != nil {
+			req.Manifest = wk.ts.Manifest()
+			op.HasManifest = true
+			op.Keys = manifestKeys(wk.ts.Current())
+			if req.Manifest != nil {
+				for _, b := range req.Manifest.Blobs {
+					op.Commits = append(op.Commits, b.Key)
+				}
+			}
+		}
+		w.h.Invoke(op)
+		octx, cancel := w.opCtx(ctx)
+		res, err := wk.c.Ack(octx, wk.j.name, gen, e, wk.spec.ID, req)
+		cancel()
+		if err == nil {
+			op.Completed = res.Completed
+		}
+		w.h.Finish(op, err, true)
+		switch op.Outcome {
+		case history.OK:
+			if wk.ts != nil {
+				prev := wk.ts.AckedManifest()
+				wk.ts.Acked()
+				wk.noteLeft(prev, wk.ts.AckedManifest())
+			}
+			wk.reused = nil
+			return
+		case history.Fail:
+			if errors.Is(err, client.ErrBlobDeleting) && !uncertain && wk.undoReuse() {
+				continue
+			}
+			if (errors.Is(err, client.ErrEpochNotPending) || errors.Is(err, client.ErrFenced)) && !uncertain {
+				// Nothing was stored: the pending delta goes with the
+				// next epoch's ack.
+				wk.reused = nil
+				return
+			}
+			wk.broken = true
+			return
+		default:
+			uncertain = true
+			sleep(ctx, 100*time.Millisecond)
+		}
+	}
+	wk.broken = true
+}
+
+// undoReuse removes a blob referenced again from the pending delta, after
+// the store refused it as deleting or gone.
+func (wk *worker) undoReuse() bool {
+	if wk.reused == nil || wk.ts == nil || !wk.ts.Has(*wk.reused) {
+		return false
+	}
+	err := wk.ts.DropSegment(*wk.reused)
+	wk.reused = nil
+	return err == nil
+}
+
+func (wk *worker) noteLeft(prev, next manifests.Manifest) {
+	now := time.Now()
+	nk := next.Blobs()
+	for _, k := range prev.Blobs() {
+		if !slices.Contains(nk, k) {
+			if v, ok := wk.j.w.contents.Load(k); ok {
+				wk.left = append(wk.left, leftBlob{key: k, size: uint64(len(v.([]byte))), at: now})
+			}
+		}
+	}
+	if len(wk.left) > 50 {
+		wk.left = wk.left[len(wk.left)-50:]
+	}
+}
+
+// mutate changes the task's state for epoch e.
+func (wk *worker) mutate(ctx context.Context, gen, e uint64) {
+	w := wk.j.w
+	ts := wk.ts
+	if key, size, ok := wk.upload(ctx, gen, e); ok {
+		if ts.AddBlob(key, size, "") == nil && ts.AddSegment(key, 0, size, wk.seq, wk.seq+9) == nil {
+			wk.seq += 10
+		}
+	}
+	switch r := w.rnd.Float64(); {
+	case r < 0.15:
+		if key, size, ok := wk.upload(ctx, gen, e); ok {
+			if ts.AddBlob(key, size, "") == nil {
+				_ = ts.Materialize([]manifests.Base{{Key: key, Offset: 0, Length: size}}, wk.seq)
+			}
+		}
+	case r < 0.35:
+		cur := ts.Current()
+		if len(cur.Segments) > 1 {
+			_ = ts.DropSegment(cur.Segments[w.rnd.IntN(len(cur.Segments))].ID())
+		}
+	}
+	if w.rnd.Float64() < w.cfg.ReuseProb {
+		// A blob that left the manifest long enough ago that the
+		// collector may be at it.
+		for i, l := range wk.left {
+			if time.Since(l.at) < 3*time.Second {
+				break
+			}
+			// The same blob at a new offset, unless SameRef: the store
+			// then sees the very segment it dropped come back.
+			off := uint64(0)
+			if !w.cfg.ReuseSameRef {
+				wk.reuses[l.key]++
+				off = uint64(wk.reuses[l.key])
+			}
+			ref := manifests.Ref{Key: l.key, Offset: off}
+			wk.left = slices.Delete(wk.left, i, i+1)
+			if off >= l.size || ts.Has(ref) {
+				break
+			}
+			if ts.AddSegment(l.key, off, l.size-off, wk.seq, wk.seq+9) == nil {
+				wk.seq += 10
+				wk.reused = &ref
+			}
+			break
+		}
+	}
+}
+
+// upload uploads a new blob of unique content and returns its key.
+func (wk *worker) upload(ctx context.Context, gen, e uint64) (string, uint64, bool) {
+	w := wk.j.w
+	size := uint64(256 + w.rnd.IntN(1024))
+	op := w.h.Invoke(&history.Op{Client: wk.cid, Kind: history.KindUpload, Job: wk.j.name, Task: wk.spec.ID, Gen: gen, Epoch: e})
+	octx, cancel := w.opCtx(ctx)
+	defer cancel()
+	slots, err := wk.c.UploadSlots(octx, wk.j.name, gen, wk.spec.ID, 1)
+	if err != nil {
+		w.h.Finish(op, err, true)
+		return "", 0, false
+	}
+	slot := slots[0]
+	op.Key = slot.Key
+	exp := slot.ExpiresAt
+	op.Expires = &exp
+	content := makeContent(slot.Key, size)
+	w.contents.Store(slot.Key, content)
+	err = wk.c.PutObject(octx, slot, bytes.NewReader(content), int64(size))
+	w.h.Finish(op, err, true)
+	return slot.Key, size, err == nil
+}
+
+// makeContent is the unique content of a blob: its key, repeated.
+func makeContent(key string, size uint64) []byte {
+	b := []byte(strings.Repeat(key+"|", int(size)/(len(key)+1)+1))
+	return b[:size]
+}
