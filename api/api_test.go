@@ -76,7 +76,7 @@ func payloadsFor(ts taskSpec, epoch uint64) map[string][]byte {
 func TestHundredTasksTenExpected(t *testing.T) {
 	m := startSingle(t)
 	tasks := hundredTasks()
-	j := createJob(t, m.url, "job-100", tasks)
+	j := createJob(t, m.URL, "job-100", tasks)
 	for epoch := uint64(1); epoch <= 3; epoch++ {
 		j.begin(t, epoch)
 		for i := 0; i < 10; i++ {
@@ -124,7 +124,7 @@ func TestHundredTasksTenExpected(t *testing.T) {
 func TestStragglersAndBlockingQuery(t *testing.T) {
 	m := startSingle(t)
 	tasks := []taskSpec{{ID: "src", Caps: []string{"input"}}, {ID: "sink", Caps: []string{"output"}}, {ID: "map", Caps: []string{}}}
-	j := createJob(t, m.url, "job-b", tasks)
+	j := createJob(t, m.URL, "job-b", tasks)
 	j.begin(t, 1)
 	j.ack(t, 1, "src", map[string][]byte{"input": []byte("offset=7")})
 
@@ -164,7 +164,7 @@ func TestStragglersAndBlockingQuery(t *testing.T) {
 
 func TestTopologyChangeAndFencing(t *testing.T) {
 	m := startSingle(t)
-	j := createJob(t, m.url, "job-t", []taskSpec{{ID: "a", Caps: []string{"state"}}, {ID: "b", Caps: []string{"state"}}})
+	j := createJob(t, m.URL, "job-t", []taskSpec{{ID: "a", Caps: []string{"state"}}, {ID: "b", Caps: []string{"state"}}})
 	j.begin(t, 1)
 	j.ack(t, 1, "a", map[string][]byte{"state": []byte("A1")})
 	j.ack(t, 1, "b", map[string][]byte{"state": []byte("B1")})
@@ -225,7 +225,7 @@ func expectError(t *testing.T, r response, status int, code, field string) {
 // answers must be the same 4xx JSON error, and the state must not change.
 func TestBadInput(t *testing.T) {
 	m := startSingle(t)
-	j := createJob(t, m.url, "job-x", []taskSpec{{ID: "src", Caps: []string{"input"}}, {ID: "sink", Caps: []string{"output"}}, {ID: "map", Caps: []string{}}})
+	j := createJob(t, m.URL, "job-x", []taskSpec{{ID: "src", Caps: []string{"input"}}, {ID: "sink", Caps: []string{"output"}}, {ID: "map", Caps: []string{}}})
 	j.begin(t, 5)
 	j.ack(t, 5, "src", map[string][]byte{"input": []byte("o=1")})
 	j.ack(t, 5, "sink", map[string][]byte{"output": []byte("t=1")})
@@ -299,17 +299,17 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	// Unknown routes and methods are JSON errors too.
-	expectError(t, do(t, "GET", m.url+"/v1/nope", nil), 404, "route_not_found", "")
+	expectError(t, do(t, "GET", m.URL+"/v1/nope", nil), 404, "route_not_found", "")
 	expectError(t, do(t, "DELETE", j.base, nil), 405, "method_not_allowed", "")
-	expectError(t, do(t, "GET", m.url+"/v1/jobs/nope", nil), 404, "not_found", "job")
-	expectError(t, do(t, "POST", m.url+"/v1/leader/transfer", nil), 409, "conflict", "")
+	expectError(t, do(t, "GET", m.URL+"/v1/jobs/nope", nil), 404, "not_found", "job")
+	expectError(t, do(t, "POST", m.URL+"/v1/leader/transfer", nil), 409, "conflict", "")
 	// The server still serves.
-	ok(t, "GET", m.url+"/healthz", nil, nil)
+	ok(t, "GET", m.URL+"/healthz", nil, nil)
 }
 
 func TestIdempotentRetries(t *testing.T) {
 	m := startSingle(t)
-	j := createJob(t, m.url, "job-i", []taskSpec{{ID: "a", Caps: []string{"state"}}, {ID: "b", Caps: []string{"input"}}})
+	j := createJob(t, m.URL, "job-i", []taskSpec{{ID: "a", Caps: []string{"state"}}, {ID: "b", Caps: []string{"input"}}})
 	// The same attempt again answers the same generation.
 	var again fsm.Attempt
 	ok(t, "POST", j.base+"/attempts", map[string]any{"attempt_id": "a1", "tasks": []taskSpec{{ID: "b", Caps: []string{"input"}}, {ID: "a", Caps: []string{"state"}}}}, &again)
@@ -347,25 +347,25 @@ func TestIdempotentRetries(t *testing.T) {
 
 func TestAckTimeoutAbortsEpoch(t *testing.T) {
 	m := startSingle(t)
-	ok(t, "PUT", m.url+"/v1/jobs/job-slow", map[string]any{"config": map[string]any{"ack_timeout": "200ms"}}, nil)
-	ok(t, "POST", m.url+"/v1/jobs/job-slow/attempts", map[string]any{"attempt_id": "a1", "tasks": []taskSpec{{ID: "a", Caps: []string{"state"}}}}, nil)
-	ok(t, "POST", m.url+"/v1/jobs/job-slow/epochs", map[string]any{"generation": 1, "epoch": 1}, nil)
+	ok(t, "PUT", m.URL+"/v1/jobs/job-slow", map[string]any{"config": map[string]any{"ack_timeout": "200ms"}}, nil)
+	ok(t, "POST", m.URL+"/v1/jobs/job-slow/attempts", map[string]any{"attempt_id": "a1", "tasks": []taskSpec{{ID: "a", Caps: []string{"state"}}}}, nil)
+	ok(t, "POST", m.URL+"/v1/jobs/job-slow/epochs", map[string]any{"generation": 1, "epoch": 1}, nil)
 	var e fsm.EpochDetail
 	// Block until the epoch changes: the leader's timeout task aborts it.
-	ok(t, "GET", m.url+"/v1/jobs/job-slow/epochs/1?index=1&wait=20s", nil, &e)
+	ok(t, "GET", m.URL+"/v1/jobs/job-slow/epochs/1?index=1&wait=20s", nil, &e)
 	for e.State == fsm.EpochPending {
-		ok(t, "GET", fmt.Sprintf("%s/v1/jobs/job-slow/epochs/1?index=%d&wait=20s", m.url, e.ModifyIndex), nil, &e)
+		ok(t, "GET", fmt.Sprintf("%s/v1/jobs/job-slow/epochs/1?index=%d&wait=20s", m.URL, e.ModifyIndex), nil, &e)
 	}
 	if e.State != fsm.EpochAborted || !strings.Contains(e.Reason, "ack timeout") || len(e.Stragglers) != 1 {
 		t.Fatalf("epoch after timeout: %+v stragglers=%v", e.Epoch, e.Stragglers)
 	}
-	expectError(t, do(t, "PUT", m.url+"/v1/jobs/job-slow/epochs/1/acks/a", map[string]any{"generation": 1}), 409, "epoch_not_pending", "epoch")
+	expectError(t, do(t, "PUT", m.URL+"/v1/jobs/job-slow/epochs/1/acks/a", map[string]any{"generation": 1}), 409, "epoch_not_pending", "epoch")
 }
 
 func TestObservability(t *testing.T) {
 	m := startSingle(t)
-	ok(t, "GET", m.url+"/healthz", nil, nil)
-	ok(t, "GET", m.url+"/readyz", nil, nil)
+	ok(t, "GET", m.URL+"/healthz", nil, nil)
+	ok(t, "GET", m.URL+"/readyz", nil, nil)
 	var st struct {
 		ID       string `json:"id"`
 		State    string `json:"state"`
@@ -375,17 +375,17 @@ func TestObservability(t *testing.T) {
 			HTTPAddr string `json:"http_addr"`
 		} `json:"members"`
 	}
-	ok(t, "GET", m.url+"/v1/status", nil, &st)
+	ok(t, "GET", m.URL+"/v1/status", nil, &st)
 	if st.ID != "n1" || st.LeaderID != "n1" || len(st.Members) != 1 {
 		t.Fatalf("status: %+v", st)
 	}
 	for _, c := range []string{"stale", "default", "linearizable"} {
-		r := ok(t, "GET", m.url+"/v1/jobs?consistency="+c, nil, nil)
+		r := ok(t, "GET", m.URL+"/v1/jobs?consistency="+c, nil, nil)
 		if r.header.Get(api.HeaderIndex) == "" {
 			t.Fatalf("consistency=%s: no index", c)
 		}
 	}
-	r := do(t, "GET", m.url+"/metrics", nil)
+	r := do(t, "GET", m.URL+"/metrics", nil)
 	for _, want := range []string{"metastore_http_requests_total", "metastore_http_request_duration_seconds", `route="jobs.list"`} {
 		if !strings.Contains(string(r.body), want) {
 			t.Fatalf("metrics lack %s", want)
@@ -403,7 +403,7 @@ func TestConcurrentAcks(t *testing.T) {
 	}
 	var jobs []*job
 	for i := 0; i < 4; i++ {
-		jobs = append(jobs, createJob(t, m.url, fmt.Sprintf("cj%d", i), tasks))
+		jobs = append(jobs, createJob(t, m.URL, fmt.Sprintf("cj%d", i), tasks))
 	}
 	for epoch := uint64(1); epoch <= 3; epoch++ {
 		var wg sync.WaitGroup
@@ -433,7 +433,7 @@ func TestConcurrentAcks(t *testing.T) {
 
 func stateHash(t *testing.T, m *member) string {
 	t.Helper()
-	_, h, err := m.fsm.StateHash()
+	_, h, err := m.FSM.StateHash()
 	if err != nil {
 		t.Fatal(err)
 	}

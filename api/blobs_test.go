@@ -43,7 +43,7 @@ func upload(t *testing.T, j *job, task, body string) string {
 
 func TestManifestOverHTTP(t *testing.T) {
 	m := startSingle(t)
-	j := createJob(t, m.url, "job-m", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}, {ID: "src", Caps: []string{"input"}}})
+	j := createJob(t, m.URL, "job-m", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}, {ID: "src", Caps: []string{"input"}}})
 
 	// Epoch 1: one changelog blob with two segments.
 	log1 := upload(t, j, "agg", strings.Repeat("a", 60)+strings.Repeat("b", 40))
@@ -65,7 +65,7 @@ func TestManifestOverHTTP(t *testing.T) {
 		t.Fatalf("restore plan: %+v", plan)
 	}
 	// The restore reads its ranges through the object endpoint.
-	resp := do(t, "GET", fmt.Sprintf("%s/v1/objects/%s?offset=60&length=40", m.url, log1), nil)
+	resp := do(t, "GET", fmt.Sprintf("%s/v1/objects/%s?offset=60&length=40", m.URL, log1), nil)
 	if resp.status != 200 || string(resp.body) != strings.Repeat("b", 40) {
 		t.Fatalf("object range: %d %q", resp.status, resp.body)
 	}
@@ -129,17 +129,17 @@ func TestManifestOverHTTP(t *testing.T) {
 	var fsck struct {
 		OK bool `json:"ok"`
 	}
-	ok(t, "GET", m.url+"/v1/fsck", nil, &fsck)
+	ok(t, "GET", m.URL+"/v1/fsck", nil, &fsck)
 	if !fsck.OK {
 		t.Fatal("fsck reports a mismatch")
 	}
 	var b fsm.Blob
-	ok(t, "GET", m.url+"/v1/blobs/"+log1, nil, &b)
+	ok(t, "GET", m.URL+"/v1/blobs/"+log1, nil, &b)
 	if b.State != fsm.BlobLive || b.Refs != 2 || b.Size != 100 || b.Checksum != "crc32c:1234" {
 		t.Fatalf("blob record: %+v", b)
 	}
 	// Uploads to keys without a live intent are refused.
-	expectError(t, do(t, "PUT", m.url+"/v1/objects/job-m/agg/unknown", "x"), 404, "not_found", "key")
-	expectError(t, do(t, "PUT", m.url+"/v1/objects/"+log1, "x"), 409, "conflict", "key")
-	expectError(t, do(t, "GET", m.url+"/v1/objects/..%2Fetc", nil), 400, "invalid_argument", "key")
+	expectError(t, do(t, "PUT", m.URL+"/v1/objects/job-m/agg/unknown", "x"), 404, "not_found", "key")
+	expectError(t, do(t, "PUT", m.URL+"/v1/objects/"+log1, "x"), 409, "conflict", "key")
+	expectError(t, do(t, "GET", m.URL+"/v1/objects/..%2Fetc", nil), 400, "invalid_argument", "key")
 }

@@ -2,166 +2,26 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/metastore/metastore/api"
-	"github.com/metastore/metastore/blobstore"
-	"github.com/metastore/metastore/config"
-	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/gc"
-	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/internal/testmember"
 )
 
-// member is one in-process member: a real Raft node on loopback, its bbolt
-// state machine on disk and the HTTP API on a real listener.
-type member struct {
-	id    string
-	cfg   config.Config
-	fsm   *fsm.FSM
-	node  *node.Node
-	store blobstore.Store
-	gc    *gc.Collector
-	srv   *http.Server
-	url   string
-}
+// member is one in-process member (internal/testmember).
+type member = testmember.Member
 
-func freeAddr(t *testing.T) (net.Listener, string) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, l.Addr().String()
-}
+func startSingle(t *testing.T) *member { return testmember.StartSingle(t) }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, addr := freeAddr(t)
-	l.Close()
-	return addr
-}
-
-func testConfig(t *testing.T, id string) config.Config {
-	cfg := config.DefaultConfig()
-	cfg.NodeID = id
-	cfg.DataDir = filepath.Join(t.TempDir(), id)
-	cfg.HeartbeatTimeout = 300 * time.Millisecond
-	cfg.ElectionTimeout = 300 * time.Millisecond
-	cfg.LeaderLeaseTimeout = 150 * time.Millisecond
-	cfg.CommitTimeout = 5 * time.Millisecond
-	cfg.ApplyTimeout = 5 * time.Second
-	cfg.LogLevel = "warn"
-	return cfg
-}
-
-// startMember starts a member whose HTTP listener is l; cfg.HTTPAddr must be
-// l's address.
-func startMember(t *testing.T, cfg config.Config, l net.Listener) *member {
-	t.Helper()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := fsm.Open(cfg.FSMPath(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &member{id: cfg.NodeID, cfg: cfg, fsm: f, url: "http://" + cfg.HTTPAddr}
-	ref := newNodeRef()
-	store, err := blobstore.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.store = store
-	collector, err := gc.New(gc.Config{Interval: time.Hour, Grace: time.Nanosecond, OrphanGrace: time.Nanosecond}, gc.Deps{
-		FSM: f, Store: store, Apply: ref.apply,
-		VerifyLeader: func(ctx context.Context) error {
-			select {
-			case <-ref.ready:
-				_, err := ref.n.LinearizableRead(ctx)
-				return err
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.gc = collector
-	n, err := node.New(cfg, node.Deps{
-		FSM: f,
-		LeaderTasks: map[string]func(context.Context){
-			"epoch-timeouts": api.EpochTimeoutTask(f, ref.apply, nil),
-			"gc":             collector.Run,
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref.set(n)
-	m.node = n
-	srv := api.New(api.Deps{Config: cfg, Node: n, FSM: f, Store: store, GC: collector, Registry: prometheus.NewRegistry()})
-	m.srv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go m.srv.Serve(l)
-	t.Cleanup(m.stop)
-	return m
-}
-
-func (m *member) stop() {
-	if m.srv == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	m.srv.Close()
-	m.node.Shutdown(ctx)
-	m.fsm.Close()
-	m.gc.Close()
-	m.srv = nil
-}
-
-// startSingle starts a single-node store.
-func startSingle(t *testing.T) *member {
-	t.Helper()
-	l, addr := freeAddr(t)
-	cfg := testConfig(t, "n1")
-	cfg.HTTPAddr = addr
-	cfg.RaftAddr = freePort(t)
-	m := startMember(t, cfg, l)
-	waitFor(t, 10*time.Second, "leader", func() bool { return m.node.IsLeader() })
-	waitFor(t, 10*time.Second, "ready", func() bool { return m.node.Ready() == nil })
-	// The leader writes its member record after its barrier; tests that
-	// compare state hashes start once it is there.
-	waitFor(t, 10*time.Second, "member record", func() bool {
-		members, err := m.fsm.Members()
-		return err == nil && len(members) == 1 && members[0].HTTPAddr == cfg.HTTPAddr
-	})
-	return m
-}
-
-// waitFor polls cond until it holds or the timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
+	testmember.WaitFor(t, timeout, what, cond)
 }
 
 type response struct {
@@ -236,27 +96,4 @@ func ok(t *testing.T, method, url string, body any, out any) response {
 		r.decode(t, out)
 	}
 	return r
-}
-
-// nodeRef hands the node to leader tasks, which may start while node.New
-// is still returning.
-type nodeRef struct {
-	ready chan struct{}
-	n     *node.Node
-}
-
-func newNodeRef() *nodeRef { return &nodeRef{ready: make(chan struct{})} }
-
-func (r *nodeRef) set(n *node.Node) {
-	r.n = n
-	close(r.ready)
-}
-
-func (r *nodeRef) apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
-	select {
-	case <-r.ready:
-		return r.n.Apply(ctx, cmd)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }

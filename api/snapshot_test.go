@@ -14,7 +14,7 @@ import (
 // corrupt backup is refused and changes nothing.
 func TestBackupAndRestore(t *testing.T) {
 	src := startSingle(t)
-	j := createJob(t, src.url, "job-b", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}, {ID: "src", Caps: []string{"input"}}})
+	j := createJob(t, src.URL, "job-b", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}, {ID: "src", Caps: []string{"input"}}})
 	key := upload(t, j, "agg", "0123456789")
 	j.begin(t, 1)
 	ok(t, "PUT", j.base+"/epochs/1/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{
@@ -23,7 +23,7 @@ func TestBackupAndRestore(t *testing.T) {
 	j.ack(t, 1, "src", map[string][]byte{"input": []byte("offset=9")})
 	j.begin(t, 2)
 
-	backup := do(t, "GET", src.url+"/v1/snapshot", nil)
+	backup := do(t, "GET", src.URL+"/v1/snapshot", nil)
 	if backup.status != http.StatusOK || !bytes.HasPrefix(backup.body, []byte(`{"format":"metastore-backup"`)) {
 		t.Fatalf("backup: %d %.200s", backup.status, backup.body)
 	}
@@ -33,17 +33,17 @@ func TestBackupAndRestore(t *testing.T) {
 	corrupt := bytes.Clone(backup.body)
 	corrupt[len(corrupt)-100] ^= 0xff
 	for _, bad := range [][]byte{corrupt, backup.body[:len(backup.body)/2], []byte("not a backup\n")} {
-		expectError(t, do(t, "PUT", dst.url+"/v1/snapshot", bad), http.StatusBadRequest, "bad_backup", "")
+		expectError(t, do(t, "PUT", dst.URL+"/v1/snapshot", bad), http.StatusBadRequest, "bad_backup", "")
 	}
 	if stateHash(t, dst) != before {
 		t.Fatal("a refused restore changed the state")
 	}
-	ok(t, "PUT", dst.url+"/v1/snapshot", backup.body, nil)
+	ok(t, "PUT", dst.URL+"/v1/snapshot", backup.body, nil)
 
 	// The same jobs, checkpoints, pending epochs and counts.
 	for _, path := range []string{"/v1/jobs/job-b", "/v1/jobs/job-b/epochs/1", "/v1/jobs/job-b/epochs/2", "/v1/jobs/job-b/tasks/agg/restore", "/v1/jobs/job-b/tasks/src/restore", "/v1/blobs/" + key} {
-		a := do(t, "GET", src.url+path, nil)
-		b := do(t, "GET", dst.url+path, nil)
+		a := do(t, "GET", src.URL+path, nil)
+		b := do(t, "GET", dst.URL+path, nil)
 		if a.status != 200 || b.status != 200 || !bytes.Equal(a.body, b.body) {
 			t.Fatalf("%s differs after restore:\n%s\n---\n%s", path, a.body, b.body)
 		}
@@ -51,15 +51,15 @@ func TestBackupAndRestore(t *testing.T) {
 	var fsck struct {
 		OK bool `json:"ok"`
 	}
-	ok(t, "GET", dst.url+"/v1/fsck", nil, &fsck)
+	ok(t, "GET", dst.URL+"/v1/fsck", nil, &fsck)
 	if !fsck.OK {
 		t.Fatal("fsck after restore")
 	}
 	// The restored store keeps working: the pending epoch completes.
-	ok(t, "PUT", fmt.Sprintf("%s/v1/jobs/job-b/epochs/2/acks/src", dst.url), map[string]any{"generation": 1, "payloads": map[string][]byte{"input": []byte("offset=10")}}, nil)
-	ok(t, "PUT", fmt.Sprintf("%s/v1/jobs/job-b/epochs/2/acks/agg", dst.url), map[string]any{"generation": 1}, nil)
+	ok(t, "PUT", fmt.Sprintf("%s/v1/jobs/job-b/epochs/2/acks/src", dst.URL), map[string]any{"generation": 1, "payloads": map[string][]byte{"input": []byte("offset=10")}}, nil)
+	ok(t, "PUT", fmt.Sprintf("%s/v1/jobs/job-b/epochs/2/acks/agg", dst.URL), map[string]any{"generation": 1}, nil)
 	var e fsm.EpochDetail
-	ok(t, "GET", dst.url+"/v1/jobs/job-b/epochs/2", nil, &e)
+	ok(t, "GET", dst.URL+"/v1/jobs/job-b/epochs/2", nil, &e)
 	if e.State != fsm.EpochCompleted {
 		t.Fatalf("epoch 2 after restore: %+v", e.Epoch)
 	}

@@ -214,7 +214,7 @@ func readState(t *testing.T, r *client.Restore) []byte {
 
 func TestWorkerCycle(t *testing.T) {
 	m := startSingle(t)
-	c := newClient(t, m.url)
+	c := newClient(t, m.URL)
 	ctx := ctxT(t)
 	w := newWorker(t, c, "orders", "run-1", baseTasks(t), false)
 	if w.gen != 1 {
@@ -410,7 +410,7 @@ func TestWorkerCycle(t *testing.T) {
 
 func TestTypedErrors(t *testing.T) {
 	m := startSingle(t)
-	c := newClient(t, m.url)
+	c := newClient(t, m.URL)
 	ctx := ctxT(t)
 
 	var ae *client.APIError
@@ -532,7 +532,7 @@ func TestTypedErrors(t *testing.T) {
 // gets ErrBlobDeleting.
 func TestBlobGone(t *testing.T) {
 	m := startSingle(t)
-	c := newClient(t, m.url)
+	c := newClient(t, m.URL)
 	ctx := ctxT(t)
 	tasks := []fsm.Task{{ID: "agg", Caps: mustCaps(t, "state", "incremental")}}
 	w := newWorker(t, c, "g", "a1", tasks, false)
@@ -553,11 +553,11 @@ func TestBlobGone(t *testing.T) {
 	if err := w.epoch(ctx, 2); err != nil { // retains epoch 2 only: epoch 1's blob is garbage
 		t.Fatal(err)
 	}
-	if code := rawJSON(t, "POST", m.url+"/v1/gc/run", nil); code != http.StatusOK {
+	if code := rawJSON(t, "POST", m.URL+"/v1/gc/run", nil); code != http.StatusOK {
 		t.Fatalf("gc run: %d", code)
 	}
 	var blob fsm.Blob
-	rawJSON(t, "GET", m.url+"/v1/blobs/"+old[0].Key, &blob)
+	rawJSON(t, "GET", m.URL+"/v1/blobs/"+old[0].Key, &blob)
 	if blob.State != fsm.BlobGone && blob.State != fsm.BlobDeleting {
 		t.Fatalf("blob %s is %s after a collection", old[0].Key, blob.State)
 	}
@@ -679,7 +679,7 @@ func TestTaskStateModel(t *testing.T) {
 // TestConcurrentWorkers: many goroutines share one client.
 func TestConcurrentWorkers(t *testing.T) {
 	m := startSingle(t)
-	c := newClient(t, m.url)
+	c := newClient(t, m.URL)
 	ctx := ctxT(t)
 	var tasks []fsm.Task
 	for i := range 16 {

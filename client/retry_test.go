@@ -121,7 +121,7 @@ func input(s string) client.AckRequest {
 
 func TestRetryUnavailable(t *testing.T) {
 	m := startSingle(t)
-	p := newProxy(t, m.url)
+	p := newProxy(t, m.URL)
 	c := proxiedClient(t, 8, p.srv.URL)
 	ctx := ctxT(t)
 	gen := twoTaskJob(t, c, "r")
@@ -147,7 +147,7 @@ func TestRetryUnavailable(t *testing.T) {
 
 func TestRetryOutcomeUnknown(t *testing.T) {
 	m := startSingle(t)
-	p := newProxy(t, m.url)
+	p := newProxy(t, m.URL)
 	c := proxiedClient(t, 8, p.srv.URL)
 	ctx := ctxT(t)
 	gen := twoTaskJob(t, c, "u")
@@ -180,7 +180,7 @@ func TestRetryOutcomeUnknown(t *testing.T) {
 
 func TestRetriesExhausted(t *testing.T) {
 	m := startSingle(t)
-	p := newProxy(t, m.url)
+	p := newProxy(t, m.URL)
 	c := proxiedClient(t, 3, p.srv.URL)
 	ctx := ctxT(t)
 	gen := twoTaskJob(t, c, "x")
@@ -245,14 +245,14 @@ func TestEndpointRotation(t *testing.T) {
 	m := startSingle(t)
 	l, dead := freeAddr(t)
 	l.Close()
-	c := newClient(t, "http://"+dead, m.url)
+	c := newClient(t, "http://"+dead, m.URL)
 	ctx := ctxT(t)
 	before := c.Stats()
 	if _, err := c.PutJob(ctx, "rot", fsm.JobConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Endpoints()[0]; got != m.url {
-		t.Fatalf("preferred endpoint %s, want %s", got, m.url)
+	if got := c.Endpoints()[0]; got != m.URL {
+		t.Fatalf("preferred endpoint %s, want %s", got, m.URL)
 	}
 	if d := c.Stats().Sub(before); d.Retries != 1 {
 		t.Fatalf("stats %+v, want one retry", d)
@@ -282,7 +282,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	ms := startCluster(t)
 	var urls []string
 	for _, m := range ms {
-		urls = append(urls, m.url)
+		urls = append(urls, m.URL)
 	}
 	c := newClient(t, urls...)
 	ctx := ctxT(t)
@@ -316,7 +316,7 @@ wait:
 			break wait
 		case e := <-progress:
 			if e == 4 && !stopped {
-				old.stop()
+				old.Stop()
 				stopped = true
 			}
 		}
@@ -330,8 +330,8 @@ wait:
 	if err != nil || j.LatestCompleted != epochs {
 		t.Fatalf("job %+v %v", j, err)
 	}
-	if got := c.Endpoints()[0]; got != nl.url {
-		t.Fatalf("the client prefers %s, the leader is %s", got, nl.url)
+	if got := c.Endpoints()[0]; got != nl.URL {
+		t.Fatalf("the client prefers %s, the leader is %s", got, nl.URL)
 	}
 	for _, task := range []string{"agg-0", "full-0"} {
 		r, err := c.Restore(ctx, "ha", task, client.RestoreOptions{})

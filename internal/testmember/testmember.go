@@ -1,0 +1,254 @@
+// Package testmember starts real metastore members inside a test process:
+// the bbolt state machine on disk, Raft on loopback, the HTTP API on a real
+// listener, a local blob store and the garbage collector. Tests of the API
+// and of the Go client share it; whole processes are started by the
+// cmd/metastore and jepsen tests instead.
+package testmember
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metastore/metastore/api"
+	"github.com/metastore/metastore/blobstore"
+	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/node"
+)
+
+// Member is one in-process member.
+type Member struct {
+	ID    string
+	Cfg   config.Config
+	FSM   *fsm.FSM
+	Node  *node.Node
+	Store blobstore.Store
+	GC    *gc.Collector
+	// URL is the base URL of the member's HTTP API.
+	URL string
+	srv *http.Server
+}
+
+// FreeAddr returns a listener on a free loopback port and its address.
+func FreeAddr(t testing.TB) (net.Listener, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, l.Addr().String()
+}
+
+// FreePort returns a loopback address that was free a moment ago.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	l, addr := FreeAddr(t)
+	l.Close()
+	return addr
+}
+
+// Config is a member configuration with fast Raft timings and its data in
+// a temporary directory.
+func Config(t testing.TB, id string) config.Config {
+	cfg := config.DefaultConfig()
+	cfg.NodeID = id
+	cfg.DataDir = filepath.Join(t.TempDir(), id)
+	cfg.HeartbeatTimeout = 300 * time.Millisecond
+	cfg.ElectionTimeout = 300 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 150 * time.Millisecond
+	cfg.CommitTimeout = 5 * time.Millisecond
+	cfg.ApplyTimeout = 5 * time.Second
+	cfg.LogLevel = "warn"
+	return cfg
+}
+
+// Start starts a member whose HTTP listener is l (cfg.HTTPAddr must be its
+// address) and stops it when the test ends. blobDir is its blob store ("":
+// a directory of its own).
+func Start(t testing.TB, cfg config.Config, l net.Listener, blobDir string) *Member {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fsm.Open(cfg.FSMPath(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Member{ID: cfg.NodeID, Cfg: cfg, FSM: f, URL: "http://" + cfg.HTTPAddr}
+	ref := newNodeRef()
+	if blobDir == "" {
+		blobDir = filepath.Join(cfg.DataDir, "blobs")
+	}
+	if m.Store, err = blobstore.NewLocal(blobDir); err != nil {
+		t.Fatal(err)
+	}
+	m.GC, err = gc.New(gc.Config{Interval: time.Hour, Grace: time.Nanosecond, OrphanGrace: time.Nanosecond}, gc.Deps{
+		FSM: f, Store: m.Store, Apply: ref.apply,
+		VerifyLeader: func(ctx context.Context) error {
+			select {
+			case <-ref.ready:
+				_, err := ref.n.LinearizableRead(ctx)
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Node, err = node.New(cfg, node.Deps{
+		FSM: f,
+		LeaderTasks: map[string]func(context.Context){
+			"epoch-timeouts": api.EpochTimeoutTask(f, ref.apply, nil),
+			"gc":             m.GC.Run,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref.set(m.Node)
+	srv := api.New(api.Deps{Config: cfg, Node: m.Node, FSM: f, Store: m.Store, GC: m.GC, Registry: prometheus.NewRegistry()})
+	m.srv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go m.srv.Serve(l)
+	t.Cleanup(m.Stop)
+	return m
+}
+
+// Stop stops the member; stopping it again does nothing.
+func (m *Member) Stop() {
+	if m.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m.srv.Close()
+	m.Node.Shutdown(ctx)
+	m.FSM.Close()
+	m.GC.Close()
+	m.srv = nil
+}
+
+// Running reports whether the member has not been stopped.
+func (m *Member) Running() bool { return m.srv != nil }
+
+// StartSingle starts a single-node store and returns once it is the leader,
+// ready, and its member record is written (tests comparing state hashes
+// must not race with that write).
+func StartSingle(t testing.TB) *Member {
+	t.Helper()
+	l, addr := FreeAddr(t)
+	cfg := Config(t, "n1")
+	cfg.HTTPAddr = addr
+	cfg.RaftAddr = FreePort(t)
+	m := Start(t, cfg, l, "")
+	WaitFor(t, 10*time.Second, "leader", func() bool { return m.Node.IsLeader() })
+	WaitFor(t, 10*time.Second, "ready", func() bool { return m.Node.Ready() == nil })
+	WaitFor(t, 10*time.Second, "member record", func() bool {
+		members, err := m.FSM.Members()
+		return err == nil && len(members) == 1 && members[0].HTTPAddr == cfg.HTTPAddr
+	})
+	return m
+}
+
+// StartCluster starts n members sharing one blob directory (as processes on
+// one machine would with --blob-store file:///dir) and waits until a
+// leader is known to all, every member is ready and every member record is
+// written.
+func StartCluster(t testing.TB, n int) []*Member {
+	t.Helper()
+	blobs := filepath.Join(t.TempDir(), "blobs")
+	var peers []config.Peer
+	var ls []net.Listener
+	var cfgs []config.Config
+	for i := 1; i <= n; i++ {
+		l, addr := FreeAddr(t)
+		cfg := Config(t, fmt.Sprintf("n%d", i))
+		cfg.HTTPAddr = addr
+		cfg.RaftAddr = FreePort(t)
+		peers = append(peers, config.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr})
+		ls = append(ls, l)
+		cfgs = append(cfgs, cfg)
+	}
+	var ms []*Member
+	for i, cfg := range cfgs {
+		cfg.InitialCluster = peers
+		ms = append(ms, Start(t, cfg, ls[i], blobs))
+	}
+	WaitFor(t, 20*time.Second, "a leader with every member record", func() bool {
+		if LeaderOf(ms) == nil {
+			return false
+		}
+		for _, m := range ms {
+			if m.Node.Ready() != nil {
+				return false
+			}
+			records := 0
+			for _, ms := range m.Node.Status().Members {
+				if ms.HTTPAddr != "" {
+					records++
+				}
+			}
+			if records != n {
+				return false
+			}
+		}
+		return true
+	})
+	return ms
+}
+
+// LeaderOf returns the running member that is leader, or nil.
+func LeaderOf(ms []*Member) *Member {
+	for _, m := range ms {
+		if m.Running() && m.Node.IsLeader() {
+			return m
+		}
+	}
+	return nil
+}
+
+// WaitFor polls cond until it holds or the timeout passes.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+// nodeRef hands the node to leader tasks, which may start while node.New
+// is still returning.
+type nodeRef struct {
+	ready chan struct{}
+	n     *node.Node
+}
+
+func newNodeRef() *nodeRef { return &nodeRef{ready: make(chan struct{})} }
+
+func (r *nodeRef) set(n *node.Node) {
+	r.n = n
+	close(r.ready)
+}
+
+func (r *nodeRef) apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	select {
+	case <-r.ready:
+		return r.n.Apply(ctx, cmd)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
