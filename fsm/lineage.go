@@ -412,6 +412,11 @@ func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, n
 	if p.change, err = manifests.Plan(view, d); err != nil {
 		return nil, manifestErr("manifest", err)
 	}
+	if p.mode == "continue" || p.mode == "rollback" {
+		if err := checkReuse(t, p, view); err != nil {
+			return nil, err
+		}
+	}
 	committing := map[string]BlobCommit{}
 	for _, bc := range m.Blobs {
 		b, err := t.blob(bc.Key)
@@ -437,6 +442,46 @@ func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, n
 		return nil, manifestErr("manifest", err)
 	}
 	return p, nil
+}
+
+// checkReuse refuses to add a segment or base whose reference (blob key and
+// offset) still has a record in the lineage: a record dropped from the
+// current manifest but held by an older live checkpoint, or one this very
+// change drops. A record is keyed by its reference, so reusing one would
+// overwrite the interval an older checkpoint depends on. Records a rollback
+// is about to delete do not count.
+func checkReuse(t *txn, p *manifestPlan, view lineageView) error {
+	dropped := map[manifests.Ref]bool{}
+	for _, r := range p.change.DropSegments {
+		dropped[r] = true
+	}
+	for _, b := range p.change.DropBases {
+		dropped[b.ID()] = true
+	}
+	check := func(kind byte, ref manifests.Ref) error {
+		r, err := t.record(view.lid, kind, ref)
+		if err != nil || r == nil {
+			return err
+		}
+		if p.mode == "rollback" && r.Added > p.at {
+			return nil
+		}
+		if !view.present(r) || dropped[ref] {
+			return ruleErr(CodeManifestMismatch, "manifest", "%s: this reference was dropped from the task's manifest and an older checkpoint still holds it; a reference cannot be reused: write the data at a new key or offset", ref)
+		}
+		return nil
+	}
+	for _, b := range p.change.AddBases {
+		if err := check(kindBase, b.ID()); err != nil {
+			return err
+		}
+	}
+	for _, sg := range p.change.AddSegments {
+		if err := check(kindSegment, sg.ID()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // baseLineage resolves the checkpoint a task restored from to the lineage

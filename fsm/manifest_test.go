@@ -341,3 +341,36 @@ func TestReferencesToDeletingAndExpiredBlobs(t *testing.T) {
 		Manifest: &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "d/t/late", Size: 10}}, Delta: &manifests.Delta{AddSegments: []manifests.Segment{late}}}})
 	h.fsck()
 }
+
+// TestReusedReferenceRefused reproduces a reference reused while an older
+// checkpoint holds its dropped record: refused with a rule error, and
+// unpinning afterwards applies cleanly (it used to corrupt the lineage and
+// stop every member).
+func TestReusedReferenceRefused(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("r", fsm.JobConfig{Retained: 1})
+	h.start("r", "a1", task(t, "t", "state", "incremental"))
+	h.intents("r", 1, "r/t/blob")
+	seg := manifests.Segment{Key: "r/t/blob", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}
+	ack := func(epoch uint64, d manifests.Delta, commit bool) *fsm.Result {
+		m := &fsm.ManifestAck{Delta: &d}
+		if commit {
+			m.Blobs = []fsm.BlobCommit{{Key: "r/t/blob", Size: 100}}
+		}
+		return h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "r", Generation: 1, Epoch: epoch, Task: "t", Manifest: m})
+	}
+	h.begin("r", 1, 1)
+	mustOK(t, ack(1, manifests.Delta{AddSegments: []manifests.Segment{seg}}, true))
+	h.pin("r", 1, "sp")
+	h.begin("r", 1, 2)
+	mustOK(t, ack(2, manifests.Delta{DropSegments: []manifests.Ref{seg.ID()}}, false))
+	h.begin("r", 1, 3)
+	again := seg
+	again.FirstSeq, again.LastSeq = 2, 2
+	mustRule(t, ack(3, manifests.Delta{AddSegments: []manifests.Segment{again}}, false), fsm.ErrManifestMismatch)
+	// The same data at a new offset is fine.
+	again.Offset = 10
+	mustOK(t, ack(3, manifests.Delta{AddSegments: []manifests.Segment{again}}, false))
+	h.unpin("r", 1)
+	h.fsck()
+}
