@@ -395,7 +395,10 @@ func (wk *worker) ack(ctx context.Context, gen, e uint64) {
 			wk.reused = nil
 			return
 		case history.Fail:
-			if errors.Is(err, client.ErrBlobDeleting) && !uncertain && wk.undoReuse() {
+			// A blob referenced again may be deleting or gone; with
+			// ReuseSameRef the store refuses the very reference that an
+			// older checkpoint still holds as dropped (manifest_mismatch).
+			if (errors.Is(err, client.ErrBlobDeleting) || errors.Is(err, fsm.ErrManifestMismatch)) && !uncertain && wk.undoReuse() {
 				continue
 			}
 			if (errors.Is(err, client.ErrEpochNotPending) || errors.Is(err, client.ErrFenced)) && !uncertain {

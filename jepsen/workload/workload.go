@@ -53,9 +53,10 @@ type Config struct {
 	ReuseProb float64
 	// ReuseSameRef references a blob again at the offset it had when it
 	// left the manifest, i.e. re-adds the very segment that was dropped.
-	// Off by default: the state machine panics on that pattern (see
-	// docs/consistency.md, "Findings"); by default the blob comes back at
-	// a new offset, which exercises the collector just as well.
+	// Off by default: the state machine panicked on that pattern (see
+	// docs/consistency.md, "Findings"; it now refuses it with
+	// manifest_mismatch); by default the blob comes back at a new offset,
+	// which exercises the collector just as well.
 	ReuseSameRef bool
 	// OpTimeout bounds one operation (default 15s).
 	OpTimeout time.Duration
