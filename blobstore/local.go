@@ -160,6 +160,11 @@ func (l *Local) put(ctx context.Context, r *os.Root, rel string, body io.Reader,
 				created = true
 			}
 			err = r.MkdirAll(dir, localDirMode)
+			// MkdirAll may also report "file exists" for a directory that a
+			// concurrent Delete pruned between its mkdir and its check.
+			if errors.Is(err, fs.ErrExist) && attempt < putAttempts {
+				continue
+			}
 		}
 		if err == nil {
 			tmp = filepath.Join(dir, tempPrefix+randomHex())
