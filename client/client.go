@@ -374,6 +374,13 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 		}
 		last = err
 		if !retry {
+			if unknown && !errors.Is(err, ErrInvalid) {
+				// An earlier attempt may have landed and caused this
+				// answer (a conflict or a not-pending epoch, say): the
+				// outcome is still unknown. A malformed request could
+				// not have landed before either.
+				return nil, &RetryError{Method: r.method, Path: r.path, Attempts: attempt, Unknown: true, Last: err}
+			}
 			return nil, err // a definite answer
 		}
 		if ctx.Err() != nil {

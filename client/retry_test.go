@@ -27,7 +27,10 @@ type proxy struct {
 	dropAcks atomic.Int64
 	requests atomic.Int64
 	dropped  atomic.Int64
-	srv      *httptest.Server
+	// afterDrop, if set, runs after an ack's answer was dropped, before
+	// the client can retry.
+	afterDrop func()
+	srv       *httptest.Server
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -64,6 +67,9 @@ func newProxy(t *testing.T, target string) *proxy {
 				return
 			}
 			conn.Close()
+			if p.afterDrop != nil {
+				p.afterDrop()
+			}
 			return
 		}
 		rp.ServeHTTP(w, r)
@@ -175,6 +181,46 @@ func TestRetryOutcomeUnknown(t *testing.T) {
 	d, err := c.AwaitEpoch(ctx, "u", 1)
 	if err != nil || d.Acked != 2 || d.State != fsm.EpochCompleted || res.Epoch.Acked != 2 {
 		t.Fatalf("epoch after a repeated completing ack: %+v %v (ack answer %+v)", d, err, res.Epoch)
+	}
+}
+
+// An ack whose answer was lost, retried into a definite refusal that the
+// first attempt itself may have caused: the caller learns the outcome is
+// unknown, not that the ack was refused.
+func TestRetryUnknownThenRefused(t *testing.T) {
+	m := startSingle(t)
+	p := newProxy(t, m.URL)
+	c := proxiedClient(t, 8, p.srv.URL)
+	direct := proxiedClient(t, 1, m.URL)
+	ctx := ctxT(t)
+	gen := twoTaskJob(t, c, "f")
+
+	// The ack lands, its answer is lost, and a new attempt fences the
+	// generation before the client repeats it.
+	p.afterDrop = func() {
+		if _, err := direct.StartAttempt(ctx, "f", "a2", []fsm.Task{{ID: "s0", Caps: mustCaps(t, "input")}}); err != nil {
+			t.Errorf("new attempt: %v", err)
+		}
+	}
+	p.dropAcks.Store(1)
+	_, err := c.Ack(ctx, "f", gen, 1, "s0", input("o=1"))
+	if !errors.Is(err, client.ErrOutcomeUnknown) || errors.Is(err, client.ErrFenced) {
+		t.Fatalf("ack answered fenced after its lost answer: %v; want outcome unknown", err)
+	}
+	var re *client.RetryError
+	if !errors.As(err, &re) || !re.Unknown {
+		t.Fatalf("error %T %v, want a *RetryError with Unknown", err, err)
+	}
+	// It did land.
+	if got := ackedCount(t, direct, "f", 1); got != 1 {
+		t.Fatalf("epoch 1 has %d acks, want the one that landed", got)
+	}
+
+	// A malformed request is refused the same on every attempt: that
+	// answer stays definite even after a lost answer.
+	p.afterDrop = nil
+	if _, err := c.PutJob(ctx, "bad job id!", fsm.JobConfig{}); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("PutJob with a bad id: %v, want ErrInvalid", err)
 	}
 }
 

@@ -111,8 +111,8 @@ type gcCrashFault struct {
 // GCCrashAfterMark returns the fault that arms a crash at the fault point
 // faultpoint.GCAfterMark on every serving member, makes garbage
 // (MakeGarbage) and runs GC cycles until the leader marks it deleting and
-// dies before deleting it (exit status 137). Heal disarms the others,
-// restarts the crashed member and waits until the new leader has finished
+// dies before deleting it (exit status 137); the survivors are disarmed
+// as soon as the victim is down. Heal restarts the crashed member and waits until the new leader has finished
 // the deletion: every key of the crashed batch recorded gone and absent
 // from the bucket, while the live blob of the same job is still there.
 func GCCrashAfterMark() Fault { return &gcCrashFault{} }
@@ -156,6 +156,17 @@ func (f *gcCrashFault) Inject(ctx context.Context, c *cluster.Cluster) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	// Disarm the survivors now, not at Heal: under a workload's garbage
+	// the next leader's collector would reach the point during the hold
+	// and crash too. A second crash that raced this still gets restarted
+	// by Heal.
+	for _, m := range f.armed {
+		if m != f.victim && m.Running() {
+			if _, err := m.Faults().Set(ctx, faultpoint.GCAfterMark, faultpoint.Arm{Action: faultpoint.Off}); err != nil && m.Running() {
+				return fmt.Errorf("disarm %s on %s: %w", faultpoint.GCAfterMark, m.ID, err)
+			}
+		}
+	}
 	if err := checkCrash(f.victim, faultpoint.GCAfterMark, &f.detail, 0); err != nil {
 		return err
 	}
@@ -186,8 +197,18 @@ func (f *gcCrashFault) Heal(ctx context.Context, c *cluster.Cluster) error {
 	if f.victim == nil {
 		return errors.Join(errs...)
 	}
-	if err := f.victim.Start(ctx); err != nil {
-		return errors.Join(append(errs, err)...)
+	// Restart the victim, and any other armed member that reached the
+	// point before Inject disarmed it.
+	for _, m := range f.armed {
+		if m.Running() {
+			continue
+		}
+		if err := m.Start(ctx); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		if m != f.victim {
+			f.detail += fmt.Sprintf(", %s crashed too", m.ID)
+		}
 	}
 	f.detail += ", restarted"
 	bucket, err := c.Bucket(ctx)

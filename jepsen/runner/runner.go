@@ -20,7 +20,6 @@ import (
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/jepsen/checker"
 	"github.com/metastore/metastore/jepsen/cluster"
-	"github.com/metastore/metastore/jepsen/faultpoint"
 	"github.com/metastore/metastore/jepsen/history"
 	"github.com/metastore/metastore/jepsen/nemesis"
 	"github.com/metastore/metastore/jepsen/workload"
@@ -247,9 +246,6 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 			Hold:    durationOr(sc.Hold, 3*time.Second),
 			Logf:    r.logf,
 			OnEvent: func(e nemesis.Event) {
-				if e.Fault == "gc-crash-after-mark" && e.Phase == nemesis.PhaseInjected {
-					disarmGCCrash(sctx, c)
-				}
 				he := history.Event{Time: e.Time, Fault: e.Fault, Phase: string(e.Phase), Detail: e.Detail}
 				if e.Err != nil {
 					he.Error = e.Err.Error()
@@ -294,22 +290,6 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 		os.RemoveAll(dir)
 	}
 	return res
-}
-
-// disarmGCCrash turns the fault point gc.after-mark off on every running
-// member as soon as gc-crash-after-mark has seen its victim crash. The
-// fault arms every member and disarms the survivors only at Heal, after the
-// hold: under the workload's garbage the next leader's collector reaches
-// the point within the hold and crashes too, and Heal restarts only the
-// first victim.
-func disarmGCCrash(ctx context.Context, c *cluster.Cluster) {
-	for _, m := range c.Members() {
-		if m.Running() {
-			fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, _ = m.Faults().Set(fctx, faultpoint.GCAfterMark, faultpoint.Arm{Action: faultpoint.Off})
-			cancel()
-		}
-	}
 }
 
 // nemesisVerdict fails when a fault's own checks failed: the cluster was
