@@ -82,7 +82,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("s3server: open %s: %w", filepath.Join(opts.Dir, DBFile), err)
 		}
 		s.db = db
-		s.backend = s3bolt.New(db)
+		s.backend = &lockedBackend{b: s3bolt.New(db)}
 	}
 	fakeOpts := []gofakes3.Option{gofakes3.WithAutoBucket(opts.AutoBucket)}
 	if opts.Logger != nil {
