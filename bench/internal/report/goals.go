@@ -1,0 +1,185 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The goals the metastore is measured against.
+const (
+	// GoalThroughputFactor: the metastore's acks/s at least this many
+	// times each peer's, with a p99 ack latency no higher than the peer's.
+	GoalThroughputFactor = 5.0
+	// GoalManifestRatio: mean time per ack at the largest manifest over
+	// that at the smallest, at most this.
+	GoalManifestRatio = 1.2
+	// GoalGCRate: deletions per second, at least.
+	GoalGCRate = 5000.0
+	// GoalGCEntries: Raft entries per 1,000 deletions, at most.
+	GoalGCEntries = 2.0
+	// GoalFailoverMedian: median seconds from a leader's kill to the
+	// first successful ack, less than this.
+	GoalFailoverMedian = 2.0
+)
+
+// Goal statuses.
+const (
+	Pass = "PASS"
+	Miss = "MISS"
+	// NA is the status of a goal whose figures were not measured.
+	NA = "N/A"
+)
+
+// Goal is the verdict on one goal, with the figures it was judged on.
+type Goal struct {
+	ID          string `json:"id"`
+	Description string `json:"description"`
+	Status      string `json:"status"`
+	Detail      string `json:"detail"`
+}
+
+// EvaluateGoals judges every goal on r's measurements.
+func EvaluateGoals(r *Results) []Goal {
+	ms := r.System(Metastore)
+	return []Goal{
+		throughputGoal(r, ms),
+		manifestGoal(ms),
+		resumeGoal(ms),
+		gcGoal(ms),
+		failoverGoal(ms),
+	}
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return Pass
+	}
+	return Miss
+}
+
+func throughputGoal(r *Results, ms *System) Goal {
+	g := Goal{
+		ID:          "ack_throughput",
+		Description: fmt.Sprintf("ack throughput >= %gx each peer's, with p99 ack latency <= the peer's (at the highest concurrency)", GoalThroughputFactor),
+		Status:      NA,
+	}
+	if ms == nil || len(ms.Throughput) == 0 {
+		g.Detail = "metastore throughput not measured"
+		return g
+	}
+	top := &ms.Throughput[0]
+	for i := range ms.Throughput {
+		if ms.Throughput[i].Workers > top.Workers {
+			top = &ms.Throughput[i]
+		}
+	}
+	parts := []string{fmt.Sprintf("W=%d: metastore %.0f acks/s, p99 %.2f ms", top.Workers, top.AcksPerSecond, top.AckLatency.P99MS)}
+	compared, ok := 0, true
+	for _, peer := range Peers {
+		ps := r.System(peer)
+		var p *ThroughputPoint
+		if ps != nil {
+			p = ps.Point(top.Workers)
+		}
+		if p == nil || p.AcksPerSecond == 0 {
+			parts = append(parts, peer+" not measured")
+			continue
+		}
+		compared++
+		factor := top.AcksPerSecond / p.AcksPerSecond
+		fast := factor >= GoalThroughputFactor
+		tail := top.AckLatency.P99MS <= p.AckLatency.P99MS
+		ok = ok && fast && tail
+		parts = append(parts, fmt.Sprintf("%s %.0f acks/s (%.2fx, %s), p99 %.2f ms (%s)",
+			peer, p.AcksPerSecond, factor, verdict(fast), p.AckLatency.P99MS, verdict(tail)))
+	}
+	g.Detail = strings.Join(parts, "; ")
+	if compared > 0 {
+		g.Status = verdict(ok)
+	}
+	return g
+}
+
+func manifestGoal(ms *System) Goal {
+	g := Goal{
+		ID:          "manifest_size",
+		Description: fmt.Sprintf("time per ack at the largest manifest (100,000 segments) / at the smallest (1,000) <= %g", GoalManifestRatio),
+		Status:      NA,
+		Detail:      "metastore manifest cost not measured at two sizes",
+	}
+	if ms == nil || ms.Manifest == nil {
+		return g
+	}
+	q := manifestTimeRatio(ms.Manifest)
+	if q == 0 {
+		return g
+	}
+	var small, large ManifestPoint
+	for _, p := range ms.Manifest.Points {
+		if p.AckTime.Count == 0 {
+			continue
+		}
+		if small.Size == 0 || p.Size < small.Size {
+			small = p
+		}
+		if p.Size > large.Size {
+			large = p
+		}
+	}
+	g.Status = verdict(q <= GoalManifestRatio)
+	g.Detail = fmt.Sprintf("mean %.2f ms at %d segments, %.2f ms at %d: ratio %.2f",
+		large.AckTime.MeanMS, large.Size, small.AckTime.MeanMS, small.Size, q)
+	return g
+}
+
+func resumeGoal(ms *System) Goal {
+	g := Goal{
+		ID:          "resume_stateless",
+		Description: "zero object-store requests for the stateless tasks on resume",
+		Status:      NA,
+		Detail:      "resume not measured",
+	}
+	if ms == nil || ms.Extras == nil || ms.Extras.Resume == nil {
+		return g
+	}
+	res := ms.Extras.Resume
+	g.Status = verdict(res.MetastoreStatelessRequests == 0)
+	g.Detail = fmt.Sprintf("%d tasks (%d stateful): %d requests for stateless tasks, %d in all; naive restore %d (%d NoSuchKey)",
+		res.Tasks, res.Stateful, res.MetastoreStatelessRequests, res.MetastoreRequests, res.NaiveRequests, res.NaiveNoSuchKey)
+	return g
+}
+
+func gcGoal(ms *System) Goal {
+	g := Goal{
+		ID:          "gc",
+		Description: fmt.Sprintf("GC >= %.0f deletions/s with <= %g Raft entries per 1,000 deletions", GoalGCRate, GoalGCEntries),
+		Status:      NA,
+		Detail:      "GC not measured",
+	}
+	if ms == nil || ms.Extras == nil || ms.Extras.GC == nil {
+		return g
+	}
+	gc := ms.Extras.GC
+	fast := gc.PerSecond >= GoalGCRate
+	lean := gc.EntriesPer1000 <= GoalGCEntries
+	g.Status = verdict(fast && lean)
+	g.Detail = fmt.Sprintf("%d deleted in %.2f s: %.0f deletions/s (%s), %d Raft entries, %.2f per 1,000 (%s)",
+		gc.Deleted, gc.Seconds, gc.PerSecond, verdict(fast), gc.RaftEntries, gc.EntriesPer1000, verdict(lean))
+	return g
+}
+
+func failoverGoal(ms *System) Goal {
+	g := Goal{
+		ID:          "failover",
+		Description: fmt.Sprintf("failover median < %g s", GoalFailoverMedian),
+		Status:      NA,
+		Detail:      "metastore failover not measured",
+	}
+	if ms == nil || ms.Failover == nil || len(ms.Failover.Samples) == 0 {
+		return g
+	}
+	f := ms.Failover
+	g.Status = verdict(f.MedianSeconds < GoalFailoverMedian)
+	g.Detail = fmt.Sprintf("%d kills: median %.3f s, p90 %.3f s, max %.3f s", len(f.Samples), f.MedianSeconds, f.P90Seconds, f.MaxSeconds)
+	return g
+}

@@ -1,0 +1,408 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/bench/internal/sut"
+)
+
+func TestPercentile(t *testing.T) {
+	var xs []float64
+	for i := 1; i <= 100; i++ {
+		xs = append(xs, float64(i))
+	}
+	for _, c := range []struct {
+		p    float64
+		want float64
+	}{{50, 50}, {90, 90}, {99, 99}, {99.9, 100}, {100, 100}, {1, 1}, {0.1, 1}, {0, 1}} {
+		if got := Percentile(xs, c.p); got != c.want {
+			t.Errorf("Percentile(1..100, %v) = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if got := Percentile([]float64{7}, 99.9); got != 7 {
+		t.Errorf("single sample: %v", got)
+	}
+	if got := Percentile([]float64(nil), 50); got != 0 {
+		t.Errorf("no samples: %v", got)
+	}
+	// Nearest rank over 1,000 samples: p999 is the 999th.
+	var ds []time.Duration
+	for i := 1; i <= 1000; i++ {
+		ds = append(ds, time.Duration(i))
+	}
+	if got := Percentile(ds, 99.9); got != 999 {
+		t.Errorf("p999 of 1..1000 = %v, want 999", got)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 1000; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	rand.Shuffle(len(ds), func(i, j int) { ds[i], ds[j] = ds[j], ds[i] })
+	first := ds[0]
+	got := Summarize(ds)
+	want := Latency{Count: 1000, MeanMS: 500.5, P50MS: 500, P90MS: 900, P99MS: 990, P999MS: 999, MaxMS: 1000}
+	if got != want {
+		t.Errorf("Summarize = %+v, want %+v", got, want)
+	}
+	if ds[0] != first {
+		t.Error("Summarize reordered its argument")
+	}
+	if (Summarize(nil) != Latency{}) {
+		t.Error("Summarize(nil) is not zero")
+	}
+}
+
+func TestRatio(t *testing.T) {
+	if q, ok := Ratio(10, 4); !ok || q != 2.5 {
+		t.Errorf("Ratio(10, 4) = %v, %v", q, ok)
+	}
+	for _, c := range [][2]float64{{1, 0}, {0, 0}, {math.NaN(), 1}, {math.Inf(1), 1}} {
+		if _, ok := Ratio(c[0], c[1]); ok {
+			t.Errorf("Ratio(%v, %v) reported finite", c[0], c[1])
+		}
+	}
+	if got := PerSecond(50, 2*time.Second); got != 25 {
+		t.Errorf("PerSecond = %v", got)
+	}
+	if got := PerSecond(50, 0); got != 0 {
+		t.Errorf("PerSecond over nothing = %v", got)
+	}
+}
+
+// sample returns finalized results in which the metastore meets every goal.
+func sample() *Results {
+	point := func(w int, acks, p99 float64) ThroughputPoint {
+		return ThroughputPoint{
+			Workers: w, Jobs: max(1, w/4), WindowSeconds: 10,
+			Acks: int(acks * 10), AcksPerSecond: acks, Epochs: int(acks * 10 / 4), EpochsPerSecond: acks / 4,
+			AckLatency:  Latency{Count: int(acks * 10), MeanMS: p99 / 3, P50MS: p99 / 4, P90MS: p99 / 2, P99MS: p99, P999MS: p99 * 2, MaxMS: p99 * 3},
+			CPUMeasured: true, CPUSeconds: 5, CPUSecondsPer1000Acks: 5000 / (acks * 10), RSSBytes: 300 << 20,
+		}
+	}
+	manifest := func(small, large float64) *ManifestCost {
+		return &ManifestCost{Acks: 200, SegmentsPerAck: 3, BytesMethod: BytesProcIO, Points: []ManifestPoint{
+			{Size: 1000, AckTime: Latency{Count: 200, MeanMS: small, P50MS: small, P99MS: small * 2}, BytesWritten: 800000, BytesPerAck: 4000},
+			{Size: 100000, AckTime: Latency{Count: 200, MeanMS: large, P50MS: large, P99MS: large * 2}, BytesWritten: 1600000, BytesPerAck: 8000},
+		}}
+	}
+	failover := func(s ...float64) *Failover {
+		sorted := slices.Sorted(slices.Values(s))
+		return &Failover{Kills: len(s), CallTimeoutSeconds: 0.5, Samples: s,
+			MedianSeconds: Percentile(sorted, 50), P90Seconds: Percentile(sorted, 90), MaxSeconds: sorted[len(sorted)-1], Attempts: make([]int, len(s))}
+	}
+	r := &Results{
+		Started:  time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC),
+		Finished: time.Date(2025, 3, 1, 10, 30, 0, 0, time.UTC),
+		Machine:  Machine{CPUModel: "Test CPU", Cores: 2, Kernel: "6.1.0", GoVersion: "go1.26", OS: "linux", Arch: "amd64"},
+		Params:   Params{Systems: []string{"metastore", "etcd", "zookeeper"}, Concurrency: []int{1, 64}, ManifestSizes: []int{1000, 100000}, DurationSeconds: 20},
+		Systems: []System{
+			{Name: ZooKeeper, Version: "3.8.0",
+				Throughput: []ThroughputPoint{point(1, 300, 8), point(64, 1500, 40)},
+				Manifest:   manifest(4, 9),
+				Restore:    &Restore{Segments: 100600, Reads: 20, Leader: Latency{Count: 20, P50MS: 900, P99MS: 1100}, Follower: Latency{Count: 20, P50MS: 800, P99MS: 1000}, FollowerSegments: 100600},
+				Failover:   failover(6, 7, 5)},
+			{Name: Metastore,
+				Throughput: []ThroughputPoint{point(1, 500, 3), point(64, 12000, 10)},
+				Manifest:   manifest(2, 2.2),
+				Restore:    &Restore{Segments: 100600, Reads: 20, Leader: Latency{Count: 20, P50MS: 90, P99MS: 110}, Follower: Latency{Count: 20, P50MS: 80, P99MS: 100}, FollowerSegments: 100600},
+				Failover:   failover(1.1, 0.9, 1.4),
+				Extras: &Extras{
+					GC:        &sut.GCResult{Deleted: 20000, Seconds: 2, PerSecond: 10000, RaftEntries: 30, EntriesPer1000: 1.5, DeleteRequests: 20},
+					Resume:    &sut.ResumeResult{Tasks: 100, Stateful: 10, MetastoreRequests: 10, NaiveRequests: 200, NaiveNoSuchKey: 90},
+					Footprint: &sut.FootprintResult{Blobs: 1000000, Jobs: 1000, RSSBytes: []int64{1 << 30, 1 << 30, 1 << 30}, DataDirBytes: []int64{2 << 30}, RestoreMethod: "snapshot"},
+				}},
+			{Name: Etcd, Version: "3.4.23",
+				Throughput: []ThroughputPoint{point(1, 400, 5), point(64, 2000, 25)},
+				Manifest:   manifest(3, 30),
+				Failover:   failover(1.5, 1.6, 1.7),
+				Errors:     []WorkloadError{{Workload: "restore", Error: "stale read: not supported"}}},
+		},
+	}
+	Finalize(r)
+	return r
+}
+
+func ratio(r *Results, id, peer string) (float64, bool) {
+	for _, q := range r.Ratios {
+		if q.ID == id && q.Peer == peer {
+			return q.Ratio, true
+		}
+	}
+	return 0, false
+}
+
+func TestComputeRatios(t *testing.T) {
+	r := sample()
+	if names := []string{r.Systems[0].Name, r.Systems[1].Name, r.Systems[2].Name}; !reflect.DeepEqual(names, []string{Metastore, Etcd, ZooKeeper}) {
+		t.Fatalf("Finalize order: %v", names)
+	}
+	for _, c := range []struct {
+		id, peer string
+		want     float64
+	}{
+		{"throughput.w64.acks_per_second", Etcd, 6},
+		{"throughput.w64.acks_per_second", ZooKeeper, 8},
+		{"throughput.w1.ack_p99_ms", Etcd, 0.6},
+		{"manifest.n100000.ack_mean_ms", Etcd, 2.2 / 30},
+		{"restore.all.leader_p50_ms", ZooKeeper, 0.1},
+		{"failover.all.median_seconds", ZooKeeper, 1.1 / 6},
+	} {
+		got, ok := ratio(r, c.id, c.peer)
+		if !ok || math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("ratio %s / %s = %v (%v), want %v", c.id, c.peer, got, ok, c.want)
+		}
+	}
+	// etcd has no restore results: no ratio.
+	if _, ok := ratio(r, "restore.all.leader_p50_ms", Etcd); ok {
+		t.Error("ratio to a figure the peer lacks")
+	}
+	// A zero peer figure gives no ratio.
+	r.System(Etcd).Throughput[0].AcksPerSecond = 0
+	r.Ratios = ComputeRatios(r)
+	if _, ok := ratio(r, "throughput.w1.acks_per_second", Etcd); ok {
+		t.Error("ratio over a zero figure")
+	}
+	// Without the metastore there is nothing to compare.
+	if got := ComputeRatios(&Results{Systems: []System{{Name: Etcd}}}); got != nil {
+		t.Errorf("ratios without the metastore: %v", got)
+	}
+	if got := r.System(Metastore).Manifest.TimeRatio; math.Abs(got-1.1) > 1e-9 {
+		t.Errorf("metastore manifest time ratio %v, want 1.1", got)
+	}
+	if got := r.System(Etcd).Manifest.TimeRatio; got != 10 {
+		t.Errorf("etcd manifest time ratio %v, want 10", got)
+	}
+}
+
+func goalStatus(r *Results) map[string]string {
+	m := map[string]string{}
+	for _, g := range r.Goals {
+		m[g.ID] = g.Status
+	}
+	return m
+}
+
+func TestGoals(t *testing.T) {
+	r := sample()
+	want := map[string]string{"ack_throughput": Pass, "manifest_size": Pass, "resume_stateless": Pass, "gc": Pass, "failover": Pass}
+	if got := goalStatus(r); !reflect.DeepEqual(got, want) {
+		t.Fatalf("goals %v, want %v\n%+v", got, want, r.Goals)
+	}
+
+	miss := []struct {
+		goal   string
+		break_ func(r *Results)
+	}{
+		{"ack_throughput", func(r *Results) { r.System(Metastore).Point(64).AcksPerSecond = 9000 }},         // 4.5x etcd
+		{"ack_throughput", func(r *Results) { r.System(Metastore).Point(64).AckLatency.P99MS = 30 }},        // above etcd's 25
+		{"manifest_size", func(r *Results) { r.System(Metastore).Manifest.Points[1].AckTime.MeanMS = 2.5 }}, // 1.25
+		{"resume_stateless", func(r *Results) { r.System(Metastore).Extras.Resume.MetastoreStatelessRequests = 1 }},
+		{"gc", func(r *Results) { r.System(Metastore).Extras.GC.PerSecond = 4999 }},
+		{"gc", func(r *Results) { r.System(Metastore).Extras.GC.EntriesPer1000 = 2.1 }},
+		{"failover", func(r *Results) { r.System(Metastore).Failover.MedianSeconds = 2 }},
+	}
+	for _, c := range miss {
+		r := sample()
+		c.break_(r)
+		Finalize(r)
+		got := goalStatus(r)
+		for id, s := range want {
+			exp := s
+			if id == c.goal {
+				exp = Miss
+			}
+			if got[id] != exp {
+				t.Errorf("after breaking %s: goal %s is %s, want %s", c.goal, id, got[id], exp)
+			}
+		}
+	}
+
+	// Only one peer measured: judged on it. None: not applicable.
+	r = sample()
+	r.Systems = r.Systems[:2]
+	Finalize(r)
+	if g := goalStatus(r)["ack_throughput"]; g != Pass {
+		t.Errorf("throughput goal with etcd only: %s", g)
+	}
+	r = &Results{Systems: []System{{Name: Metastore}}}
+	Finalize(r)
+	for _, g := range r.Goals {
+		if g.Status != NA {
+			t.Errorf("goal %s without figures: %s", g.ID, g.Status)
+		}
+	}
+}
+
+// decodeSVG checks that b is well-formed XML whose root is an svg element
+// in the SVG namespace, and returns the count of each element.
+func decodeSVG(t *testing.T, b []byte) map[string]int {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(b))
+	counts := map[string]int{}
+	depth := 0
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed: %v\n%s", err, b)
+		}
+		switch e := tok.(type) {
+		case xml.StartElement:
+			if depth == 0 && (e.Name.Local != "svg" || e.Name.Space != "http://www.w3.org/2000/svg") {
+				t.Fatalf("root element %v", e.Name)
+			}
+			depth++
+			counts[e.Name.Local]++
+		case xml.EndElement:
+			depth--
+		}
+	}
+	if depth != 0 || counts["svg"] != 1 {
+		t.Fatalf("unbalanced SVG (depth %d, %d svg elements)", depth, counts["svg"])
+	}
+	return counts
+}
+
+func TestSVGWellFormed(t *testing.T) {
+	c := LineChart{
+		Title: "Acks <&> \"quotes\"", XLabel: "workers", YLabel: "acks/s", LogX: true,
+		Series: []Series{
+			{Name: "metastore", Points: []Point{{64, 12000}, {1, 500}, {4, 2000}, {16, 7000}}},
+			{Name: "etcd & co", Points: []Point{{1, 400}, {64, 2000}}},
+			{Name: "zookeeper", Points: []Point{{0, 3}, {math.NaN(), 1}}},
+		},
+	}
+	var b bytes.Buffer
+	if err := c.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	counts := decodeSVG(t, b.Bytes())
+	if counts["polyline"] != 2 {
+		t.Errorf("%d polylines, want 2 (the third series has no plottable point)", counts["polyline"])
+	}
+	// Markers: 6 points and 3 legend entries.
+	if counts["circle"] != 9 {
+		t.Errorf("%d circles, want 9", counts["circle"])
+	}
+	for _, want := range []string{"etcd &amp; co", "zookeeper (no data)", ">16<", ">64<"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("SVG lacks %q", want)
+		}
+	}
+
+	for _, c := range []LineChart{
+		{Title: "empty"},
+		{Title: "one point", Series: []Series{{Name: "a", Points: []Point{{1000, 0}}}}, LogX: true},
+		{Title: "linear", Series: []Series{{Name: "a", Points: []Point{{0, 0.001}, {3, 0.004}}}}},
+		{Title: "many", LogX: true, Series: []Series{{Name: "a", Points: func() []Point {
+			var ps []Point
+			for i := 1; i <= 20; i++ {
+				ps = append(ps, Point{math.Pow(2, float64(i)), float64(i)})
+			}
+			return ps
+		}()}}},
+	} {
+		var b bytes.Buffer
+		if err := c.WriteSVG(&b); err != nil {
+			t.Fatal(err)
+		}
+		decodeSVG(t, b.Bytes())
+		if strings.Contains(b.String(), "NaN") || strings.Contains(b.String(), "Inf") {
+			t.Errorf("chart %q has a non-finite coordinate", c.Title)
+		}
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	r := sample()
+	dir := t.TempDir()
+	written, err := WriteAll(filepath.Join(dir, "out"), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) != 5 {
+		t.Errorf("wrote %v", written)
+	}
+	back, err := ReadJSON(filepath.Join(dir, "out", JSONFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, r) {
+		a, _ := json.Marshal(r)
+		b, _ := json.Marshal(back)
+		t.Errorf("round trip differs:\n%s\n%s", a, b)
+	}
+	for _, c := range Charts(r) {
+		b, err := os.ReadFile(filepath.Join(dir, "out", c.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		decodeSVG(t, b)
+	}
+}
+
+func TestFinalizeNonFinite(t *testing.T) {
+	r := sample()
+	r.System(Metastore).Extras.GC.PerSecond = math.NaN()
+	r.System(Etcd).Throughput[0].AcksPerSecond = math.Inf(1)
+	Finalize(r)
+	if _, err := MarshalJSON(r); err != nil {
+		t.Fatalf("results with non-finite figures: %v", err)
+	}
+	if r.System(Metastore).Extras.GC.PerSecond != 0 {
+		t.Error("NaN kept")
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	r := sample()
+	var b bytes.Buffer
+	if err := WriteTable(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"== ack throughput", "metastore/etcd", "metastore/zookeeper", "6.00x", "8.00x",
+		"W   system", "64  metastore/etcd", "100000    metastore", "largest manifest / smallest: metastore 1.10, etcd 10.00, zookeeper 2.25",
+		"== metastore only ==", "== goals ==", "PASS", "etcd restore: stale read: not supported",
+		"zookeeper 3.8.0", "bytes per ack (metastore, etcd, zookeeper): write_bytes",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if testing.Verbose() {
+		t.Log("\n" + out)
+	}
+}
+
+func TestCPUModel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpuinfo")
+	if err := os.WriteFile(path, []byte("processor\t: 0\nvendor_id\t: X\nmodel name\t: Fancy CPU @ 3GHz\n\nprocessor\t: 1\nmodel name\t: Fancy CPU @ 3GHz\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := cpuModel(path); got != "Fancy CPU @ 3GHz" {
+		t.Errorf("cpuModel = %q", got)
+	}
+	if m := DetectMachine(); m.Cores < 1 || m.GoVersion == "" {
+		t.Errorf("DetectMachine = %+v", m)
+	}
+}
