@@ -168,3 +168,13 @@ func RSS(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("procs: resident memory of %d: no VmRSS in /proc/%d/status", pid, pid)
 }
+
+// LogTail returns the last n bytes of the file at path (a member's log, to
+// explain why it failed), or a note that it could not be read.
+func LogTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(log %s unreadable: %v)", path, err)
+	}
+	return tail(b, n)
+}

@@ -1,0 +1,476 @@
+// Package etcdsut is the etcd baseline of the benchmark: a three-member
+// etcd cluster (the Debian package etcd-server, etcd 3.4) on loopback,
+// driven through go.etcd.io/etcd/client/v3 the way a careful user keeps
+// checkpoint metadata in etcd.
+//
+// # Record layout
+//
+// Every record is a JSON value under one key:
+//
+//	/jobs/J                       {"tasks":["t1","t2"]}                 job
+//	/jobs/J/current               {"epoch":7}                           job's current epoch
+//	/jobs/J/epochs/EEEE…(20)      {"tasks":2,"acks":1,"completed":false} epoch
+//	/jobs/J/tasks/T               {"acked_epoch":7,"segments":42}       task
+//	/jobs/J/tasks/T/seg/IIII…(10) {"key":…,"offset":…,"length":…,"first_seq":…,"last_seq":…}
+//
+// Numbers in keys are zero-padded so that key order is numeric order: a
+// task's manifest is the key range of its segment prefix, read in pages.
+//
+// # Transactions
+//
+// CreateJob writes the job and its current-epoch record in one transaction
+// that requires the job not to exist. BeginEpoch reads the current-epoch
+// record and writes it together with the new epoch record, guarded by the
+// current-epoch record's ModRevision and the epoch key's absence. Ack reads
+// the epoch and task records and commits one transaction that puts the new
+// segment records (numbered on from the task's segment count), the task
+// record and the epoch record (one more ack; completed with the last task),
+// guarded by the ModRevision of both records it read. Tasks of one job ack
+// the same epoch concurrently, so the guard fails when another task's ack
+// committed in between; the transaction's Else branch returns both records
+// again and the ack is recomputed and retried. Retries counts these
+// conflicts.
+//
+// An ack is all-or-nothing and applied at most once: a task's record names
+// the last epoch it acknowledged, so a retried or repeated ack cannot count
+// twice. A commit whose outcome is unknown (the connection or the leader
+// was lost) is retried after reading the records again; finding the task's
+// record at this epoch then means the lost attempt committed.
+//
+// ReadManifest reads the segment prefix in pages of 10,000 keys, all pages
+// at the revision of the first, so the manifest is one snapshot: a
+// linearizable range through the cluster client, or with stale a
+// serializable range on a follower's own client.
+//
+// # Server flags
+//
+// The members run with etcd's defaults (fsync on every commit) except
+// --max-txn-ops, raised from 128 to 1024 so that an ack of up to 1022
+// segments is one transaction (Preload acks 1,000 at a time), and periodic
+// auto-compaction keeping five minutes of history, which an operator of a
+// continuously written etcd sets so that the MVCC history does not grow
+// without bound. Each member logs to NAME.log beside its data directory.
+package etcdsut
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/metastore/metastore/bench/internal/procs"
+	"github.com/metastore/metastore/bench/internal/sut"
+)
+
+const (
+	// clusterSize is the number of members.
+	clusterSize = 3
+	// maxTxnOps is the --max-txn-ops the members run with.
+	maxTxnOps = 1024
+	// readyKey is written once the cluster accepts writes.
+	readyKey = "/bench/ready"
+	// pollInterval is how often readiness and leadership are polled.
+	pollInterval = 50 * time.Millisecond
+	// callTimeout bounds one probe of a member.
+	callTimeout = 2 * time.Second
+)
+
+// System is the etcd cluster under test. The zero value is not usable: use
+// New.
+type System struct {
+	// beforeCommit, when set, runs between an ack's read and its guarded
+	// commit (tests use it to force a conflict).
+	beforeCommit func(job, task string)
+
+	keyPrefix string
+	keySeq    atomic.Uint64
+	retries   atomic.Uint64
+
+	mu       sync.Mutex
+	started  bool
+	bin      string
+	members  []*member
+	cli      *clientv3.Client // all members' endpoints
+	follower *member          // cached member for stale reads
+	version  string
+
+	jobsMu sync.Mutex
+	jobs   map[string][]string // job → tasks (immutable once written)
+}
+
+// member is one etcd process and its own client.
+type member struct {
+	name      string
+	dataDir   string
+	logPath   string
+	clientURL string
+	args      []string
+
+	// guarded by System.mu
+	proc *procs.Process
+	cli  *clientv3.Client // this member's endpoint only
+}
+
+var _ sut.System = (*System)(nil)
+
+// New returns a System that is not started.
+func New() *System {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("etcdsut: random key prefix: %v", err))
+	}
+	return &System{keyPrefix: hex.EncodeToString(b[:]), jobs: map[string][]string{}}
+}
+
+// Name is "etcd".
+func (s *System) Name() string { return "etcd" }
+
+// Retries returns how many ack and epoch-begin transactions were retried
+// because a concurrent writer changed a record they were guarded by (a
+// compare-and-swap conflict), since New. Re-sends after a lost connection
+// are not counted.
+func (s *System) Retries() uint64 { return s.retries.Load() }
+
+// PeerVersion returns the etcd server version the cluster reported at
+// Start ("3.4.23"), or "" before.
+func (s *System) PeerVersion() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
+// Start launches three members on 127.0.0.1 with data under dir/etcdN and
+// waits until the cluster accepts a write.
+func (s *System) Start(ctx context.Context, dir string) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("etcdsut: already started")
+	}
+	bin, err := Find()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("etcdsut: data directory: %w", err)
+	}
+	ports, err := procs.FreePorts(2 * clusterSize)
+	if err != nil {
+		return fmt.Errorf("etcdsut: %w", err)
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("etcdsut: cluster token: %w", err)
+	}
+	token := "bench-" + hex.EncodeToString(b[:])
+
+	peers := make([]string, clusterSize)
+	for i := range clusterSize {
+		peers[i] = fmt.Sprintf("etcd%d=http://127.0.0.1:%d", i+1, ports[2*i+1])
+	}
+	members := make([]*member, clusterSize)
+	for i := range clusterSize {
+		name := fmt.Sprintf("etcd%d", i+1)
+		clientURL := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i])
+		peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
+		dataDir := filepath.Join(dir, name)
+		members[i] = &member{
+			name:      name,
+			dataDir:   dataDir,
+			logPath:   filepath.Join(dir, name+".log"),
+			clientURL: clientURL,
+			args: []string{
+				"--name", name,
+				"--data-dir", dataDir,
+				"--listen-client-urls", clientURL,
+				"--advertise-client-urls", clientURL,
+				"--listen-peer-urls", peerURL,
+				"--initial-advertise-peer-urls", peerURL,
+				"--initial-cluster", strings.Join(peers, ","),
+				"--initial-cluster-state", "new",
+				"--initial-cluster-token", token,
+				fmt.Sprintf("--max-txn-ops=%d", maxTxnOps),
+				"--auto-compaction-mode=periodic",
+				"--auto-compaction-retention=5m",
+				"--logger=zap",
+				"--log-outputs=stderr",
+			},
+		}
+	}
+	s.bin = bin
+	s.members = members
+	defer func() {
+		if err != nil {
+			s.stopLocked()
+		}
+	}()
+	for _, m := range members {
+		if err := s.launchLocked(m); err != nil {
+			return err
+		}
+	}
+	eps := make([]string, len(members))
+	for i, m := range members {
+		eps[i] = m.clientURL
+	}
+	s.cli, err = newClient(eps...)
+	if err != nil {
+		return err
+	}
+	err = sut.WaitFor(ctx, pollInterval, func() (bool, error) {
+		for _, m := range members {
+			if !m.proc.Running() {
+				return false, fmt.Errorf("etcdsut: %s exited during start: %v\n%s", m.name, m.proc.ExitErr(), procs.LogTail(m.logPath, 2000))
+			}
+		}
+		c, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		_, err := s.cli.Put(c, readyKey, "1")
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("etcdsut: wait for the cluster to accept writes: %w", err)
+	}
+	st, err := members[0].cli.Status(ctx, members[0].clientURL)
+	if err != nil {
+		return fmt.Errorf("etcdsut: status of %s: %w", members[0].name, err)
+	}
+	s.version = st.Version
+	s.started = true
+	return nil
+}
+
+// launchLocked starts m's process and a fresh client for its endpoint.
+func (s *System) launchLocked(m *member) error {
+	p, err := procs.Start(procs.Spec{Path: s.bin, Args: m.args, Env: serverEnv(), Log: m.logPath})
+	if err != nil {
+		return fmt.Errorf("etcdsut: %s: %w", m.name, err)
+	}
+	m.proc = p
+	if m.cli != nil {
+		m.cli.Close()
+	}
+	m.cli, err = newClient(m.clientURL)
+	return err
+}
+
+// serverEnv is this process's environment without ETCD_ variables, which
+// etcd would read as flags.
+func serverEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ETCD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func newClient(endpoints ...string) (*clientv3.Client, error) {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:            endpoints,
+		Logger:               zap.NewNop(),
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcdsut: client for %v: %w", endpoints, err)
+	}
+	return c, nil
+}
+
+// Stop kills every member and closes the clients; data directories stay.
+func (s *System) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopLocked()
+}
+
+func (s *System) stopLocked() error {
+	var errs []error
+	if s.cli != nil {
+		s.cli.Close()
+		s.cli = nil
+	}
+	for _, m := range s.members {
+		if m.cli != nil {
+			m.cli.Close()
+			m.cli = nil
+		}
+		if m.proc != nil {
+			if err := m.proc.Kill(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	s.members = nil
+	s.follower = nil
+	s.started = false
+	return errors.Join(errs...)
+}
+
+// Members returns the running members.
+func (s *System) Members() []sut.Member {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ms []sut.Member
+	for _, m := range s.members {
+		if m.proc != nil && m.proc.Running() {
+			ms = append(ms, sut.Member{ID: m.name, PID: m.proc.PID(), DataDir: m.dataDir})
+		}
+	}
+	return ms
+}
+
+// client returns the cluster client.
+func (s *System) client() (*clientv3.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return nil, errors.New("etcdsut: not started")
+	}
+	return s.cli, nil
+}
+
+// running returns the running members and their clients.
+func (s *System) running() []*member {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ms []*member
+	for _, m := range s.members {
+		if m.proc != nil && m.proc.Running() {
+			ms = append(ms, &member{name: m.name, dataDir: m.dataDir, clientURL: m.clientURL, proc: m.proc, cli: m.cli})
+		}
+	}
+	return ms
+}
+
+// Leader returns the member that reports itself leader, waiting while an
+// election is under way (until ctx ends).
+func (s *System) Leader(ctx context.Context) (sut.Member, error) {
+	if _, err := s.client(); err != nil {
+		return sut.Member{}, err
+	}
+	var leader *member
+	err := sut.WaitFor(ctx, pollInterval, func() (bool, error) {
+		leader = s.findLeader(ctx)
+		return leader != nil, nil
+	})
+	if err != nil {
+		return sut.Member{}, fmt.Errorf("etcdsut: no member leads: %w", err)
+	}
+	return sut.Member{ID: leader.name, PID: leader.proc.PID(), DataDir: leader.dataDir}, nil
+}
+
+// findLeader asks each running member for its status and returns the one
+// that is leader by its own account, or nil.
+func (s *System) findLeader(ctx context.Context) *member {
+	for _, m := range s.running() {
+		c, cancel := context.WithTimeout(ctx, callTimeout)
+		st, err := m.cli.Status(c, m.clientURL)
+		cancel()
+		if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
+			return m
+		}
+	}
+	return nil
+}
+
+// followerClient returns the client of a running member that does not
+// lead, found once and kept until a member is killed or restarted.
+func (s *System) followerClient(ctx context.Context) (*clientv3.Client, error) {
+	s.mu.Lock()
+	f := s.follower
+	s.mu.Unlock()
+	if f != nil && f.proc.Running() {
+		return f.cli, nil
+	}
+	leader, err := s.Leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range s.running() {
+		if m.name != leader.ID {
+			s.mu.Lock()
+			s.follower = m
+			s.mu.Unlock()
+			return m.cli, nil
+		}
+	}
+	return nil, errors.New("etcdsut: no follower is running")
+}
+
+// memberByID returns the member named id.
+func (s *System) memberByID(id string) (*member, error) {
+	for _, m := range s.members {
+		if m.name == id {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("etcdsut: no member %q", id)
+}
+
+// Kill sends SIGKILL to m's process and waits until it has exited.
+func (s *System) Kill(m sut.Member) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mem, err := s.memberByID(m.ID)
+	if err != nil {
+		return err
+	}
+	if mem.proc == nil || !mem.proc.Running() {
+		return fmt.Errorf("etcdsut: %s is not running", m.ID)
+	}
+	s.follower = nil
+	if err := mem.proc.Kill(); err != nil {
+		return fmt.Errorf("etcdsut: kill %s: %w", m.ID, err)
+	}
+	return nil
+}
+
+// Restart starts the killed member m again from its data directory and
+// waits until it serves a linearizable read, which it can only once it
+// has rejoined the cluster and caught up with the leader's commit index.
+func (s *System) Restart(ctx context.Context, m sut.Member) error {
+	s.mu.Lock()
+	mem, err := s.memberByID(m.ID)
+	if err == nil && mem.proc != nil && mem.proc.Running() {
+		err = fmt.Errorf("etcdsut: %s is running", m.ID)
+	}
+	if err == nil {
+		s.follower = nil
+		err = s.launchLocked(mem)
+	}
+	var proc *procs.Process
+	var cli *clientv3.Client
+	if err == nil {
+		proc, cli = mem.proc, mem.cli
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	err = sut.WaitFor(ctx, pollInterval, func() (bool, error) {
+		if !proc.Running() {
+			return false, fmt.Errorf("etcdsut: %s exited during restart: %v\n%s", m.ID, proc.ExitErr(), procs.LogTail(mem.logPath, 2000))
+		}
+		c, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		_, err := cli.Get(c, readyKey)
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("etcdsut: wait for %s to rejoin: %w", m.ID, err)
+	}
+	return nil
+}
