@@ -46,8 +46,23 @@ type variant struct {
 type figure struct {
 	id     string
 	header string
-	format string
+	format func(float64) string
 	get    func(s *System, key int) (float64, bool)
+	// noRatio marks a figure that describes the setup (not a cost).
+	noRatio bool
+}
+
+// Formats of the figures.
+func count(v float64) string { return fmt.Sprintf("%.0f", v) }
+func rate(v float64) string  { return fmt.Sprintf("%.1f", v) }
+func secs(v float64) string  { return fmt.Sprintf("%.3f", v) }
+
+// millis prints milliseconds with three significant digits at least.
+func millis(v float64) string {
+	if v < 10 {
+		return fmt.Sprintf("%.3f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 // sections lists the comparable workloads in table order.
@@ -66,16 +81,16 @@ var sections = []section{
 			})
 		},
 		figures: []figure{
-			tp("acks_per_second", "acks/s", "%.0f", func(p *ThroughputPoint) (float64, bool) { return p.AcksPerSecond, true }),
-			tp("epochs_per_second", "epochs/s", "%.1f", func(p *ThroughputPoint) (float64, bool) { return p.EpochsPerSecond, true }),
-			tp("ack_p50_ms", "p50 ms", "%.2f", func(p *ThroughputPoint) (float64, bool) { return p.AckLatency.P50MS, p.AckLatency.Count > 0 }),
-			tp("ack_p99_ms", "p99 ms", "%.2f", func(p *ThroughputPoint) (float64, bool) { return p.AckLatency.P99MS, p.AckLatency.Count > 0 }),
-			tp("ack_p999_ms", "p999 ms", "%.2f", func(p *ThroughputPoint) (float64, bool) { return p.AckLatency.P999MS, p.AckLatency.Count > 0 }),
-			tp("keys_p99_ms", "keys p99 ms", "%.2f", func(p *ThroughputPoint) (float64, bool) { return p.KeysLatency.P99MS, p.KeysLatency.Count > 0 }),
-			tp("cpu_seconds_per_1000_acks", "cpu s/1k acks", "%.3f", func(p *ThroughputPoint) (float64, bool) {
+			tp("acks_per_second", "acks/s", count, func(p *ThroughputPoint) (float64, bool) { return p.AcksPerSecond, true }),
+			tp("epochs_per_second", "epochs/s", rate, func(p *ThroughputPoint) (float64, bool) { return p.EpochsPerSecond, true }),
+			tp("ack_p50_ms", "p50 ms", millis, func(p *ThroughputPoint) (float64, bool) { return p.AckLatency.P50MS, p.AckLatency.Count > 0 }),
+			tp("ack_p99_ms", "p99 ms", millis, func(p *ThroughputPoint) (float64, bool) { return p.AckLatency.P99MS, p.AckLatency.Count > 0 }),
+			tp("ack_p999_ms", "p999 ms", millis, func(p *ThroughputPoint) (float64, bool) { return p.AckLatency.P999MS, p.AckLatency.Count > 0 }),
+			tp("keys_p99_ms", "keys p99 ms", millis, func(p *ThroughputPoint) (float64, bool) { return p.KeysLatency.P99MS, p.KeysLatency.Count > 0 }),
+			tp("cpu_seconds_per_1000_acks", "cpu s/1k acks", secs, func(p *ThroughputPoint) (float64, bool) {
 				return p.CPUSecondsPer1000Acks, p.CPUMeasured && p.Acks > 0
 			}),
-			tp("rss_mib", "rss MiB", "%.0f", func(p *ThroughputPoint) (float64, bool) {
+			tp("rss_mib", "rss MiB", count, func(p *ThroughputPoint) (float64, bool) {
 				return float64(p.RSSBytes) / (1 << 20), p.RSSBytes > 0
 			}),
 		},
@@ -97,10 +112,10 @@ var sections = []section{
 			})
 		},
 		figures: []figure{
-			mp("ack_mean_ms", "mean ms", "%.2f", func(p *ManifestPoint) (float64, bool) { return p.AckTime.MeanMS, p.AckTime.Count > 0 }),
-			mp("ack_p50_ms", "p50 ms", "%.2f", func(p *ManifestPoint) (float64, bool) { return p.AckTime.P50MS, p.AckTime.Count > 0 }),
-			mp("ack_p99_ms", "p99 ms", "%.2f", func(p *ManifestPoint) (float64, bool) { return p.AckTime.P99MS, p.AckTime.Count > 0 }),
-			mp("bytes_per_ack", "bytes/ack", "%.0f", func(p *ManifestPoint) (float64, bool) { return p.BytesPerAck, p.AckTime.Count > 0 }),
+			mp("ack_mean_ms", "mean ms", millis, func(p *ManifestPoint) (float64, bool) { return p.AckTime.MeanMS, p.AckTime.Count > 0 }),
+			mp("ack_p50_ms", "p50 ms", millis, func(p *ManifestPoint) (float64, bool) { return p.AckTime.P50MS, p.AckTime.Count > 0 }),
+			mp("ack_p99_ms", "p99 ms", millis, func(p *ManifestPoint) (float64, bool) { return p.AckTime.P99MS, p.AckTime.Count > 0 }),
+			mp("bytes_per_ack", "bytes/ack", count, func(p *ManifestPoint) (float64, bool) { return p.BytesPerAck, p.AckTime.Count > 0 }),
 		},
 	},
 	{
@@ -108,11 +123,16 @@ var sections = []section{
 		title:    "restore: read a large manifest (leader: linearizable; follower: stale)",
 		variants: single(func(s *System) bool { return s.Restore != nil }),
 		figures: []figure{
-			rs("segments", "segments", "%.0f", func(r *Restore) float64 { return float64(r.Segments) }),
-			rs("leader_p50_ms", "leader p50 ms", "%.2f", func(r *Restore) float64 { return r.Leader.P50MS }),
-			rs("leader_p99_ms", "leader p99 ms", "%.2f", func(r *Restore) float64 { return r.Leader.P99MS }),
-			rs("follower_p50_ms", "follower p50 ms", "%.2f", func(r *Restore) float64 { return r.Follower.P50MS }),
-			rs("follower_p99_ms", "follower p99 ms", "%.2f", func(r *Restore) float64 { return r.Follower.P99MS }),
+			{id: "segments", header: "segments", format: count, noRatio: true, get: func(s *System, _ int) (float64, bool) {
+				if s.Restore == nil {
+					return 0, false
+				}
+				return float64(s.Restore.Segments), true
+			}},
+			rs("leader_p50_ms", "leader p50 ms", millis, func(r *Restore) float64 { return r.Leader.P50MS }),
+			rs("leader_p99_ms", "leader p99 ms", millis, func(r *Restore) float64 { return r.Leader.P99MS }),
+			rs("follower_p50_ms", "follower p50 ms", millis, func(r *Restore) float64 { return r.Follower.P50MS }),
+			rs("follower_p99_ms", "follower p99 ms", millis, func(r *Restore) float64 { return r.Follower.P99MS }),
 		},
 	},
 	{
@@ -120,9 +140,9 @@ var sections = []section{
 		title:    "failover: leader killed to first successful ack",
 		variants: single(func(s *System) bool { return s.Failover != nil }),
 		figures: []figure{
-			fo("median_seconds", "median s", "%.3f", func(f *Failover) float64 { return f.MedianSeconds }),
-			fo("p90_seconds", "p90 s", "%.3f", func(f *Failover) float64 { return f.P90Seconds }),
-			fo("max_seconds", "max s", "%.3f", func(f *Failover) float64 { return f.MaxSeconds }),
+			fo("median_seconds", "median s", secs, func(f *Failover) float64 { return f.MedianSeconds }),
+			fo("p90_seconds", "p90 s", secs, func(f *Failover) float64 { return f.P90Seconds }),
+			fo("max_seconds", "max s", secs, func(f *Failover) float64 { return f.MaxSeconds }),
 		},
 	},
 }
@@ -155,7 +175,7 @@ func single(has func(*System) bool) func(r *Results) []variant {
 	}
 }
 
-func tp(id, header, format string, f func(*ThroughputPoint) (float64, bool)) figure {
+func tp(id, header string, format func(float64) string, f func(*ThroughputPoint) (float64, bool)) figure {
 	return figure{id: id, header: header, format: format, get: func(s *System, w int) (float64, bool) {
 		p := s.Point(w)
 		if p == nil {
@@ -165,7 +185,7 @@ func tp(id, header, format string, f func(*ThroughputPoint) (float64, bool)) fig
 	}}
 }
 
-func mp(id, header, format string, f func(*ManifestPoint) (float64, bool)) figure {
+func mp(id, header string, format func(float64) string, f func(*ManifestPoint) (float64, bool)) figure {
 	return figure{id: id, header: header, format: format, get: func(s *System, size int) (float64, bool) {
 		if s.Manifest == nil {
 			return 0, false
@@ -179,7 +199,7 @@ func mp(id, header, format string, f func(*ManifestPoint) (float64, bool)) figur
 	}}
 }
 
-func rs(id, header, format string, f func(*Restore) float64) figure {
+func rs(id, header string, format func(float64) string, f func(*Restore) float64) figure {
 	return figure{id: id, header: header, format: format, get: func(s *System, _ int) (float64, bool) {
 		if s.Restore == nil || s.Restore.Reads == 0 {
 			return 0, false
@@ -188,7 +208,7 @@ func rs(id, header, format string, f func(*Restore) float64) figure {
 	}}
 }
 
-func fo(id, header, format string, f func(*Failover) float64) figure {
+func fo(id, header string, format func(float64) string, f func(*Failover) float64) figure {
 	return figure{id: id, header: header, format: format, get: func(s *System, _ int) (float64, bool) {
 		if s.Failover == nil || len(s.Failover.Samples) == 0 {
 			return 0, false
@@ -210,7 +230,7 @@ func ComputeRatios(r *Results) []RatioFigure {
 		for _, v := range sec.variants(r) {
 			for _, f := range sec.figures {
 				a, ok := f.get(ms, v.key)
-				if !ok {
+				if !ok || f.noRatio {
 					continue
 				}
 				for _, peer := range Peers {

@@ -103,7 +103,7 @@ func throughputGoal(r *Results, ms *System) Goal {
 func manifestGoal(ms *System) Goal {
 	g := Goal{
 		ID:          "manifest_size",
-		Description: fmt.Sprintf("time per ack at the largest manifest (100,000 segments) / at the smallest (1,000) <= %g", GoalManifestRatio),
+		Description: fmt.Sprintf("mean time per ack at the largest manifest / at the smallest (by default 100,000 and 1,000 segments) <= %g", GoalManifestRatio),
 		Status:      NA,
 		Detail:      "metastore manifest cost not measured at two sizes",
 	}

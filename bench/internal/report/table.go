@@ -75,7 +75,7 @@ func writeSection(b *bufio.Writer, r *Results, sec section) {
 			filled := false
 			for _, f := range sec.figures {
 				if x, ok := f.get(s, v.key); ok {
-					row = append(row, fmt.Sprintf(f.format, x))
+					row = append(row, f.format(x))
 					filled = true
 				} else {
 					row = append(row, "-")
@@ -98,7 +98,7 @@ func writeSection(b *bufio.Writer, r *Results, sec section) {
 			for _, f := range sec.figures {
 				a, okA := f.get(ms, v.key)
 				c, okB := f.get(ps, v.key)
-				if q, ok := Ratio(a, c); ok && okA && okB {
+				if q, ok := Ratio(a, c); ok && okA && okB && !f.noRatio {
 					row = append(row, fmt.Sprintf("%.2fx", q))
 					filled = true
 				} else {
