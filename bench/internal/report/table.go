@@ -174,9 +174,12 @@ func writeExtras(b *bufio.Writer, r *Results) {
 			rs.Tasks, rs.Stateful, rs.MetastoreRequests, rs.MetastoreStatelessRequests, rs.NaiveRequests, rs.NaiveNoSuchKey)
 	}
 	if fp := x.Footprint; fp != nil {
-		fmt.Fprintf(b, "footprint: %d blobs over %d jobs loaded in %.1f s; rss %s; data dirs %s; snapshot %s in %.2f s, restore %.2f s (%s)\n",
+		fmt.Fprintf(b, "footprint: %d blobs over %d jobs loaded in %.1f s; rss %s; data dirs %s; snapshot %s in %.2f s, restore %.2f s\n",
 			fp.Blobs, fp.Jobs, fp.LoadSeconds, byteList(fp.RSSBytes), byteList(fp.DataDirBytes),
-			humanBytes(fp.SnapshotBytes), fp.SnapshotSecs, fp.RestoreSecs, fp.RestoreMethod)
+			humanBytes(fp.SnapshotBytes), fp.SnapshotSecs, fp.RestoreSecs)
+		if fp.RestoreMethod != "" {
+			fmt.Fprintf(b, "footprint restore: %s\n", fp.RestoreMethod)
+		}
 	}
 }
 
