@@ -10,6 +10,7 @@ tool (
 )
 
 require (
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/metastore/metastore v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3

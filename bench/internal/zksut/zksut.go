@@ -1,0 +1,548 @@
+// Package zksut is the ZooKeeper baseline of the benchmark: a three-member
+// ZooKeeper ensemble (the Debian package zookeeper, ZooKeeper 3.8) on
+// loopback, driven through github.com/go-zookeeper/zk the way a careful
+// user keeps checkpoint metadata in ZooKeeper.
+//
+// # Record layout
+//
+// Every record is a znode holding JSON:
+//
+//	/jobs/J                         {"tasks":["t1","t2"]}                 job
+//	/jobs/J/current                 {"epoch":7}                           job's current epoch
+//	/jobs/J/epochs/EEEE…(20)        {"tasks":2,"acks":1,"completed":false} epoch
+//	/jobs/J/tasks/T                 {"acked_epoch":7,"segments":42}       task
+//	/jobs/J/tasks/T/seg/BBBBBB/IIIIIIIII {"key":…,"offset":…,"length":…,"first_seq":…,"last_seq":…}
+//
+// Segment I of a task (numbered from 0 in ack order) lives in bucket
+// B = I/1000. A znode's children are listed in one response, which must fit
+// in jute.maxbuffer (1 MiB by default, left so): a task of 100,000 segments
+// directly under one parent would exceed it, buckets of at most 1,000 do
+// not. The task record's segment count tells a reader which segments exist,
+// so a manifest read needs no child listing at all: it gets the task record
+// and then every segment znode, pipelined over one session.
+//
+// # Transactions
+//
+// CreateJob creates the job, current-epoch, epochs and tasks znodes in one
+// multi. BeginEpoch reads the current-epoch znode and, in one multi, sets
+// it at the version read and creates the epoch znode. Ack reads the epoch
+// and task znodes and, in one multi, creates the new segment znodes (and a
+// bucket znode where a segment starts one), sets the task znode (created by
+// the task's first ack) and sets the epoch znode (one more ack; completed
+// with the last task), the sets conditional on the versions read. Tasks of
+// one job ack the same epoch concurrently, so a multi fails with a bad
+// version when another task's ack committed in between; the ack then reads
+// again and retries. Retries counts these conflicts.
+//
+// An ack is all-or-nothing and applied at most once: a task's znode names
+// the last epoch it acknowledged. A multi whose outcome is unknown (the
+// connection was lost) is retried after reading again; finding the task's
+// znode at this epoch then means the lost attempt committed.
+//
+// ZooKeeper reads are served by the member a session is connected to,
+// without consulting the leader. ReadManifest without stale reads through a
+// session on the leader after a sync, which makes that member catch up with
+// the leader first (ZooKeeper's way to a read that reflects every write
+// committed before it); with stale it reads through a session on a
+// follower, without a sync. Writes go through one session on the ensemble
+// (the client picks a member, and moves on when it fails).
+//
+// # Server configuration
+//
+// Each member runs QuorumPeerMain under Java with -Xmx512m and a zoo.cfg
+// holding ZooKeeper's defaults (tickTime 2000, initLimit 10, syncLimit 5),
+// forceSync=yes (fsync of the transaction log before acknowledging, the
+// default, set explicitly), the client port on 127.0.0.1, the admin HTTP
+// server off, and the srvr four-letter word allowed (it tells leader from
+// follower). Each member logs to NAME.log beside its data directory.
+package zksut
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/metastore/metastore/bench/internal/procs"
+	"github.com/metastore/metastore/bench/internal/sut"
+)
+
+const (
+	// clusterSize is the number of members.
+	clusterSize = 3
+	// heap is the members' maximum Java heap.
+	heap = "-Xmx512m"
+	// sessionTimeout is the clients' requested session timeout (within
+	// the default bounds of 2 and 20 ticks).
+	sessionTimeout = 10 * time.Second
+	// pollInterval is how often readiness and leadership are polled.
+	pollInterval = 50 * time.Millisecond
+	// probeTimeout bounds one four-letter-word probe of a member.
+	probeTimeout = 2 * time.Second
+	// rootPath is the parent of every job.
+	rootPath = "/jobs"
+)
+
+// System is the ZooKeeper ensemble under test. The zero value is not
+// usable: use New.
+type System struct {
+	// beforeCommit, when set, runs between an ack's read and its guarded
+	// multi (tests use it to force a conflict).
+	beforeCommit func(job, task string)
+
+	keyPrefix string
+	keySeq    atomic.Uint64
+	retries   atomic.Uint64
+
+	mu       sync.Mutex
+	started  bool
+	rt       Runtime
+	members  []*member
+	conn     *zk.Conn // session on the ensemble
+	leader   *member  // cached leader for linearizable reads
+	follower *member  // cached follower for stale reads
+	version  string
+
+	jobsMu sync.Mutex
+	jobs   map[string][]string // job → tasks (immutable once written)
+}
+
+// member is one ZooKeeper process and a session of its own.
+type member struct {
+	name       string
+	dataDir    string
+	logPath    string
+	clientAddr string
+	args       []string
+
+	// guarded by System.mu
+	proc *procs.Process
+	conn *zk.Conn // session on this member only
+}
+
+var _ sut.System = (*System)(nil)
+
+// New returns a System that is not started.
+func New() *System {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("zksut: random key prefix: %v", err))
+	}
+	return &System{keyPrefix: hex.EncodeToString(b[:]), jobs: map[string][]string{}}
+}
+
+// Name is "zookeeper".
+func (s *System) Name() string { return "zookeeper" }
+
+// Retries returns how many ack and epoch-begin multis were retried because
+// a concurrent writer changed a znode they were conditional on (a bad
+// version, or a znode another ack created), since New. Re-sends after a
+// lost connection are not counted.
+func (s *System) Retries() uint64 { return s.retries.Load() }
+
+// PeerVersion returns the ZooKeeper version a member reported at Start
+// ("3.8.0-…"), or "" before.
+func (s *System) PeerVersion() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
+// Start launches three members on 127.0.0.1 with data under dir/zkN and
+// waits until the ensemble accepts a write.
+func (s *System) Start(ctx context.Context, dir string) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("zksut: already started")
+	}
+	rt, err := Find()
+	if err != nil {
+		return err
+	}
+	ports, err := procs.FreePorts(3 * clusterSize)
+	if err != nil {
+		return fmt.Errorf("zksut: %w", err)
+	}
+	servers := make([]string, clusterSize)
+	for i := range clusterSize {
+		servers[i] = fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2])
+	}
+	members := make([]*member, clusterSize)
+	for i := range clusterSize {
+		name := fmt.Sprintf("zk%d", i+1)
+		m := &member{
+			name:       name,
+			dataDir:    filepath.Join(dir, name),
+			logPath:    filepath.Join(dir, name+".log"),
+			clientAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]),
+		}
+		cfgPath := filepath.Join(dir, name+".cfg")
+		if err := writeConfig(cfgPath, m.dataDir, i+1, ports[3*i], servers); err != nil {
+			return err
+		}
+		m.args = []string{
+			heap,
+			"-XX:+ExitOnOutOfMemoryError",
+			"-Djava.net.preferIPv4Stack=true",
+			"-Dorg.slf4j.simpleLogger.showDateTime=true",
+			"-cp", rt.Classpath,
+			mainClass, cfgPath,
+		}
+		members[i] = m
+	}
+	s.rt = rt
+	s.members = members
+	defer func() {
+		if err != nil {
+			s.stopLocked()
+		}
+	}()
+	for _, m := range members {
+		if err := s.launchLocked(m); err != nil {
+			return err
+		}
+	}
+	addrs := make([]string, len(members))
+	for i, m := range members {
+		addrs[i] = m.clientAddr
+	}
+	if s.conn, err = connect(addrs...); err != nil {
+		return err
+	}
+	err = sut.WaitFor(ctx, pollInterval, func() (bool, error) {
+		for _, m := range members {
+			if !m.proc.Running() {
+				return false, fmt.Errorf("zksut: %s exited during start: %v\n%s", m.name, m.proc.ExitErr(), procs.LogTail(m.logPath, 2000))
+			}
+			if st, _ := srvr(m.clientAddr); st.mode == "" {
+				return false, nil
+			}
+		}
+		_, err := s.conn.Create(rootPath, nil, 0, zk.WorldACL(zk.PermAll))
+		return err == nil || errors.Is(err, zk.ErrNodeExists), nil
+	})
+	if err != nil {
+		return fmt.Errorf("zksut: wait for the ensemble to accept writes: %w", err)
+	}
+	st, err := srvr(members[0].clientAddr)
+	if err != nil {
+		return err
+	}
+	s.version = st.version
+	s.started = true
+	return nil
+}
+
+// writeConfig writes a member's zoo.cfg and its data directory's myid.
+func writeConfig(path, dataDir string, id, clientPort int, servers []string) error {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("zksut: data directory: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, "myid"), []byte(strconv.Itoa(id)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("zksut: myid: %w", err)
+	}
+	lines := []string{
+		"tickTime=2000",
+		"initLimit=10",
+		"syncLimit=5",
+		"dataDir=" + dataDir,
+		"clientPortAddress=127.0.0.1",
+		fmt.Sprintf("clientPort=%d", clientPort),
+		"forceSync=yes",
+		"maxClientCnxns=0",
+		"admin.enableServer=false",
+		"4lw.commands.whitelist=srvr,ruok",
+	}
+	lines = append(lines, servers...)
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return fmt.Errorf("zksut: config: %w", err)
+	}
+	return nil
+}
+
+// launchLocked starts m's process and a fresh session on it.
+func (s *System) launchLocked(m *member) error {
+	p, err := procs.Start(procs.Spec{Path: s.rt.Java, Args: m.args, Log: m.logPath})
+	if err != nil {
+		return fmt.Errorf("zksut: %s: %w", m.name, err)
+	}
+	m.proc = p
+	if m.conn != nil {
+		m.conn.Close()
+	}
+	m.conn, err = connect(m.clientAddr)
+	return err
+}
+
+// discard is a zk.Logger that drops the client's connection chatter.
+type discard struct{}
+
+func (discard) Printf(string, ...any) {}
+
+func connect(addrs ...string) (*zk.Conn, error) {
+	c, _, err := zk.Connect(addrs, sessionTimeout, zk.WithLogger(discard{}), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("zksut: session on %v: %w", addrs, err)
+	}
+	return c, nil
+}
+
+// srvrStatus is what a member's srvr four-letter word says.
+type srvrStatus struct {
+	version string
+	mode    string // "leader", "follower", or "" when not serving
+}
+
+// srvr asks the member at addr for its status.
+func srvr(addr string) (srvrStatus, error) {
+	var st srvrStatus
+	c, err := net.DialTimeout("tcp", addr, probeTimeout)
+	if err != nil {
+		return st, fmt.Errorf("zksut: srvr %s: %w", addr, err)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(probeTimeout)); err != nil {
+		return st, fmt.Errorf("zksut: srvr %s: %w", addr, err)
+	}
+	if _, err := io.WriteString(c, "srvr"); err != nil {
+		return st, fmt.Errorf("zksut: srvr %s: %w", addr, err)
+	}
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "Zookeeper version: "); ok {
+			// Debian's build leaves the commit placeholder in the
+			// version ("3.8.0-${mvngit.commit.id}, built on …").
+			v, _, _ = strings.Cut(v, ",")
+			v, _, _ = strings.Cut(v, "-${")
+			st.version = v
+		}
+		if v, ok := strings.CutPrefix(line, "Mode: "); ok {
+			st.mode = strings.TrimSpace(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return st, fmt.Errorf("zksut: srvr %s: %w", addr, err)
+	}
+	return st, nil
+}
+
+// Stop kills every member and closes the sessions; data directories stay.
+func (s *System) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopLocked()
+}
+
+func (s *System) stopLocked() error {
+	var errs []error
+	if s.conn != nil {
+		s.conn.Close()
+		s.conn = nil
+	}
+	for _, m := range s.members {
+		if m.conn != nil {
+			m.conn.Close()
+			m.conn = nil
+		}
+		if m.proc != nil {
+			if err := m.proc.Kill(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	s.members = nil
+	s.leader, s.follower = nil, nil
+	s.started = false
+	return errors.Join(errs...)
+}
+
+// Members returns the running members.
+func (s *System) Members() []sut.Member {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ms []sut.Member
+	for _, m := range s.members {
+		if m.proc != nil && m.proc.Running() {
+			ms = append(ms, sut.Member{ID: m.name, PID: m.proc.PID(), DataDir: m.dataDir})
+		}
+	}
+	return ms
+}
+
+// session returns the session on the ensemble.
+func (s *System) session() (*zk.Conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return nil, errors.New("zksut: not started")
+	}
+	return s.conn, nil
+}
+
+// running returns copies of the running members.
+func (s *System) running() []*member {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ms []*member
+	for _, m := range s.members {
+		if m.proc != nil && m.proc.Running() {
+			c := *m
+			ms = append(ms, &c)
+		}
+	}
+	return ms
+}
+
+// Leader returns the member whose srvr says it leads, waiting while an
+// election is under way (until ctx ends).
+func (s *System) Leader(ctx context.Context) (sut.Member, error) {
+	l, err := s.findLeader(ctx)
+	if err != nil {
+		return sut.Member{}, err
+	}
+	return sut.Member{ID: l.name, PID: l.proc.PID(), DataDir: l.dataDir}, nil
+}
+
+func (s *System) findLeader(ctx context.Context) (*member, error) {
+	if _, err := s.session(); err != nil {
+		return nil, err
+	}
+	var leader *member
+	err := sut.WaitFor(ctx, pollInterval, func() (bool, error) {
+		for _, m := range s.running() {
+			if st, err := srvr(m.clientAddr); err == nil && st.mode == "leader" {
+				leader = m
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("zksut: no member leads: %w", err)
+	}
+	return leader, nil
+}
+
+// memberSession returns the session on the leader, or with follower on a
+// member that does not lead, found once and kept until a member is killed
+// or restarted.
+func (s *System) memberSession(ctx context.Context, follower bool) (*zk.Conn, error) {
+	s.mu.Lock()
+	cached := s.leader
+	if follower {
+		cached = s.follower
+	}
+	s.mu.Unlock()
+	if cached != nil && cached.proc.Running() {
+		return cached.conn, nil
+	}
+	leader, err := s.findLeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pick := leader
+	if follower {
+		pick = nil
+		for _, m := range s.running() {
+			if m.name != leader.name {
+				pick = m
+				break
+			}
+		}
+		if pick == nil {
+			return nil, errors.New("zksut: no follower is running")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if follower {
+		s.follower = pick
+	} else {
+		s.leader = pick
+	}
+	return pick.conn, nil
+}
+
+func (s *System) memberByID(id string) (*member, error) {
+	for _, m := range s.members {
+		if m.name == id {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("zksut: no member %q", id)
+}
+
+// Kill sends SIGKILL to m's process and waits until it has exited.
+func (s *System) Kill(m sut.Member) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mem, err := s.memberByID(m.ID)
+	if err != nil {
+		return err
+	}
+	if mem.proc == nil || !mem.proc.Running() {
+		return fmt.Errorf("zksut: %s is not running", m.ID)
+	}
+	s.leader, s.follower = nil, nil
+	if err := mem.proc.Kill(); err != nil {
+		return fmt.Errorf("zksut: kill %s: %w", m.ID, err)
+	}
+	return nil
+}
+
+// Restart starts the killed member m again from its data directory and
+// waits until it serves again: srvr reports it leader or follower (it has
+// synchronised with the leader) and a sync and a read through a session on
+// it succeed.
+func (s *System) Restart(ctx context.Context, m sut.Member) error {
+	s.mu.Lock()
+	mem, err := s.memberByID(m.ID)
+	if err == nil && mem.proc != nil && mem.proc.Running() {
+		err = fmt.Errorf("zksut: %s is running", m.ID)
+	}
+	if err == nil {
+		s.leader, s.follower = nil, nil
+		err = s.launchLocked(mem)
+	}
+	var proc *procs.Process
+	var conn *zk.Conn
+	if err == nil {
+		proc, conn = mem.proc, mem.conn
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	err = sut.WaitFor(ctx, pollInterval, func() (bool, error) {
+		if !proc.Running() {
+			return false, fmt.Errorf("zksut: %s exited during restart: %v\n%s", m.ID, proc.ExitErr(), procs.LogTail(mem.logPath, 2000))
+		}
+		if st, _ := srvr(mem.clientAddr); st.mode == "" {
+			return false, nil
+		}
+		if _, err := conn.Sync(rootPath); err != nil {
+			return false, nil
+		}
+		_, _, err := conn.Exists(rootPath)
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("zksut: wait for %s to rejoin: %w", m.ID, err)
+	}
+	return nil
+}
