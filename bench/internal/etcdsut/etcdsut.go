@@ -39,8 +39,10 @@
 //
 // ReadManifest reads the segment prefix in pages of 10,000 keys, all pages
 // at the revision of the first, so the manifest is one snapshot: a
-// linearizable range through the cluster client, or with stale a
-// serializable range on a follower's own client.
+// linearizable range on a client of the leader's endpoint, or with stale a
+// serializable range on a follower's. Writes go through one client of all
+// three endpoints, as a user's would (followers forward proposals to the
+// leader).
 //
 // # Server flags
 //
@@ -101,7 +103,8 @@ type System struct {
 	bin      string
 	members  []*member
 	cli      *clientv3.Client // all members' endpoints
-	follower *member          // cached member for stale reads
+	leader   *member          // cached leader for linearizable reads
+	follower *member          // cached follower for stale reads
 	version  string
 
 	jobsMu sync.Mutex
@@ -314,7 +317,7 @@ func (s *System) stopLocked() error {
 		}
 	}
 	s.members = nil
-	s.follower = nil
+	s.leader, s.follower = nil, nil
 	s.started = false
 	return errors.Join(errs...)
 }
@@ -386,28 +389,41 @@ func (s *System) findLeader(ctx context.Context) *member {
 	return nil
 }
 
-// followerClient returns the client of a running member that does not
-// lead, found once and kept until a member is killed or restarted.
-func (s *System) followerClient(ctx context.Context) (*clientv3.Client, error) {
+// memberClient returns the client of the leader, or with follower of a
+// running member that does not lead, found once and kept until a member is
+// killed or restarted.
+func (s *System) memberClient(ctx context.Context, follower bool) (*clientv3.Client, error) {
 	s.mu.Lock()
-	f := s.follower
+	cached := s.leader
+	if follower {
+		cached = s.follower
+	}
 	s.mu.Unlock()
-	if f != nil && f.proc.Running() {
-		return f.cli, nil
+	if cached != nil && cached.proc.Running() {
+		return cached.cli, nil
 	}
 	leader, err := s.Leader(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var pick *member
 	for _, m := range s.running() {
-		if m.name != leader.ID {
-			s.mu.Lock()
-			s.follower = m
-			s.mu.Unlock()
-			return m.cli, nil
+		if (m.name == leader.ID) != follower {
+			pick = m
+			break
 		}
 	}
-	return nil, errors.New("etcdsut: no follower is running")
+	if pick == nil {
+		return nil, fmt.Errorf("etcdsut: no running member to read from (follower %v)", follower)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if follower {
+		s.follower = pick
+	} else {
+		s.leader = pick
+	}
+	return pick.cli, nil
 }
 
 // memberByID returns the member named id.
@@ -431,7 +447,7 @@ func (s *System) Kill(m sut.Member) error {
 	if mem.proc == nil || !mem.proc.Running() {
 		return fmt.Errorf("etcdsut: %s is not running", m.ID)
 	}
-	s.follower = nil
+	s.leader, s.follower = nil, nil
 	if err := mem.proc.Kill(); err != nil {
 		return fmt.Errorf("etcdsut: kill %s: %w", m.ID, err)
 	}
@@ -448,7 +464,7 @@ func (s *System) Restart(ctx context.Context, m sut.Member) error {
 		err = fmt.Errorf("etcdsut: %s is running", m.ID)
 	}
 	if err == nil {
-		s.follower = nil
+		s.leader, s.follower = nil, nil
 		err = s.launchLocked(mem)
 	}
 	var proc *procs.Process

@@ -173,9 +173,11 @@ func TestCluster(t *testing.T) {
 	checkManifest(ctx, t, s, "big", "only", preloaded+perAck)
 
 	// Restart the killed member: it rejoins and serves.
+	begun = time.Now()
 	if err := s.Restart(ctx, old); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%s restarted and rejoined in %v", old.ID, time.Since(begun).Round(time.Millisecond))
 	if got := len(s.Members()); got != 3 {
 		t.Fatalf("%d members running after the restart, want 3", got)
 	}

@@ -383,18 +383,16 @@ func (s *System) Keys(ctx context.Context, job, task string, n int) ([]string, e
 
 // ReadManifest reads and decodes every segment record of the task: the
 // key range of its segment prefix in pages of pageSize, every page at the
-// first page's revision. Without stale the reads are linearizable through
-// the cluster client; with stale they are serializable reads on a
-// follower.
+// first page's revision. Without stale the reads are linearizable, on the
+// leader's own client; with stale they are serializable reads on a
+// follower's.
 func (s *System) ReadManifest(ctx context.Context, job, task string, stale bool) (int, error) {
-	cli, err := s.client()
-	if err != nil {
+	if _, err := s.client(); err != nil {
 		return 0, err
 	}
-	if stale {
-		if cli, err = s.followerClient(ctx); err != nil {
-			return 0, err
-		}
+	cli, err := s.memberClient(ctx, stale)
+	if err != nil {
+		return 0, err
 	}
 	for {
 		n, err := readSegments(ctx, cli, segPrefix(job, task), stale)

@@ -37,7 +37,8 @@ type Package struct {
 	// Name is the Debian package name.
 	Name string
 	// Service is the systemd unit the package's maintainer scripts may
-	// start, or empty.
+	// start, or empty. Install stops and disables it if its unit file is
+	// installed and systemd runs.
 	Service string
 	// IsServer recognises, by its command line, a server process of the
 	// package, one its maintainer scripts may have started.
@@ -70,7 +71,7 @@ func Install(ctx context.Context, p Package) error {
 			return fmt.Errorf("procs: apt-get %s: %w\n%s", strings.Join(args, " "), err, tail(out, 2000))
 		}
 	}
-	if p.Service != "" {
+	if p.Service != "" && unitInstalled(p.Service) {
 		if _, err := os.Stat("/run/systemd/system"); err == nil {
 			cmd := exec.CommandContext(ctx, "systemctl", "disable", "--now", p.Service)
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -90,6 +91,16 @@ func Install(ctx context.Context, p Package) error {
 		}
 	}
 	return nil
+}
+
+// unitInstalled reports whether a systemd unit file of that name exists.
+func unitInstalled(unit string) bool {
+	for _, d := range []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"} {
+		if _, err := os.Stat(filepath.Join(d, unit)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // serverPIDs lists the processes whose command line isServer recognises.
