@@ -104,7 +104,7 @@ func sample() *Results {
 	failover := func(s ...float64) *Failover {
 		sorted := slices.Sorted(slices.Values(s))
 		return &Failover{Kills: len(s), CallTimeoutSeconds: 0.5, Samples: s,
-			MedianSeconds: Percentile(sorted, 50), P90Seconds: Percentile(sorted, 90), MaxSeconds: sorted[len(sorted)-1], Attempts: make([]int, len(s))}
+			MedianSeconds: Percentile(sorted, 50), P90Seconds: Percentile(sorted, 90), MaxSeconds: sorted[len(sorted)-1], Attempts: make([]int, len(s)), KillSeconds: make([]float64, len(s))}
 	}
 	r := &Results{
 		Started:  time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC),

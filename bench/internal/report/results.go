@@ -206,6 +206,9 @@ type Failover struct {
 	MaxSeconds    float64   `json:"max_seconds"`
 	// Attempts are the Ack attempts each round needed.
 	Attempts []int `json:"attempts"`
+	// KillSeconds are the durations of the Kill calls (SIGKILL until the
+	// process is gone), part of each sample.
+	KillSeconds []float64 `json:"kill_seconds"`
 }
 
 // Extras are the metastore-only workloads' results, as its system reports

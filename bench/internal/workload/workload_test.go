@@ -109,7 +109,7 @@ func TestRunAgainstFakes(t *testing.T) {
 			t.Errorf("%s: restore %+v", s.Name, s.Restore)
 		}
 		f := s.Failover
-		if f == nil || len(f.Samples) != p.FailoverKills || len(f.Attempts) != p.FailoverKills {
+		if f == nil || len(f.Samples) != p.FailoverKills || len(f.Attempts) != p.FailoverKills || len(f.KillSeconds) != p.FailoverKills {
 			t.Fatalf("%s: failover %+v", s.Name, f)
 		}
 		for _, x := range f.Samples {
