@@ -1,0 +1,199 @@
+package mssut
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/metastore/metastore/bench/internal/sut"
+	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/manifests"
+)
+
+// snapshotTimeout bounds the backup and the restore of Footprint.
+const snapshotTimeout = time.Hour
+
+// RestoreMethod is how Footprint restores from its snapshot.
+const RestoreMethod = "metastore snapshot restore (PUT /v1/snapshot on the leader): the backup, checked against " +
+	"its SHA-256, replaces the whole replicated state through Raft (raft.Restore on the leader, InstallSnapshot to " +
+	"both followers); timed from the upload until every member has applied the leader's index"
+
+// Footprint loads blobs live blobs across jobs jobs, each a job of one
+// stateful incremental task whose acks commit and reference 1,000 blobs
+// each (one segment of Options.FootprintBlobBytes per blob; upload slots
+// 1,000 keys per request; no object bytes: the store does not read the
+// object store to commit a blob). Once every member has applied the load
+// it reports each running member's resident memory (VmRSS) and data
+// directory size, the time and size of a backup (metastore snapshot save:
+// GET /v1/snapshot from the leader, a Raft snapshot streamed out) and the
+// time to restore it (see RestoreMethod). The restored state is the state
+// backed up, so the system carries on with it.
+func (s *System) Footprint(ctx context.Context, blobs, jobs int) (sut.FootprintResult, error) {
+	res := sut.FootprintResult{Blobs: blobs, Jobs: jobs, RestoreMethod: RestoreMethod}
+	if jobs <= 0 || blobs < jobs {
+		return res, fmt.Errorf("mssut: Footprint of %d blobs in %d jobs: want at least one blob per job", blobs, jobs)
+	}
+	c, err := s.client()
+	if err != nil {
+		return res, err
+	}
+	run := s.seq.Add(1)
+	start := time.Now()
+	err = s.parallel(ctx, jobs, func(ctx context.Context, j int) error {
+		n := blobs / jobs
+		if j < blobs%jobs {
+			n++
+		}
+		return s.loadJob(ctx, c, fmt.Sprintf("fp-%d-%d", run, j), n)
+	})
+	if err != nil {
+		return res, err
+	}
+	res.LoadSeconds = time.Since(start).Seconds()
+	if err := s.waitCaughtUp(ctx); err != nil {
+		return res, err
+	}
+
+	for _, m := range s.Members() {
+		rss, err := residentBytes(m.PID)
+		if err != nil {
+			return res, err
+		}
+		size, err := dirBytes(m.DataDir)
+		if err != nil {
+			return res, err
+		}
+		res.RSSBytes = append(res.RSSBytes, rss)
+		res.DataDirBytes = append(res.DataDirBytes, size)
+	}
+
+	backup := filepath.Join(s.dir, fmt.Sprintf("footprint-%d.backup", run))
+	defer os.Remove(backup)
+	leader, err := s.leader(ctx)
+	if err != nil {
+		return res, err
+	}
+	f, err := os.Create(backup)
+	if err != nil {
+		return res, fmt.Errorf("mssut: Footprint: %w", err)
+	}
+	start = time.Now()
+	err = s.send(ctx, leader.url(), http.MethodGet, "/v1/snapshot", nil, 0, f, snapshotTimeout)
+	if err == nil {
+		err = f.Sync()
+	}
+	res.SnapshotSecs = time.Since(start).Seconds()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return res, fmt.Errorf("mssut: Footprint: snapshot save from %s: %w", leader.id, err)
+	}
+	st, err := os.Stat(backup)
+	if err != nil {
+		return res, fmt.Errorf("mssut: Footprint: %w", err)
+	}
+	res.SnapshotBytes = st.Size()
+
+	in, err := os.Open(backup)
+	if err != nil {
+		return res, fmt.Errorf("mssut: Footprint: %w", err)
+	}
+	start = time.Now()
+	err = s.send(ctx, leader.url(), http.MethodPut, "/v1/snapshot", in, st.Size(), nil, snapshotTimeout)
+	in.Close()
+	if err != nil {
+		return res, fmt.Errorf("mssut: Footprint: snapshot restore on %s: %w", leader.id, err)
+	}
+	if err := s.waitRestored(ctx); err != nil {
+		return res, fmt.Errorf("mssut: Footprint: after the snapshot restore: %w", err)
+	}
+	res.RestoreSecs = time.Since(start).Seconds()
+	return res, nil
+}
+
+// loadJob creates one job of Footprint and gives its task n live blobs.
+func (s *System) loadJob(ctx context.Context, c *client.Client, job string, n int) error {
+	const task = "t0"
+	if _, err := c.PutJob(ctx, job, fsm.JobConfig{Retained: 1}); err != nil {
+		return fmt.Errorf("mssut: Footprint: create job %s: %w", job, err)
+	}
+	att, err := c.StartAttempt(ctx, job, "footprint", []fsm.Task{{ID: task, Caps: statefulCaps}})
+	if err != nil {
+		return fmt.Errorf("mssut: Footprint: start attempt of %s: %w", job, err)
+	}
+	size := uint64(s.opts.FootprintBlobBytes)
+	var seq uint64
+	for epoch := uint64(1); n > 0; epoch++ {
+		count := min(n, fsm.MaxIntents)
+		slots, err := uploadSlots(ctx, c, job, att.Generation, task, count)
+		if err != nil {
+			return err
+		}
+		m := &fsm.ManifestAck{Delta: &manifests.Delta{}}
+		for _, sl := range slots {
+			m.Blobs = append(m.Blobs, fsm.BlobCommit{Key: sl.Key, Size: size})
+			m.Delta.AddSegments = append(m.Delta.AddSegments, manifests.Segment{Key: sl.Key, Length: size, FirstSeq: seq + 1, LastSeq: seq + 100})
+			seq += 100
+		}
+		if err := ackEpoch(ctx, c, job, att.Generation, epoch, task, client.AckRequest{Manifest: m}); err != nil {
+			return fmt.Errorf("mssut: Footprint: %w", err)
+		}
+		n -= count
+	}
+	return nil
+}
+
+// waitCaughtUp waits until every running member has applied what the
+// leader had applied when the wait began.
+func (s *System) waitCaughtUp(ctx context.Context) error {
+	lst, err := s.leaderStatus(ctx)
+	if err != nil {
+		return err
+	}
+	return s.waitApplied(ctx, lst.AppliedIndex)
+}
+
+// waitRestored waits until every running member has installed the
+// snapshot the leader restored (its last snapshot index) and applied what
+// the leader has applied since.
+func (s *System) waitRestored(ctx context.Context) error {
+	lst, err := s.leaderStatus(ctx)
+	if err != nil {
+		return err
+	}
+	err = sut.WaitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		for _, p := range s.running() {
+			st, err := s.status(ctx, p)
+			if err != nil || st.LastSnapshotIndex < lst.LastSnapshotIndex || st.AppliedIndex < lst.AppliedIndex {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("mssut: waiting for every member to install snapshot %d and apply index %d: %w", lst.LastSnapshotIndex, lst.AppliedIndex, err)
+	}
+	return nil
+}
+
+// waitApplied waits until every running member has applied index.
+func (s *System) waitApplied(ctx context.Context, index uint64) error {
+	err := sut.WaitFor(ctx, 50*time.Millisecond, func() (bool, error) {
+		for _, p := range s.running() {
+			st, err := s.status(ctx, p)
+			if err != nil || st.AppliedIndex < index {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("mssut: waiting for every member to apply index %d: %w", index, err)
+	}
+	return nil
+}
