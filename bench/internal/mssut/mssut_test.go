@@ -1,0 +1,208 @@
+package mssut
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/bench/internal/sut"
+)
+
+// TestSystem starts the real processes (three members, one S3 server) and
+// runs every operation of sut.System and sut.Extras at small sizes.
+func TestSystem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes; skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sys := New(Options{})
+	dir := t.TempDir()
+	t0 := time.Now()
+	if err := sys.Start(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sys.Stop(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			for _, f := range []string{"n1.log", "n2.log", "n3.log", "s3server.log"} {
+				t.Logf("--- %s:\n%s", f, logTail(dir+"/"+f, 3000))
+			}
+		}
+	})
+	t.Logf("started in %s", time.Since(t0).Round(time.Millisecond))
+	if got := sys.Name(); got != "metastore" {
+		t.Errorf("Name() = %q", got)
+	}
+	if ms := sys.Members(); len(ms) != 3 {
+		t.Fatalf("Members() = %v, want 3", ms)
+	}
+
+	// The checkpoint cycle from two tasks at once.
+	const job = "j1"
+	tasks := []string{"a", "b"}
+	if err := sys.CreateJob(ctx, job, tasks); err != nil {
+		t.Fatal(err)
+	}
+	epoch := uint64(0)
+	cycle := func(epochs int) {
+		t.Helper()
+		for range epochs {
+			epoch++
+			if err := sys.BeginEpoch(ctx, job, epoch); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, len(tasks))
+			for _, task := range tasks {
+				wg.Go(func() {
+					keys, err := sys.Keys(ctx, job, task, 2)
+					if err != nil {
+						errs <- err
+						return
+					}
+					// Three segments: one in the first key, two at
+					// different offsets of the second.
+					segs := []sut.Segment{
+						{Key: keys[0], Offset: 0, Length: 100, FirstSeq: 30*epoch + 1, LastSeq: 30*epoch + 10},
+						{Key: keys[1], Offset: 0, Length: 512, FirstSeq: 30*epoch + 11, LastSeq: 30*epoch + 20},
+						{Key: keys[1], Offset: 512, Length: 512, FirstSeq: 30*epoch + 21, LastSeq: 30*epoch + 30},
+					}
+					errs <- sys.Ack(ctx, job, task, epoch, segs)
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	start := time.Now()
+	cycle(10)
+	took := time.Since(start)
+	t.Logf("10 epochs of 2 concurrent tasks (Keys + Ack each): %s, %.0f acks/s", took.Round(time.Millisecond), 20/took.Seconds())
+
+	if n, err := sys.ReadManifest(ctx, job, "a", false); err != nil || n != 30 {
+		t.Fatalf("ReadManifest from the leader = %d, %v; want 30", n, err)
+	}
+	// A follower answers from its own state, which may lag: wait for it.
+	err := sut.WaitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		n, err := sys.ReadManifest(ctx, job, "b", true)
+		return n == 30, err
+	})
+	if err != nil {
+		t.Fatalf("stale ReadManifest: %v", err)
+	}
+
+	// Preload: one task, 5,000 segments.
+	if err := sys.CreateJob(ctx, "p1", []string{"t"}); err != nil {
+		t.Fatal(err)
+	}
+	next, err := sys.Preload(ctx, "p1", "t", 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := sys.ReadManifest(ctx, "p1", "t", false); err != nil || n != 5000 {
+		t.Fatalf("ReadManifest after Preload(5000) = %d, %v", n, err)
+	}
+	keys, err := sys.Keys(ctx, "p1", "t", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.BeginEpoch(ctx, "p1", next); err != nil {
+		t.Fatalf("begin the epoch Preload returned (%d): %v", next, err)
+	}
+	if err := sys.Ack(ctx, "p1", "t", next, []sut.Segment{{Key: keys[0], Length: 10, FirstSeq: 1 << 30, LastSeq: 1 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := sys.ReadManifest(ctx, "p1", "t", false); err != nil || n != 5001 {
+		t.Fatalf("ReadManifest after one more ack = %d, %v", n, err)
+	}
+
+	// Kill the leader; the others carry on; the killed one rejoins.
+	old, err := sys.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.Kill(old); err != nil {
+		t.Fatal(err)
+	}
+	if ms := sys.Members(); len(ms) != 2 {
+		t.Fatalf("Members() after Kill = %v, want 2", ms)
+	}
+	cycle(1)
+	now, err := sys.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.ID == old.ID {
+		t.Fatalf("leader %s still leads after its kill", now.ID)
+	}
+	if err := sys.Restart(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if ms := sys.Members(); len(ms) != 3 {
+		t.Fatalf("Members() after Restart = %v, want 3", ms)
+	}
+	cycle(1)
+	t.Logf("leader %s killed, %s elected, %s restarted and caught up", old.ID, now.ID, old.ID)
+
+	gcRes, err := sys.GC(ctx, 1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("GC: %+v", gcRes)
+	if gcRes.Deleted < 1500 || gcRes.PerSecond <= 0 || gcRes.DeleteRequests < 2 || gcRes.RaftEntries < 4 {
+		t.Errorf("GC result implausible: %+v", gcRes)
+	}
+	// The members' own count of DeleteObjects calls agrees with the S3
+	// server's log (a Delete call of at most 1,000 keys is one request).
+	if calls, err := sys.metricSum(ctx, "metastore_blobstore_request_duration_seconds_count", `op="delete"`); err != nil {
+		t.Error(err)
+	} else if int(calls) != gcRes.DeleteRequests {
+		t.Errorf("members counted %v delete calls, the S3 server %d DeleteObjects requests", calls, gcRes.DeleteRequests)
+	}
+
+	c := sys.Client()
+	st0 := c.Stats()
+	rs, err := sys.Resume(ctx, 100, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Resume: %+v", rs)
+	// 9 stateful tasks keep their state (3 epochs, 2 segments each), 44
+	// of 45 sources their input; 300 naive reads find 53 objects.
+	want := sut.ResumeResult{Tasks: 100, Stateful: 10, MetastoreRequests: 54, NaiveRequests: 300, NaiveNoSuchKey: 247}
+	if rs != want {
+		t.Errorf("Resume = %+v, want %+v", rs, want)
+	}
+	if gets := c.Stats().Sub(st0).ObjectGets; gets != int64(rs.MetastoreRequests) {
+		t.Errorf("the client made %d object reads, the S3 server logged %d requests", gets, rs.MetastoreRequests)
+	}
+
+	fp, err := sys.Footprint(ctx, 2000, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Footprint: %+v", fp)
+	if len(fp.RSSBytes) != 3 || len(fp.DataDirBytes) != 3 || fp.SnapshotBytes <= 0 || fp.SnapshotSecs <= 0 || fp.RestoreSecs <= 0 || fp.LoadSeconds <= 0 {
+		t.Errorf("Footprint result implausible: %+v", fp)
+	}
+	for i := range fp.RSSBytes {
+		if fp.RSSBytes[i] < 1<<20 || fp.DataDirBytes[i] < 1<<20 {
+			t.Errorf("member %d: %d bytes resident, %d bytes of data", i, fp.RSSBytes[i], fp.DataDirBytes[i])
+		}
+	}
+
+	// The restored state is the state before: the job carries on.
+	if n, err := sys.ReadManifest(ctx, job, "a", false); err != nil || n != 36 {
+		t.Fatalf("ReadManifest after the snapshot restore = %d, %v; want 36", n, err)
+	}
+	cycle(1)
+}
