@@ -23,6 +23,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -30,6 +31,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -174,7 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	params := cfg.params.Record()
 	params.Systems, params.Smoke, params.DataDir, params.Keep = cfg.systems, cfg.smoke, dataRoot, cfg.keep
-	res := &report.Results{Started: started, Machine: report.DetectMachine(), Params: params}
+	res := &report.Results{Started: started, Revision: revision(ctx), Machine: report.DetectMachine(), Params: params}
 	logger.Printf("results into %s, data under %s", cfg.out, dataRoot)
 	for _, sys := range systems {
 		if ctx.Err() != nil {
@@ -256,12 +258,28 @@ func runSystem(ctx context.Context, sys sut.System, dir string, cfg config, logg
 	t0 := time.Now()
 	if err := sys.Start(ctx, dir); err != nil {
 		logger.Printf("%s: start failed: %v", name, err)
-		return report.System{Name: name, Errors: []report.WorkloadError{{Workload: "start", Error: err.Error()}}}
+		return report.System{Name: name, Started: t0, Finished: time.Now(), Errors: []report.WorkloadError{{Workload: "start", Error: err.Error()}}}
 	}
 	logger.Printf("%s: started in %s", name, time.Since(t0).Round(time.Millisecond))
 	res := workload.Run(ctx, sys, cfg.params, logger)
+	res.Started, res.Finished = t0, time.Now()
 	logger.Printf("%s: done in %s", name, time.Since(t0).Round(time.Second))
 	return res
+}
+
+// revision returns the git commit of the tree the command runs in, with
+// "-dirty" when it has changes, or "" when git cannot tell.
+func revision(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	rev := strings.TrimSpace(string(out))
+	status, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
+	if err == nil && len(bytes.TrimSpace(status)) > 0 {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 // listFlag is a comma-separated list of names.

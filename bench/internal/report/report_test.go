@@ -109,6 +109,7 @@ func sample() *Results {
 	r := &Results{
 		Started:  time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC),
 		Finished: time.Date(2025, 3, 1, 10, 30, 0, 0, time.UTC),
+		Revision: "0123abc-dirty",
 		Machine:  Machine{CPUModel: "Test CPU", Cores: 2, Kernel: "6.1.0", GoVersion: "go1.26", OS: "linux", Arch: "amd64"},
 		Params:   Params{Systems: []string{"metastore", "etcd", "zookeeper"}, Concurrency: []int{1, 64}, ManifestSizes: []int{1000, 100000}, DurationSeconds: 20},
 		Systems: []System{
@@ -127,7 +128,7 @@ func sample() *Results {
 					Resume:    &sut.ResumeResult{Tasks: 100, Stateful: 10, MetastoreRequests: 10, NaiveRequests: 200, NaiveNoSuchKey: 90},
 					Footprint: &sut.FootprintResult{Blobs: 1000000, Jobs: 1000, RSSBytes: []int64{1 << 30, 1 << 30, 1 << 30}, DataDirBytes: []int64{2 << 30}, RestoreMethod: "snapshot"},
 				}},
-			{Name: Etcd, Version: "3.4.23",
+			{Name: Etcd, Version: "3.4.23", Started: time.Date(2025, 3, 1, 10, 10, 0, 0, time.UTC), Finished: time.Date(2025, 3, 1, 10, 20, 0, 0, time.UTC),
 				Throughput: []ThroughputPoint{point(1, 400, 5), point(64, 2000, 25)},
 				Manifest:   manifest(3, 30),
 				Failover:   failover(1.5, 1.6, 1.7),
@@ -383,7 +384,7 @@ func TestWriteTable(t *testing.T) {
 		"== ack throughput", "metastore/etcd", "metastore/zookeeper", "6.00x", "8.00x",
 		"W   system", "64  metastore/etcd", "100000    metastore", "largest manifest / smallest: metastore 1.10, etcd 10.00, zookeeper 2.25",
 		"== metastore only ==", "== goals ==", "PASS", "etcd restore: stale read: not supported",
-		"zookeeper 3.8.0", "bytes per ack (metastore, etcd, zookeeper): write_bytes",
+		"zookeeper 3.8.0", "metastore revision: 0123abc-dirty", "bytes per ack (metastore, etcd, zookeeper): write_bytes",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

@@ -33,10 +33,13 @@ type Results struct {
 	Finished time.Time `json:"finished"`
 	// Interrupted is set when the run was stopped (SIGINT) before it
 	// measured everything it was asked to.
-	Interrupted bool     `json:"interrupted,omitempty"`
-	Machine     Machine  `json:"machine"`
-	Params      Params   `json:"params"`
-	Systems     []System `json:"systems"`
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Revision is the metastore tree measured: its git commit, with
+	// "-dirty" when it had changes (empty when git could not tell).
+	Revision string   `json:"revision,omitempty"`
+	Machine  Machine  `json:"machine"`
+	Params   Params   `json:"params"`
+	Systems  []System `json:"systems"`
 	// Ratios and Goals are derived by Finalize.
 	Ratios []RatioFigure `json:"ratios"`
 	Goals  []Goal        `json:"goals"`
@@ -95,7 +98,11 @@ type Params struct {
 type System struct {
 	Name string `json:"name"`
 	// Version is the system's own version string, when it reports one.
-	Version    string            `json:"version,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Started and Finished bound the system's part of the run (start of
+	// its cluster to its stop).
+	Started    time.Time         `json:"started"`
+	Finished   time.Time         `json:"finished"`
 	Throughput []ThroughputPoint `json:"throughput,omitempty"`
 	Manifest   *ManifestCost     `json:"manifest_cost,omitempty"`
 	Restore    *Restore          `json:"restore,omitempty"`

@@ -34,6 +34,9 @@ func writeHeader(b *bufio.Writer, r *Results) {
 		status = " (interrupted)"
 	}
 	fmt.Fprintf(b, "metastore benchmark: %s to %s%s\n", r.Started.Format(time.RFC3339), r.Finished.Format(time.RFC3339), status)
+	if r.Revision != "" {
+		fmt.Fprintf(b, "metastore revision: %s\n", r.Revision)
+	}
 	m := r.Machine
 	fmt.Fprintf(b, "machine: %s, %d cores, %s/%s, kernel %s, %s\n", m.CPUModel, m.Cores, m.OS, m.Arch, m.Kernel, m.GoVersion)
 	var sys []string
