@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/testmember"
 	"github.com/metastore/metastore/manifests"
@@ -20,9 +21,20 @@ import (
 // a 3-segment delta, a job's next epoch begun once its 4 tasks acked. It
 // reports acks per second and the p50/p99 ack latency; the full comparison
 // with other stores, with real processes, is the bench module's.
+//
+// The sub-benchmarks compare group commit (commands proposed while Raft
+// writes an entry share the next) with one entry per command.
 func BenchmarkAckThroughput(b *testing.B) {
+	for _, batch := range []int{1, 256} {
+		b.Run(fmt.Sprintf("apply-batch=%d", batch), func(b *testing.B) {
+			benchAckThroughput(b, func(c *config.Config) { c.ApplyBatch = batch })
+		})
+	}
+}
+
+func benchAckThroughput(b *testing.B, tweak func(*config.Config)) {
 	const jobs, tasksPerJob = 16, 4
-	ms := testmember.StartCluster(b, 3)
+	ms := testmember.StartClusterWith(b, 3, tweak)
 	var urls []string
 	for _, m := range ms {
 		urls = append(urls, m.URL)

@@ -73,6 +73,10 @@ type Config struct {
 	// ApplyTimeout bounds how long a write waits for its Raft entry to commit
 	// and apply before the client is told the outcome is unknown.
 	ApplyTimeout time.Duration
+	// ApplyBatch is the most commands the leader groups into one Raft
+	// entry (group commit: commands proposed while the previous entry is
+	// being written share the next); 1 proposes every command alone.
+	ApplyBatch int
 	// MaxBodyBytes bounds the size of an HTTP request body.
 	MaxBodyBytes int64
 	// ShutdownTimeout bounds a clean shutdown (leadership transfer included).
@@ -109,6 +113,10 @@ type Config struct {
 	LogFormat string
 }
 
+// maxApplyBatch bounds ApplyBatch (the state machine's limit on the
+// commands of one batch entry, fsm.MaxBatchCommands).
+const maxApplyBatch = 4096
+
 // DefaultConfig returns the configuration of the embedded single-node store.
 func DefaultConfig() Config {
 	return Config{
@@ -125,6 +133,7 @@ func DefaultConfig() Config {
 		TrailingLogs:       10240,
 		SnapshotRetain:     2,
 		ApplyTimeout:       10 * time.Second,
+		ApplyBatch:         256,
 		MaxBodyBytes:       1 << 20,
 		ShutdownTimeout:    10 * time.Second,
 		UploadLease:        time.Hour,
@@ -232,6 +241,9 @@ func (c *Config) Validate() error {
 		if d.v < d.min {
 			return bad(d.name, "%s is below the minimum %s", d.v, d.min)
 		}
+	}
+	if c.ApplyBatch < 1 || c.ApplyBatch > maxApplyBatch {
+		return bad("apply-batch", "%d is not between 1 and %d", c.ApplyBatch, maxApplyBatch)
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader-lease-timeout", "%s must not exceed --heartbeat-timeout %s", c.LeaderLeaseTimeout, c.HeartbeatTimeout)

@@ -43,6 +43,7 @@ func TestValidateNamesTheSetting(t *testing.T) {
 		{"blob-store", func(c *Config) { c.BlobStore = "s3://" }},
 		{"upload-lease", func(c *Config) { c.UploadLease = time.Millisecond }},
 		{"gc-batch", func(c *Config) { c.GCBatch = 1001 }},
+		{"apply-batch", func(c *Config) { c.ApplyBatch = 0 }},
 		{"gc-rate", func(c *Config) { c.GCRate = -1 }},
 		{"log-level", func(c *Config) { c.LogLevel = "loud" }},
 		{"log-format", func(c *Config) { c.LogFormat = "xml" }},

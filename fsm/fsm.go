@@ -212,14 +212,24 @@ func (f *FSM) applyOne(t *txn, l *raft.Log) *Result {
 		panic(fmt.Sprintf("fsm: entry %d: %v", l.Index, err))
 	}
 	v, err := handlers[c.Type].apply(t, c)
+	r, err := result(l.Index, v, err)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: entry %d (%s): %v", l.Index, c.Type, err))
+	}
+	return r
+}
+
+// result turns a handler's answer into the command's result: its value, or
+// its rule violation. Any other error is returned: it is fatal.
+func result(index uint64, v any, err error) (*Result, error) {
 	var rule *RuleError
 	switch {
 	case err == nil:
-		return &Result{Index: l.Index, Value: v}
+		return &Result{Index: index, Value: v}, nil
 	case errors.As(err, &rule):
-		return &Result{Index: l.Index, Err: rule}
+		return &Result{Index: index, Err: rule}, nil
 	default:
-		panic(fmt.Sprintf("fsm: entry %d (%s): %v", l.Index, c.Type, err))
+		return nil, err
 	}
 }
 

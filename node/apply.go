@@ -52,21 +52,8 @@ func (n *Node) apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
-	deadline, _ := ctx.Deadline()
 
-	// The timeout given to Raft bounds only enqueueing.
-	f := n.raft.Apply(cmd, time.Until(deadline))
-	if err := waitFuture(ctx, f); err != nil {
-		return nil, mapRaftError(err)
-	}
-	switch r := f.Response().(type) {
-	case *fsm.Result:
-		return r, nil
-	case error:
-		return nil, fmt.Errorf("node: state machine failed to apply entry %d: %w", f.Index(), r)
-	default:
-		return nil, fmt.Errorf("node: state machine returned %T for entry %d, want *fsm.Result", r, f.Index())
-	}
+	return n.propose(ctx, cmd)
 }
 
 // waitFuture waits for f, or for ctx. It prefers f's result when both are

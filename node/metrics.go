@@ -54,6 +54,7 @@ type nodeMetrics struct {
 	reg           prometheus.Registerer
 	collectors    []prometheus.Collector
 	applyDuration *prometheus.HistogramVec
+	batchCommands prometheus.Histogram
 	leaderChanges prometheus.Counter
 }
 
@@ -65,6 +66,11 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 			Help:    "Time from proposing a command to its application on the leader, by outcome (ok, rule_error, not_leader, try_again, unknown, shutdown, canceled, error).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"outcome"}),
+		batchCommands: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "metastore_node_entry_commands",
+			Help:    "Commands per Raft entry proposed by this node (group commit: more than 1 when commands queued while the previous entry was written).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 13),
+		}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metastore_node_leader_changes_total",
 			Help: "Changes of the known leader observed by this node.",
@@ -75,6 +81,7 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 	}
 	m.collectors = []prometheus.Collector{
 		m.applyDuration,
+		m.batchCommands,
 		m.leaderChanges,
 		gauge("metastore_node_is_leader", "1 if this node is the Raft leader, else 0.", func() float64 {
 			if n.raft.State() == raft.Leader {
@@ -119,6 +126,10 @@ func (m *nodeMetrics) unregister() {
 
 func (m *nodeMetrics) observeApply(start time.Time, outcome string) {
 	m.applyDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+}
+
+func (m *nodeMetrics) observeBatch(commands int) {
+	m.batchCommands.Observe(float64(commands))
 }
 
 // lastSnapshotIndex reads the snapshot store rather than raft.Stats, which

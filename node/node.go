@@ -88,6 +88,9 @@ type Node struct {
 
 	httpClient *http.Client
 
+	// proposals queue commands for the proposer (propose.go).
+	proposals chan *proposal
+
 	// readyTerm is the term whose leader barrier has completed on this node:
 	// linearizable reads are served only when it equals the current term.
 	readyTerm atomic.Uint64
@@ -152,6 +155,10 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	if cfg.ApplyTimeout <= 0 {
 		cfg.ApplyTimeout = config.DefaultConfig().ApplyTimeout
 	}
+	if cfg.ApplyBatch <= 0 {
+		cfg.ApplyBatch = config.DefaultConfig().ApplyBatch
+	}
+	cfg.ApplyBatch = min(cfg.ApplyBatch, fsm.MaxBatchCommands)
 	n := &Node{
 		cfg:        cfg,
 		log:        logger.With("component", "node"),
@@ -257,9 +264,11 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	n.raft.RegisterObserver(n.observer)
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(2)
+	n.proposals = make(chan *proposal, 4*n.cfg.ApplyBatch)
+	n.wg.Add(3)
 	go n.runLeadership()
 	go n.runMemberCheck()
+	go n.runProposer()
 
 	n.log.Info("node started", "id", cfg.NodeID, "raft_addr", cfg.RaftAddr,
 		"raft_advertise", n.trans.LocalAddr(), "http_advertise", cfg.HTTPAdvertiseAddr(),

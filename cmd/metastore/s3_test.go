@@ -355,14 +355,17 @@ func TestS3GCLeaderKilledWhileDeleting(t *testing.T) {
 		Leading  bool `json:"leading"`
 		Deleting int  `json:"deleting"`
 	}
-	leader := c.leader(30 * time.Second)
+	// Ask whoever leads at each poll: on a loaded machine leadership can
+	// move before the collector gets going.
+	var leader *clProc
 	waitFor(t, 30*time.Second, func() error {
+		leader = c.leader(30 * time.Second)
 		var st gcStatus
 		if err := clGet(leader.url("/v1/gc"), &st); err != nil {
 			return err
 		}
-		if st.Deleting == 0 {
-			return fmt.Errorf("no batch deleting yet")
+		if !st.Leading || st.Deleting == 0 {
+			return fmt.Errorf("no batch deleting yet on the leader %s", leader.id)
 		}
 		return nil
 	})

@@ -68,6 +68,8 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*intValue)(&c.SnapshotRetain) }},
 	{"apply-timeout", "how long a write waits to commit before its outcome is reported unknown",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.ApplyTimeout) }},
+	{"apply-batch", "most commands grouped into one Raft entry while the previous one is written (1: no grouping)",
+		func(c *config.Config) flag.Value { return (*intValue)(&c.ApplyBatch) }},
 	{"max-body-bytes", "largest HTTP request body accepted, in bytes",
 		func(c *config.Config) flag.Value { return (*int64Value)(&c.MaxBodyBytes) }},
 	{"shutdown-timeout", "bound on a clean shutdown on SIGTERM or SIGINT, leadership transfer included",

@@ -165,6 +165,13 @@ func StartSingle(t testing.TB) *Member {
 // written.
 func StartCluster(t testing.TB, n int) []*Member {
 	t.Helper()
+	return StartClusterWith(t, n, nil)
+}
+
+// StartClusterWith is StartCluster with every member's configuration
+// passed through tweak (when not nil) first.
+func StartClusterWith(t testing.TB, n int, tweak func(*config.Config)) []*Member {
+	t.Helper()
 	blobs := filepath.Join(t.TempDir(), "blobs")
 	var peers []config.Peer
 	var ls []net.Listener
@@ -174,6 +181,9 @@ func StartCluster(t testing.TB, n int) []*Member {
 		cfg := Config(t, fmt.Sprintf("n%d", i))
 		cfg.HTTPAddr = addr
 		cfg.RaftAddr = FreePort(t)
+		if tweak != nil {
+			tweak(&cfg)
+		}
 		peers = append(peers, config.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr})
 		ls = append(ls, l)
 		cfgs = append(cfgs, cfg)

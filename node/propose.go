@@ -1,0 +1,182 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/metastore/metastore/fsm"
+)
+
+// Group commit. Commands proposed while the leader is busy writing the
+// previous entry wait in a queue; the proposer takes everything queued
+// (up to cfg.ApplyBatch commands and maxBatchBytes) and proposes it as ONE
+// Raft entry (fsm.CmdBatch), so a burst of acks costs one log append, one
+// replication round and one state-machine transaction instead of one each.
+// Under no load a command is proposed alone, as itself, at once: grouping
+// adds no latency, it only forms while Raft is busy.
+
+// maxBatchBytes bounds the commands of one batch entry, in bytes; a single
+// larger command is proposed alone.
+const maxBatchBytes = 4 << 20
+
+// Proposal states: a queued proposal can still be abandoned by its caller
+// (nothing was proposed); once taken it belongs to Raft.
+const (
+	proposalQueued int32 = iota
+	proposalTaken
+	proposalAbandoned
+)
+
+type proposal struct {
+	cmd   []byte
+	state atomic.Int32
+	done  chan proposalDone // buffered: the proposer never blocks on it
+}
+
+type proposalDone struct {
+	res *fsm.Result
+	err error
+}
+
+// propose hands cmd to the proposer and waits for its result. ctx bounds
+// the wait; see Apply for the errors.
+func (n *Node) propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+	p := &proposal{cmd: cmd, done: make(chan proposalDone, 1)}
+	select {
+	case n.proposals <- p:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.ctx.Done():
+		return nil, ErrShutdown
+	}
+	select {
+	case d := <-p.done:
+		return d.res, d.err
+	case <-ctx.Done():
+		if p.state.CompareAndSwap(proposalQueued, proposalAbandoned) {
+			return nil, ctx.Err() // never proposed
+		}
+		select {
+		case d := <-p.done:
+			return d.res, d.err
+		default:
+		}
+		return nil, fmt.Errorf("%w: gave up waiting: %w", ErrUnknownOutcome, ctx.Err())
+	}
+}
+
+// runProposer takes queued proposals and hands them to Raft, grouped. It
+// runs until the node shuts down; proposals still queued then are answered
+// ErrShutdown (they were never proposed).
+func (n *Node) runProposer() {
+	defer n.wg.Done()
+	var carry *proposal // taken from the queue but left for the next entry
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-n.proposals:
+			case <-n.ctx.Done():
+				n.drainProposals()
+				return
+			}
+		}
+		batch := make([]*proposal, 0, 16)
+		size := 0
+		add := func(p *proposal) {
+			if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
+				batch = append(batch, p)
+				size += len(p.cmd)
+			}
+		}
+		add(first)
+	fill:
+		for len(batch) < n.cfg.ApplyBatch && size < maxBatchBytes {
+			select {
+			case p := <-n.proposals:
+				if size+len(p.cmd) > maxBatchBytes && len(batch) > 0 {
+					carry = p
+					break fill
+				}
+				add(p)
+			default:
+				break fill
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		n.proposeBatch(batch)
+	}
+}
+
+// proposeBatch hands batch to Raft as one entry and answers every proposal
+// when the entry is applied (in a goroutine of its own: the proposer goes on
+// gathering the next entry meanwhile).
+func (n *Node) proposeBatch(batch []*proposal) {
+	data := batch[0].cmd
+	if len(batch) > 1 {
+		cmds := make([][]byte, len(batch))
+		for i, p := range batch {
+			cmds[i] = p.cmd
+		}
+		var err error
+		if data, err = fsm.EncodeBatch(time.Now(), cmds); err != nil {
+			answerAll(batch, nil, fmt.Errorf("node: %w", err))
+			return
+		}
+	}
+	n.metrics.observeBatch(len(batch))
+	// The enqueue timeout bounds only the wait for the leader loop to take
+	// the entry; it blocks while Raft writes the previous one, which is
+	// when the queue fills for the next.
+	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+	go func() {
+		if err := f.Error(); err != nil {
+			answerAll(batch, nil, mapRaftError(err))
+			return
+		}
+		switch r := f.Response().(type) {
+		case *fsm.Result:
+			if len(batch) == 1 {
+				batch[0].done <- proposalDone{res: r}
+				return
+			}
+			results, ok := r.Value.(fsm.BatchResults)
+			if r.Err != nil || !ok || len(results) != len(batch) {
+				answerAll(batch, nil, fmt.Errorf("node: batch entry %d answered %T (%v) for %d commands", f.Index(), r.Value, r.Err, len(batch)))
+				return
+			}
+			for i, p := range batch {
+				p.done <- proposalDone{res: results[i]}
+			}
+		case error:
+			answerAll(batch, nil, fmt.Errorf("node: state machine failed to apply entry %d: %w", f.Index(), r))
+		default:
+			answerAll(batch, nil, fmt.Errorf("node: state machine returned %T for entry %d, want *fsm.Result", r, f.Index()))
+		}
+	}()
+}
+
+func answerAll(batch []*proposal, res *fsm.Result, err error) {
+	for _, p := range batch {
+		p.done <- proposalDone{res: res, err: err}
+	}
+}
+
+// drainProposals answers the proposals still queued at shutdown.
+func (n *Node) drainProposals() {
+	for {
+		select {
+		case p := <-n.proposals:
+			if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
+				p.done <- proposalDone{err: ErrShutdown}
+			}
+		default:
+			return
+		}
+	}
+}

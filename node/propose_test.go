@@ -1,0 +1,81 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/fsm"
+)
+
+// Concurrent commands, grouped into batch entries while Raft is busy, each
+// get their own result: their own value or their own rule violation.
+func TestConcurrentAppliesGetTheirOwnResults(t *testing.T) {
+	tn := startSingle(t, testLogger(t), "n1", t.TempDir())
+	n := tn.node
+	waitFor(t, 5*time.Second, "ready", func() bool { return n.Ready() == nil })
+
+	const workers, each = 32, 8
+	var wg sync.WaitGroup
+	indexes := make(chan uint64, workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("m%d-%d", w, i)
+				if i%4 == 3 {
+					id = fmt.Sprintf("bad id %d-%d!", w, i) // a rule violation
+				}
+				cmd := mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: id, RaftAddr: "x.example:1", HTTPAddr: "x.example:2"})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				res, err := n.Apply(ctx, cmd)
+				cancel()
+				if err != nil {
+					t.Errorf("apply %s: %v", id, err)
+					return
+				}
+				indexes <- res.Index
+				if i%4 == 3 {
+					if !errors.Is(res.Err, fsm.ErrInvalid) {
+						t.Errorf("%s: %v, want its own rule violation", id, res.Err)
+					}
+					continue
+				}
+				if m, ok := res.Value.(*fsm.Member); res.Err != nil || !ok || m.ID != id {
+					t.Errorf("%s: answered %#v (%v), want its own member", id, res.Value, res.Err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(indexes)
+	entries := map[uint64]bool{}
+	for i := range indexes {
+		entries[i] = true
+	}
+	for w := range workers {
+		for i := range each {
+			if i%4 != 3 && !hasMember(t, tn.fsm, fmt.Sprintf("m%d-%d", w, i)) {
+				t.Fatalf("member m%d-%d was answered but not applied", w, i)
+			}
+		}
+	}
+	t.Logf("%d commands in %d Raft entries", workers*each, len(entries))
+}
+
+// A caller that gives up before its command was handed to Raft is told so
+// (the context's error, nothing proposed), not that the outcome is unknown.
+func TestApplyCancelledBeforeProposing(t *testing.T) {
+	tn := startSingle(t, testLogger(t), "n1", t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := tn.node.Apply(ctx, mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "late", RaftAddr: "x.example:1", HTTPAddr: "x.example:2"}))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Apply with a done context: %v, want context.Canceled", err)
+	}
+	if hasMember(t, tn.fsm, "late") {
+		t.Fatal("a command whose caller gave up first was applied")
+	}
+}
