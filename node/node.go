@@ -188,8 +188,15 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 
 	n.boltStore, err = raftboltdb.New(raftboltdb.Options{
 		Path:        filepath.Join(cfg.RaftDir(), raftDBFile),
-		BoltOptions: &bolt.Options{Timeout: boltOpenTimeout},
-		NoSync:      false, // an unsynced log forgets acknowledged entries and votes
+		BoltOptions: &bolt.Options{
+			Timeout: boltOpenTimeout,
+			// The log appends at its tail and deletes at its head after
+			// every snapshot, so its freelist is long: rebuilding it at
+			// open (a scan) beats writing it out at every commit.
+			NoFreelistSync: true,
+			FreelistType:   bolt.FreelistMapType,
+		},
+		NoSync: false, // an unsynced log forgets acknowledged entries and votes
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: open raft log store: %w", err)

@@ -153,7 +153,8 @@ func (s *System) PeerVersion() string {
 }
 
 // Start launches three members on 127.0.0.1 with data under dir/etcdN and
-// waits until the cluster accepts a write.
+// waits until the cluster accepts a write. dir must not hold an earlier
+// cluster's members.
 func (s *System) Start(ctx context.Context, dir string) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -166,6 +167,11 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("etcdsut: data directory: %w", err)
+	}
+	for i := range clusterSize {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("etcd%d", i+1))); err == nil {
+			return fmt.Errorf("etcdsut: %s holds an earlier cluster's data: Start needs a fresh directory", dir)
+		}
 	}
 	ports, err := procs.FreePorts(2 * clusterSize)
 	if err != nil {
@@ -212,6 +218,9 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 	}
 	s.bin = bin
 	s.members = members
+	s.jobsMu.Lock()
+	s.jobs = map[string][]string{}
+	s.jobsMu.Unlock()
 	defer func() {
 		if err != nil {
 			s.stopLocked()

@@ -82,12 +82,21 @@ func Install(ctx context.Context, p Package) error {
 	if p.IsServer == nil {
 		return nil
 	}
-	for _, pid := range serverPIDs(p.IsServer) {
+	if err := stopNew(ctx, before, p.IsServer); err != nil {
+		return fmt.Errorf("procs: stop a server that installing %s started: %w", p.Name, err)
+	}
+	return nil
+}
+
+// stopNew kills the processes recognised by isServer that are not in
+// before and not children of this process.
+func stopNew(ctx context.Context, before map[int]bool, isServer func([]string) bool) error {
+	for _, pid := range serverPIDs(isServer) {
 		if before[pid] || parentPID(pid) == os.Getpid() {
 			continue
 		}
 		if err := killPID(ctx, pid); err != nil {
-			return fmt.Errorf("procs: stop server %d that installing %s started: %w", pid, p.Name, err)
+			return fmt.Errorf("process %d: %w", pid, err)
 		}
 	}
 	return nil
@@ -160,11 +169,7 @@ func killPID(ctx context.Context, pid int) error {
 		return err
 	}
 	for {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return nil
-		}
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z") {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err != nil || zombie(pid) {
 			return nil
 		}
 		select {
@@ -173,6 +178,16 @@ func killPID(ctx context.Context, pid int) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// zombie reports whether pid has exited but was not reaped yet.
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
 }
 
 func tail(b []byte, n int) string {

@@ -6,6 +6,9 @@
 //
 // Every process is started in its own process group and with a parent-death
 // signal (SIGKILL), so a benchmark that dies does not leave servers behind.
+// Linux sends that signal when the OS thread that started the process
+// exits, which Go does only for a goroutine that exits while locked to its
+// thread (runtime.LockOSThread): do not call Start from such a goroutine.
 package procs
 
 import (

@@ -1,11 +1,15 @@
 package procs
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/metastore/metastore/bench/internal/sut"
 )
 
 func TestFreePortsDistinct(t *testing.T) {
@@ -71,5 +75,69 @@ func TestNotInstalled(t *testing.T) {
 	want := "etcd binary not found: install the Debian package etcd-server (apt-get install etcd-server)"
 	if err.Error() != want {
 		t.Errorf("message %q, want %q", err, want)
+	}
+}
+
+// TestStopNew starts a server-like process the way a package's maintainer
+// script would (detached, so not a child of the test) and checks that
+// stopNew kills it but spares one that was running before and a child.
+func TestStopNew(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep binary")
+	}
+	marker := func(arg string) func([]string) bool {
+		return func(cmd []string) bool { return len(cmd) == 2 && cmd[0] == sleep && cmd[1] == arg }
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// A child of this process is never a stray.
+	child, err := Start(Spec{Path: sleep, Args: []string{"987.125"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer child.Kill()
+	if err := stopNew(ctx, nil, marker("987.125")); err != nil {
+		t.Fatal(err)
+	}
+	if !child.Running() {
+		t.Fatal("stopNew killed a child of this process")
+	}
+
+	// A detached process that was running before is spared; one that
+	// appeared since is killed.
+	if err := exec.Command(sh, "-c", sleep+" 987.25 >/dev/null 2>&1 &").Run(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	err = sut.WaitFor(ctx, 10*time.Millisecond, func() (bool, error) {
+		pids := serverPIDs(marker("987.25"))
+		if len(pids) == 1 {
+			pid = pids[0]
+		}
+		return len(pids) == 1, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killPID(context.Background(), pid)
+	if err := stopNew(ctx, map[int]bool{pid: true}, marker("987.25")); err != nil {
+		t.Fatal(err)
+	}
+	if len(serverPIDs(marker("987.25"))) != 1 {
+		t.Fatal("stopNew killed a process that was running before")
+	}
+	if err := stopNew(ctx, nil, marker("987.25")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range serverPIDs(marker("987.25")) {
+		if !zombie(p) {
+			t.Fatalf("stray %d is still running", p)
+		}
 	}
 }

@@ -94,8 +94,9 @@ func transient(err error) bool {
 		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
 }
 
-// conflict reports whether a multi failed because another writer changed
-// what it was conditional on.
+// conflict reports whether an ack's multi failed because another writer
+// changed what it was conditional on: a znode's version, or the existence
+// of the task znode its first ack creates.
 func conflict(err error) bool {
 	return errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists)
 }
@@ -236,6 +237,9 @@ func (s *System) BeginEpoch(ctx context.Context, job string, epoch uint64) error
 	}
 	sent := false
 	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("zksut: begin epoch %d of %s: %w", epoch, job, err)
+		}
 		var cur currentRecord
 		version, absent, err := getJSON(ctx, c, currentPath(job), &cur)
 		if err != nil {
@@ -262,7 +266,7 @@ func (s *System) BeginEpoch(ctx context.Context, job string, epoch uint64) error
 			if err := backoff(ctx, attempt); err != nil {
 				return fmt.Errorf("zksut: begin epoch %d of %s: %w", epoch, job, err)
 			}
-		case conflict(err):
+		case errors.Is(err, zk.ErrBadVersion):
 			s.retries.Add(1)
 		default:
 			return fmt.Errorf("zksut: begin epoch %d of %s: %w", epoch, job, err)
@@ -291,6 +295,9 @@ func (s *System) Ack(ctx context.Context, job, task string, epoch uint64, add []
 	}
 	sent := false
 	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("zksut: ack %s/%s epoch %d: %w", job, task, epoch, err)
+		}
 		var ep epochRecord
 		var tr taskRecord
 		ever, eabsent, err := getJSON(ctx, c, epochPath(job, epoch), &ep)

@@ -162,7 +162,8 @@ func (s *System) PeerVersion() string {
 }
 
 // Start launches three members on 127.0.0.1 with data under dir/zkN and
-// waits until the ensemble accepts a write.
+// waits until the ensemble accepts a write. dir must not hold an earlier
+// ensemble's members.
 func (s *System) Start(ctx context.Context, dir string) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -172,6 +173,11 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 	rt, err := Find()
 	if err != nil {
 		return err
+	}
+	for i := range clusterSize {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("zk%d", i+1))); err == nil {
+			return fmt.Errorf("zksut: %s holds an earlier ensemble's data: Start needs a fresh directory", dir)
+		}
 	}
 	ports, err := procs.FreePorts(3 * clusterSize)
 	if err != nil {
@@ -206,6 +212,9 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 	}
 	s.rt = rt
 	s.members = members
+	s.jobsMu.Lock()
+	s.jobs = map[string][]string{}
+	s.jobsMu.Unlock()
 	defer func() {
 		if err != nil {
 			s.stopLocked()

@@ -36,9 +36,9 @@ func TestCluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	s := New()
+	s, dir := New(), t.TempDir()
 	start := time.Now()
-	if err := s.Start(ctx, t.TempDir()); err != nil {
+	if err := s.Start(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -46,6 +46,13 @@ func TestCluster(t *testing.T) {
 			t.Error(err)
 		}
 	}()
+	if err := s.Start(ctx, t.TempDir()); err == nil {
+		t.Fatal("a second Start of a started system succeeded")
+	}
+	if other := New(); other.Start(ctx, dir) == nil {
+		other.Stop()
+		t.Fatal("Start in a directory that holds a cluster's data succeeded")
+	}
 	t.Logf("ZooKeeper %s: three members up in %v", s.PeerVersion(), time.Since(start).Round(time.Millisecond))
 	if got := len(s.Members()); got != 3 {
 		t.Fatalf("%d members running, want 3", got)
