@@ -130,6 +130,23 @@ func get(ctx context.Context, c *zk.Conn, path string) (data []byte, version int
 	}
 }
 
+// syncPath makes the session's member catch up with the leader (a sync
+// on path), retrying transient errors.
+func syncPath(ctx context.Context, c *zk.Conn, path string) error {
+	for attempt := 0; ; attempt++ {
+		_, err := c.Sync(path)
+		if err == nil || errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if !transient(err) {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+	}
+}
+
 // getJSON reads a znode into v; absent reports ErrNoNode.
 func getJSON(ctx context.Context, c *zk.Conn, path string, v any) (version int32, absent bool, err error) {
 	data, version, absent, err := get(ctx, c, path)
@@ -142,6 +159,20 @@ func getJSON(ctx context.Context, c *zk.Conn, path string, v any) (version int32
 	return version, false, nil
 }
 
+// getJSONSynced is getJSON, but when the znode is absent it syncs and
+// reads again: it may have been created through another session, and the
+// session's member may not have applied that yet.
+func getJSONSynced(ctx context.Context, c *zk.Conn, path string, v any) (version int32, absent bool, err error) {
+	version, absent, err = getJSON(ctx, c, path, v)
+	if err != nil || !absent {
+		return version, absent, err
+	}
+	if err := syncPath(ctx, c, path); err != nil {
+		return 0, false, err
+	}
+	return getJSON(ctx, c, path, v)
+}
+
 // tasks returns the tasks of job, from the job znode read once.
 func (s *System) tasks(ctx context.Context, c *zk.Conn, job string) ([]string, error) {
 	s.jobsMu.Lock()
@@ -151,7 +182,7 @@ func (s *System) tasks(ctx context.Context, c *zk.Conn, job string) ([]string, e
 		return t, nil
 	}
 	var rec jobRecord
-	_, absent, err := getJSON(ctx, c, jobPath(job), &rec)
+	_, absent, err := getJSONSynced(ctx, c, jobPath(job), &rec)
 	if err != nil {
 		return nil, fmt.Errorf("zksut: read job %s: %w", job, err)
 	}
@@ -227,7 +258,7 @@ func (s *System) CreateJob(ctx context.Context, job string, tasks []string) erro
 // BeginEpoch sets the current-epoch znode, at the version read, and
 // creates the epoch znode (no acks yet) in one multi.
 func (s *System) BeginEpoch(ctx context.Context, job string, epoch uint64) error {
-	c, err := s.session()
+	c, err := s.sessionFor(job)
 	if err != nil {
 		return err
 	}
@@ -241,7 +272,7 @@ func (s *System) BeginEpoch(ctx context.Context, job string, epoch uint64) error
 			return fmt.Errorf("zksut: begin epoch %d of %s: %w", epoch, job, err)
 		}
 		var cur currentRecord
-		version, absent, err := getJSON(ctx, c, currentPath(job), &cur)
+		version, absent, err := getJSONSynced(ctx, c, currentPath(job), &cur)
 		if err != nil {
 			return fmt.Errorf("zksut: begin epoch %d of %s: %w", epoch, job, err)
 		}
@@ -278,7 +309,7 @@ func (s *System) BeginEpoch(ctx context.Context, job string, epoch uint64) error
 // conditional on their versions, the new segment znodes, the task znode
 // and the epoch znode; on a conflict it reads again and retries.
 func (s *System) Ack(ctx context.Context, job, task string, epoch uint64, add []sut.Segment) error {
-	c, err := s.session()
+	c, err := s.sessionFor(job + "/" + task)
 	if err != nil {
 		return err
 	}
@@ -293,17 +324,22 @@ func (s *System) Ack(ctx context.Context, job, task string, epoch uint64, add []
 	for i, sg := range add {
 		segs[i] = mustJSON(segmentRecord(sg))
 	}
-	sent := false
+	sent, synced := false, false // synced: a sync precedes this read
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("zksut: ack %s/%s epoch %d: %w", job, task, epoch, err)
 		}
 		var ep epochRecord
 		var tr taskRecord
-		ever, eabsent, err := getJSON(ctx, c, epochPath(job, epoch), &ep)
+		get := getJSONSynced
+		if synced {
+			get = getJSON
+		}
+		ever, eabsent, err := get(ctx, c, epochPath(job, epoch), &ep)
 		if err != nil {
 			return fmt.Errorf("zksut: ack %s/%s epoch %d: %w", job, task, epoch, err)
 		}
+		synced = false
 		if eabsent {
 			return fmt.Errorf("zksut: ack %s/%s: epoch %d has not begun", job, task, epoch)
 		}
@@ -355,6 +391,12 @@ func (s *System) Ack(ctx context.Context, job, task string, epoch uint64, add []
 			}
 		case conflict(err):
 			s.retries.Add(1)
+			// Read what the conflicting writer wrote, not an older
+			// state the session's member may still hold.
+			if err := syncPath(ctx, c, epochPath(job, epoch)); err != nil {
+				return fmt.Errorf("zksut: ack %s/%s epoch %d: %w", job, task, epoch, err)
+			}
+			synced = true
 		default:
 			return fmt.Errorf("zksut: ack %s/%s epoch %d: %w", job, task, epoch, err)
 		}
@@ -392,17 +434,8 @@ func (s *System) ReadManifest(ctx context.Context, job, task string, stale bool)
 
 func readSegments(ctx context.Context, c *zk.Conn, job, task string, linearizable bool) (int, error) {
 	if linearizable {
-		for attempt := 0; ; attempt++ {
-			_, err := c.Sync(taskPath(job, task))
-			if err == nil || errors.Is(err, zk.ErrNoNode) {
-				break
-			}
-			if !transient(err) {
-				return 0, fmt.Errorf("sync: %w", err)
-			}
-			if err := backoff(ctx, attempt); err != nil {
-				return 0, fmt.Errorf("sync: %w", err)
-			}
+		if err := syncPath(ctx, c, taskPath(job, task)); err != nil {
+			return 0, err
 		}
 	}
 	var tr taskRecord

@@ -44,8 +44,15 @@
 // session on the leader after a sync, which makes that member catch up with
 // the leader first (ZooKeeper's way to a read that reflects every write
 // committed before it); with stale it reads through a session on a
-// follower, without a sync. Writes go through one session on the ensemble
-// (the client picks a member, and moves on when it fails).
+// follower, without a sync. Each task acks through a session of its own
+// and each job's epochs begin through another, as separate worker and
+// coordinator processes would (up to 64 sessions, then shared), each on the
+// ensemble (the client picks a member, and moves on when it fails). A task
+// reads the epoch znode the coordinator created through its own session,
+// possibly on a member that has not applied it yet: as ZooKeeper's
+// documentation prescribes for a write another client announced, a read
+// that finds the epoch missing, and the read after a conflict, are preceded
+// by a sync.
 //
 // # Server configuration
 //
@@ -94,6 +101,9 @@ const (
 	probeTimeout = 2 * time.Second
 	// rootPath is the parent of every job.
 	rootPath = "/jobs"
+	// maxSessions is the number of sessions jobs and tasks get (see
+	// sessionFor).
+	maxSessions = 64
 )
 
 // System is the ZooKeeper ensemble under test. The zero value is not
@@ -111,9 +121,12 @@ type System struct {
 	started  bool
 	rt       Runtime
 	members  []*member
-	conn     *zk.Conn // session on the ensemble
-	leader   *member  // cached leader for linearizable reads
-	follower *member  // cached follower for stale reads
+	addrs    []string            // every member's client address
+	conn     *zk.Conn            // session on the ensemble for setup
+	pool     []*zk.Conn          // sessions on the ensemble for jobs and tasks
+	sessions map[string]*zk.Conn // job or job/task → its session from pool
+	leader   *member             // cached leader for linearizable reads
+	follower *member             // cached follower for stale reads
 	version  string
 
 	jobsMu sync.Mutex
@@ -229,6 +242,8 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 	for i, m := range members {
 		addrs[i] = m.clientAddr
 	}
+	s.addrs = addrs
+	s.sessions = map[string]*zk.Conn{}
 	if s.conn, err = connect(addrs...); err != nil {
 		return err
 	}
@@ -363,6 +378,10 @@ func (s *System) stopLocked() error {
 		s.conn.Close()
 		s.conn = nil
 	}
+	for _, c := range s.pool {
+		c.Close()
+	}
+	s.pool, s.sessions = nil, nil
 	for _, m := range s.members {
 		if m.conn != nil {
 			m.conn.Close()
@@ -393,7 +412,7 @@ func (s *System) Members() []sut.Member {
 	return ms
 }
 
-// session returns the session on the ensemble.
+// session returns the session on the ensemble that sets up jobs.
 func (s *System) session() (*zk.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -401,6 +420,34 @@ func (s *System) session() (*zk.Conn, error) {
 		return nil, errors.New("zksut: not started")
 	}
 	return s.conn, nil
+}
+
+// sessionFor returns the session on the ensemble of a job's coordinator
+// (key "job") or of a task's worker (key "job/task"): a session of its own
+// for each of the first maxSessions keys, then shared round robin. ZooKeeper
+// answers a session's requests in the order they were sent, a read after
+// the writes sent before it, so one session shared by every worker would
+// queue each worker's reads behind the others' writes; separate processes
+// have separate sessions.
+func (s *System) sessionFor(key string) (*zk.Conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return nil, errors.New("zksut: not started")
+	}
+	if c, ok := s.sessions[key]; ok {
+		return c, nil
+	}
+	i := len(s.sessions) % maxSessions
+	if i == len(s.pool) {
+		c, err := connect(s.addrs...)
+		if err != nil {
+			return nil, err
+		}
+		s.pool = append(s.pool, c)
+	}
+	s.sessions[key] = s.pool[i]
+	return s.pool[i], nil
 }
 
 // running returns copies of the running members.
