@@ -41,10 +41,11 @@
 //
 // ZooKeeper reads are served by the member a session is connected to,
 // without consulting the leader. ReadManifest without stale reads through a
-// session on the leader after a sync, which makes that member catch up with
-// the leader first (ZooKeeper's way to a read that reflects every write
-// committed before it); with stale it reads through a session on a
-// follower, without a sync. Each task acks through a session of its own
+// session on the leader after a sync, ZooKeeper's way to a read that
+// reflects every write committed before it (the sync makes the session's
+// member catch up with whoever leads, so the read stays correct should that
+// member have lost the leadership since it was found); with stale it reads
+// through a session on a follower, without a sync. Each task acks through a session of its own
 // and each job's epochs begin through another, as separate worker and
 // coordinator processes would (up to 64 sessions, then shared), each on the
 // ensemble (the client picks a member, and moves on when it fails). A task
