@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -164,6 +165,13 @@ func (s *Server) routes(reg *prometheus.Registry) *mux.Router {
 	}
 	r.Handle("/healthz", s.instrument("healthz", http.HandlerFunc(s.healthz))).Methods("GET")
 	r.Handle("/readyz", s.instrument("readyz", http.HandlerFunc(s.readyz))).Methods("GET")
+	if s.cfg.EnablePprof {
+		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		r.PathPrefix("/debug/pprof/").HandlerFunc(pprof.Index) // heap, goroutine, ... by name
+	}
 	if reg != nil {
 		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})).Methods("GET")
 	}

@@ -65,6 +65,8 @@ type config struct {
 	keep    bool
 	smoke   bool
 	params  workload.Params
+	// metastoreFlags are added to every metastore member's serve command.
+	metastoreFlags []string
 }
 
 // parseFlags parses args. With --smoke the defaults are those of
@@ -99,6 +101,13 @@ func parseWith(args []string, d workload.Params, stderr io.Writer) (config, bool
 	fs.StringVar(&cfg.out, "out", "", "folder for results.json, results.txt and the charts (default bench-results/<timestamp>)")
 	fs.StringVar(&cfg.dataDir, "data", "", "folder for the systems' data directories (default: a new temporary folder)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the systems' data directories")
+	fs.Func("metastore-flag", "a flag for every metastore member's serve command, e.g. --metastore-flag=--apply-batch=1 (repeatable)", func(v string) error {
+		if !strings.HasPrefix(v, "-") {
+			return fmt.Errorf("%q is not a flag", v)
+		}
+		cfg.metastoreFlags = append(cfg.metastoreFlags, v)
+		return nil
+	})
 	fs.BoolVar(&cfg.smoke, "smoke", false, "tiny sizes and short windows, seconds per system (for CI); other flags still apply")
 	fs.DurationVar(&p.Duration, "duration", d.Duration, "measured window of each throughput point")
 	fs.DurationVar(&p.Warmup, "warmup", d.Warmup, "unmeasured run before each throughput window")
@@ -154,7 +163,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	logger := log.New(stderr, "bench: ", log.Ltime)
 
-	systems, err := newSystems(ctx, cfg.systems, systemOptions{Log: logger})
+	systems, err := newSystems(ctx, cfg.systems, systemOptions{Log: logger, MetastoreFlags: cfg.metastoreFlags})
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: cannot run here:\n%v\n", err)
 		return exitUsage
@@ -176,6 +185,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	params := cfg.params.Record()
 	params.Systems, params.Smoke, params.DataDir, params.Keep = cfg.systems, cfg.smoke, dataRoot, cfg.keep
+	params.MetastoreFlags = cfg.metastoreFlags
 	res := &report.Results{Started: started, Revision: revision(ctx), Machine: report.DetectMachine(), Params: params}
 	logger.Printf("results into %s, data under %s", cfg.out, dataRoot)
 	for _, sys := range systems {

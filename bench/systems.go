@@ -22,6 +22,8 @@ var systemNames = []string{"metastore", "etcd", "zookeeper"}
 type systemOptions struct {
 	// Log receives progress (package installs).
 	Log *log.Logger
+	// MetastoreFlags are added to every metastore member's serve command.
+	MetastoreFlags []string
 }
 
 // systemSpec is how the command makes one system under test.
@@ -40,7 +42,9 @@ type systemSpec struct {
 
 var systemSpecs = map[string]systemSpec{
 	"metastore": {
-		build: func(systemOptions) (sut.System, error) { return mssut.New(mssut.Options{}), nil },
+		build: func(o systemOptions) (sut.System, error) {
+			return mssut.New(mssut.Options{ExtraFlags: o.MetastoreFlags}), nil
+		},
 	},
 	"etcd": {
 		debianPackage: etcdsut.DebianPackage,

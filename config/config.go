@@ -77,6 +77,9 @@ type Config struct {
 	// entry (group commit: commands proposed while the previous entry is
 	// being written share the next); 1 proposes every command alone.
 	ApplyBatch int
+	// EnablePprof serves Go's profiler under /debug/pprof/ on the HTTP
+	// address (CPU, heap, goroutine profiles; off by default).
+	EnablePprof bool
 	// MaxBodyBytes bounds the size of an HTTP request body.
 	MaxBodyBytes int64
 	// ShutdownTimeout bounds a clean shutdown (leadership transfer included).

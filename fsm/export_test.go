@@ -40,3 +40,21 @@ func BucketNames() []string {
 // EpochKeyPrefix is the key prefix of every record of one epoch of a job in
 // the epochs, acks and payloads buckets.
 func EpochKeyPrefix(job string, epoch uint64) string { return string(jobNumKey(job, epoch)) }
+
+// SetBootID makes the state machine see id as the machine's boot id until
+// the test ends.
+func SetBootID(t interface{ Cleanup(func()) }, id string) {
+	prev := bootID
+	bootID = func() string { return id }
+	t.Cleanup(func() { bootID = prev })
+}
+
+// CloseAsCrash releases the file the way a killed process does: no sync,
+// the marker left "open".
+func (f *FSM) CloseAsCrash() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	err := f.db.Close()
+	f.db = nil
+	return err
+}

@@ -30,6 +30,9 @@ type FSM struct {
 
 	mu sync.RWMutex // guards db against Restore's swap
 	db *bolt.DB
+	// noSync: commits are not fsynced; the Raft log is the durable record
+	// (durability.go).
+	noSync bool
 
 	applied atomic.Uint64
 
@@ -58,13 +61,37 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	f := &FSM{path: path, logger: logger, changed: make(chan struct{})}
-	db, err := openDB(path)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("fsm: %w", err)
+	}
+	noSync, err := checkMarker(path, logger)
 	if err != nil {
 		return nil, err
+	}
+	f.noSync = noSync
+	db, err := f.openDB(path)
+	if err != nil {
+		return nil, err
+	}
+	if noSync {
+		if err := setMarker(path, markerOpen); err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	f.db = db
 	f.applied.Store(readApplied(db))
 	return f, nil
+}
+
+// openDB opens a state machine file, unsynced when the FSM writes without
+// sync (see durability.go).
+func (f *FSM) openDB(path string) (*bolt.DB, error) {
+	db, err := openDB(path)
+	if err == nil {
+		db.NoSync = f.noSync
+	}
+	return db, err
 }
 
 func openDB(path string) (*bolt.DB, error) {
@@ -101,9 +128,22 @@ func (f *FSM) Close() error {
 	if f.db == nil {
 		return nil
 	}
-	err := f.db.Close()
+	var errs []error
+	if f.noSync {
+		if err := f.db.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("fsm: sync %s: %w", f.path, err))
+		}
+	}
+	if err := f.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
 	f.db = nil
-	return err
+	if f.noSync && len(errs) == 0 {
+		if err := setMarker(f.path, markerClosed); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // AppliedIndex is the index of the last Raft entry applied to the file.
@@ -328,7 +368,7 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	// Whatever happened, a file must be open again before the lock is
 	// released: readers and Apply never see a closed state machine. After
 	// a failed rename that is the old file, and the restore fails.
-	db, err := openDB(f.path)
+	db, err := f.openDB(f.path)
 	if err != nil {
 		panic(fmt.Sprintf("fsm: restore: cannot reopen the state machine file %s: %v", f.path, err))
 	}

@@ -70,6 +70,8 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.ApplyTimeout) }},
 	{"apply-batch", "most commands grouped into one Raft entry while the previous one is written (1: no grouping)",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.ApplyBatch) }},
+	{"enable-pprof", "serve Go's profiler under /debug/pprof/ on the HTTP address",
+		func(c *config.Config) flag.Value { return (*boolValue)(&c.EnablePprof) }},
 	{"max-body-bytes", "largest HTTP request body accepted, in bytes",
 		func(c *config.Config) flag.Value { return (*int64Value)(&c.MaxBodyBytes) }},
 	{"shutdown-timeout", "bound on a clean shutdown on SIGTERM or SIGINT, leadership transfer included",

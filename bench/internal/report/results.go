@@ -72,6 +72,8 @@ type Params struct {
 	Smoke     bool     `json:"smoke"`
 	DataDir   string   `json:"data_dir"`
 	Keep      bool     `json:"keep"`
+	// MetastoreFlags were added to every metastore member's command line.
+	MetastoreFlags []string `json:"metastore_flags,omitempty"`
 
 	DurationSeconds float64 `json:"duration_seconds"`
 	WarmupSeconds   float64 `json:"warmup_seconds"`
