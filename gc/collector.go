@@ -469,7 +469,10 @@ func (cy *cycle) markAndDelete() error {
 			return err
 		}
 		if unsafeSkipMark {
-			return cy.unsafeDeleteUnmarked(keys) // positive control, faultinject builds only (unsafe_on.go)
+			// Positive control, faultinject builds only (unsafe_on.go).
+			if err := cy.unsafeDeleteBeforeMark(keys); err != nil {
+				return err
+			}
 		}
 		cy.rep.MarksProposed += len(keys)
 		c.m.marksProposed.Add(float64(len(keys)))
