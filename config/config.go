@@ -127,9 +127,12 @@ func DefaultConfig() Config {
 		DataDir:            DefaultDataDir,
 		HTTPAddr:           DefaultHTTPAddr,
 		RaftAddr:           DefaultRaftAddr,
-		HeartbeatTimeout:   1000 * time.Millisecond,
-		ElectionTimeout:    1000 * time.Millisecond,
-		LeaderLeaseTimeout: 500 * time.Millisecond,
+		// A follower that hears nothing for a random 0.5 to 1 s stands for
+		// election: a killed leader is replaced in about a second. Raise
+		// these on slow networks or overloaded machines.
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
 		CommitTimeout:      50 * time.Millisecond,
 		SnapshotInterval:   120 * time.Second,
 		SnapshotThreshold:  8192,

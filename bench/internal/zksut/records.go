@@ -94,6 +94,10 @@ func transient(err error) bool {
 		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
 }
 
+// absentRetries bounds the sync-and-read rounds of an ack that finds its
+// epoch znode missing.
+const absentRetries = 8
+
 // conflict reports whether an ack's multi failed because another writer
 // changed what it was conditional on: a znode's version, or the existence
 // of the task znode its first ack creates.
@@ -340,6 +344,22 @@ func (s *System) Ack(ctx context.Context, job, task string, epoch uint64, add []
 			return fmt.Errorf("zksut: ack %s/%s epoch %d: %w", job, task, epoch, err)
 		}
 		synced = false
+		for wait := 0; eabsent && wait < absentRetries; wait++ {
+			// Seen under load: the epoch znode created (and acknowledged)
+			// through the coordinator's session is still missing after a
+			// sync on this one. Sync and read again for a while before
+			// calling the epoch not begun.
+			if err := backoff(ctx, wait); err != nil {
+				return fmt.Errorf("zksut: ack %s/%s epoch %d: %w", job, task, epoch, err)
+			}
+			s.absentRetries.Add(1)
+			if err := syncPath(ctx, c, epochPath(job, epoch)); err != nil {
+				return fmt.Errorf("zksut: ack %s/%s epoch %d: %w", job, task, epoch, err)
+			}
+			if ever, eabsent, err = getJSON(ctx, c, epochPath(job, epoch), &ep); err != nil {
+				return fmt.Errorf("zksut: ack %s/%s epoch %d: %w", job, task, epoch, err)
+			}
+		}
 		if eabsent {
 			return fmt.Errorf("zksut: ack %s/%s: epoch %d has not begun", job, task, epoch)
 		}

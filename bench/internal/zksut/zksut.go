@@ -117,6 +117,9 @@ type System struct {
 	keyPrefix string
 	keySeq    atomic.Uint64
 	retries   atomic.Uint64
+	// absentRetries counts the extra sync-and-read rounds of acks that
+	// found their epoch znode missing after a sync.
+	absentRetries atomic.Uint64
 
 	mu       sync.Mutex
 	started  bool
@@ -166,6 +169,10 @@ func (s *System) Name() string { return "zookeeper" }
 // version, or a znode another ack created), since New. Re-sends after a
 // lost connection are not counted.
 func (s *System) Retries() uint64 { return s.retries.Load() }
+
+// AbsentRetries counts the extra sync-and-read rounds of acks that found
+// their epoch znode missing after a sync (see Ack).
+func (s *System) AbsentRetries() uint64 { return s.absentRetries.Load() }
 
 // PeerVersion returns the ZooKeeper version a member reported at Start
 // ("3.8.0-…"), or "" before.
