@@ -64,7 +64,10 @@ func MeasureManifestCost(ctx context.Context, sys sut.System, p Params) (*report
 func manifestPoint(ctx context.Context, sys sut.System, p Params, pre *Preloaded, meter *byteMeter) (report.ManifestPoint, error) {
 	size := pre.Segments
 	w := newWorker(sys, pre.Job, pre.Task, p.KeyBatch, time.Now())
-	before, err := meter.total()
+	// Followers may still be applying the preload (a member acknowledges
+	// once a majority has the entries, not once all applied them): start
+	// counting once every member's writes have settled.
+	before, err := meter.settled(ctx)
 	if err != nil {
 		return report.ManifestPoint{}, err
 	}
@@ -85,7 +88,8 @@ func manifestPoint(ctx context.Context, sys sut.System, p Params, pre *Preloaded
 		pre.Next++
 		pre.Segments += len(segs)
 	}
-	after, err := meter.total()
+	// And stop once the followers have applied the measured acks too.
+	after, err := meter.settled(ctx)
 	if err != nil {
 		return report.ManifestPoint{}, err
 	}

@@ -2,12 +2,14 @@ package workload
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/metastore/metastore/bench/internal/report"
 	"github.com/metastore/metastore/bench/internal/sut"
@@ -154,6 +156,40 @@ func newByteMeter(ms []sut.Member) *byteMeter {
 		}
 	}
 	return m
+}
+
+// settleQuiet is how long the members' written bytes must stay unchanged
+// for settled to return; settleMax bounds the wait.
+const (
+	settleQuiet = 500 * time.Millisecond
+	settleMax   = 60 * time.Second
+)
+
+// settled waits until the members' total has not changed for settleQuiet
+// (they have finished writing what earlier requests caused), at most
+// settleMax, and returns it.
+func (m *byteMeter) settled(ctx context.Context) (int64, error) {
+	deadline := time.Now().Add(settleMax)
+	last, err := m.total()
+	if err != nil {
+		return 0, err
+	}
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(settleQuiet):
+		}
+		n, err := m.total()
+		if err != nil {
+			return 0, err
+		}
+		if n == last {
+			return n, nil
+		}
+		last = n
+	}
+	return last, nil
 }
 
 // total returns the members' bytes written so far (BytesProcIO) or the
