@@ -294,7 +294,7 @@ func TestWaitApplied(t *testing.T) {
 
 	// A restore wakes waiters too.
 	src := newHarness(t)
-	for range 10 {
+	for src.index <= h.index { // h applied as many no-ops as WaitChange needed
 		src.putJob("x", fsm.JobConfig{Retained: int(src.index) + 1})
 	}
 	snap := snapshotOf(t, src.f)
