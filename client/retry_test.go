@@ -27,8 +27,8 @@ type proxy struct {
 	dropAcks atomic.Int64
 	requests atomic.Int64
 	dropped  atomic.Int64
-	// afterDrop, if set, runs after an ack's answer was dropped, before
-	// the client can retry.
+	// afterDrop, if set, runs once an ack's answer is withheld, before the
+	// connection is closed: the client cannot retry before it returns.
 	afterDrop func()
 	srv       *httptest.Server
 }
@@ -66,10 +66,10 @@ func newProxy(t *testing.T, target string) *proxy {
 				t.Errorf("proxy: hijack: %v", err)
 				return
 			}
-			conn.Close()
 			if p.afterDrop != nil {
-				p.afterDrop()
+				p.afterDrop() // before the client can notice and retry
 			}
+			conn.Close()
 			return
 		}
 		rp.ServeHTTP(w, r)
