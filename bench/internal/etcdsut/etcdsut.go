@@ -144,6 +144,14 @@ func (s *System) Name() string { return "etcd" }
 // are not counted.
 func (s *System) Retries() uint64 { return s.retries.Load() }
 
+// Counters are the system's counts over its life, for the results:
+// compare-and-swap conflicts retried.
+func (s *System) Counters() map[string]uint64 {
+	return map[string]uint64{
+		"cas_retries": s.Retries(),
+	}
+}
+
 // PeerVersion returns the etcd server version the cluster reported at
 // Start ("3.4.23"), or "" before.
 func (s *System) PeerVersion() string {

@@ -110,6 +110,9 @@ type System struct {
 	Restore    *Restore          `json:"restore,omitempty"`
 	Failover   *Failover         `json:"failover,omitempty"`
 	Extras     *Extras           `json:"extras,omitempty"`
+	// Counters are the system's own counts over the run (the baselines'
+	// compare-and-swap retries, for one).
+	Counters map[string]uint64 `json:"counters,omitempty"`
 	// Errors are the workloads that failed on this system; the others
 	// still ran.
 	Errors []WorkloadError `json:"errors,omitempty"`

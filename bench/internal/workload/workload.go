@@ -208,18 +208,30 @@ type Versioned interface {
 	PeerVersion() string
 }
 
+// Counted is implemented by systems that count events of their own over
+// the run (conflict retries, re-reads), recorded with the results.
+type Counted interface {
+	Counters() map[string]uint64
+}
+
 // Run runs the selected workloads against sys, which must be started, and
 // returns what they measured. A workload that fails is recorded in the
 // result's Errors and the next one runs; Run returns early only when ctx
 // ends. Progress goes to logger (nil: none).
-func Run(ctx context.Context, sys sut.System, p Params, logger *log.Logger) report.System {
+func Run(ctx context.Context, sys sut.System, p Params, logger *log.Logger) (res report.System) {
 	if logger == nil {
 		logger = log.New(io.Discard, "", 0)
 	}
 	name := sys.Name()
-	res := report.System{Name: name}
+	res = report.System{Name: name}
 	if v, ok := sys.(Versioned); ok {
 		res.Version = v.PeerVersion()
+	}
+	if c, ok := sys.(Counted); ok {
+		defer func() {
+			res.Counters = c.Counters()
+			logger.Printf("%s: counters %v", name, res.Counters)
+		}()
 	}
 	fail := func(workload string, err error) {
 		res.Errors = append(res.Errors, report.WorkloadError{Workload: workload, Error: err.Error()})

@@ -324,3 +324,27 @@ func TestProcReaders(t *testing.T) {
 		t.Errorf("total = %d, %v", got, err)
 	}
 }
+
+// counted is a fake that counts its acks, as the baselines count retries.
+type counted struct{ *fake }
+
+func (c counted) Counters() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return map[string]uint64{"acks_seen": uint64(c.acks)}
+}
+
+func TestCountersRecorded(t *testing.T) {
+	p := testParams()
+	p.Workloads = []string{Throughput}
+	p.Concurrency = []int{4}
+	f := newFake(report.Etcd)
+	started(t, f)
+	res := Run(context.Background(), counted{f}, p, nil)
+	if len(res.Errors) != 0 {
+		t.Fatalf("errors %+v", res.Errors)
+	}
+	if res.Counters["acks_seen"] == 0 {
+		t.Fatalf("counters %v: the system's counters were not recorded after the run", res.Counters)
+	}
+}

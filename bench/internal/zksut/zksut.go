@@ -170,6 +170,15 @@ func (s *System) Name() string { return "zookeeper" }
 // lost connection are not counted.
 func (s *System) Retries() uint64 { return s.retries.Load() }
 
+// Counters are the system's counts over its life, for the results:
+// compare-and-swap conflicts retried and extra sync-and-read rounds of acks.
+func (s *System) Counters() map[string]uint64 {
+	return map[string]uint64{
+		"cas_retries":          s.Retries(),
+		"absent_epoch_rereads": s.AbsentRetries(),
+	}
+}
+
 // AbsentRetries counts the extra sync-and-read rounds of acks that found
 // their epoch znode missing after a sync (see Ack).
 func (s *System) AbsentRetries() uint64 { return s.absentRetries.Load() }
