@@ -355,28 +355,31 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.db != nil {
-		if err := f.db.Close(); err != nil {
-			return fmt.Errorf("fsm: restore: close current: %w", err)
-		}
-		f.db = nil
+	if err := os.Rename(tmp, f.path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("fsm: restore: %w", err) // the current file stays in use
 	}
-	renameErr := os.Rename(tmp, f.path)
-	if renameErr == nil {
-		renameErr = syncDir(filepath.Dir(f.path))
+	if err := syncDir(filepath.Dir(f.path)); err != nil {
+		f.logger.Warn("restore: syncing the data directory after the swap failed", "err", err)
 	}
-	// Whatever happened, a file must be open again before the lock is
-	// released: readers and Apply never see a closed state machine. After
-	// a failed rename that is the old file, and the restore fails.
+	// The path now names the restored file; the current database still
+	// has the old one open. It is closed in the background: bbolt's Close
+	// waits for every read transaction, and a snapshot being persisted
+	// holds one while Raft's snapshot goroutine waits for Raft's main
+	// goroutine, which waits for this restore. Closing here would
+	// deadlock the member.
 	db, err := f.openDB(f.path)
 	if err != nil {
-		panic(fmt.Sprintf("fsm: restore: cannot reopen the state machine file %s: %v", f.path, err))
+		panic(fmt.Sprintf("fsm: restore: cannot open the restored state machine file %s: %v", f.path, err))
+	}
+	if old := f.db; old != nil {
+		go func() {
+			if err := old.Close(); err != nil {
+				f.logger.Warn("restore: closing the replaced state machine file failed", "err", err)
+			}
+		}()
 	}
 	f.db = db
-	if renameErr != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("fsm: restore: %w", renameErr)
-	}
 	f.applied.Store(idx)
 	f.logger.Info("state restored from snapshot", "applied_index", idx)
 	f.notify()

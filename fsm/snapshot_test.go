@@ -406,3 +406,48 @@ func TestRestoreWhileSnapshotPersists(t *testing.T) {
 		t.Fatalf("snapshot persisted during the install:\n%s", d)
 	}
 }
+
+// A restore must not wait for a snapshot still being persisted: Raft's
+// snapshot goroutine holds the snapshot's read transaction while it waits
+// for Raft's main goroutine, which waits for the restore. The held snapshot
+// still persists the state it was taken from.
+func TestRestoreWhileSnapshotHeld(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("before", fsm.JobConfig{})
+	held, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newHarness(t)
+	for src.index <= h.index {
+		src.putJob("restored", fsm.JobConfig{Retained: int(src.index) + 1})
+	}
+	data := snapshotOf(t, src.f)
+
+	done := make(chan error, 1)
+	go func() { done <- h.f.Restore(io.NopCloser(bytes.NewReader(data))) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		held.Release()
+		t.Fatal("Restore waited for a held snapshot's read transaction")
+	}
+	if h.f.AppliedIndex() != src.index || h.job("restored") == nil {
+		t.Fatalf("after the restore: index %d (want %d)", h.f.AppliedIndex(), src.index)
+	}
+	sink := &memSink{}
+	if err := held.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	held.Release()
+	old := newHarness(t)
+	if err := old.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatalf("restoring the held snapshot: %v", err)
+	}
+	if old.job("before") == nil {
+		t.Fatal("the held snapshot did not persist the state it was taken from")
+	}
+}
