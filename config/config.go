@@ -123,10 +123,10 @@ const maxApplyBatch = 4096
 // DefaultConfig returns the configuration of the embedded single-node store.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:             "node1",
-		DataDir:            DefaultDataDir,
-		HTTPAddr:           DefaultHTTPAddr,
-		RaftAddr:           DefaultRaftAddr,
+		NodeID:   "node1",
+		DataDir:  DefaultDataDir,
+		HTTPAddr: DefaultHTTPAddr,
+		RaftAddr: DefaultRaftAddr,
 		// A follower that hears nothing for a random 0.5 to 1 s stands for
 		// election: a killed leader is replaced in about a second. Raise
 		// these on slow networks or overloaded machines.

@@ -187,7 +187,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	}
 
 	n.boltStore, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(cfg.RaftDir(), raftDBFile),
+		Path: filepath.Join(cfg.RaftDir(), raftDBFile),
 		BoltOptions: &bolt.Options{
 			Timeout: boltOpenTimeout,
 			// The log appends at its tail and deletes at its head after
