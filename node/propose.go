@@ -54,6 +54,17 @@ func (n *Node) propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	select {
 	case d := <-p.done:
 		return d.res, d.err
+	case <-n.ctx.Done():
+		// Shutting down: the proposer may be gone, answer for it.
+		if p.state.CompareAndSwap(proposalQueued, proposalAbandoned) {
+			return nil, ErrShutdown // never proposed
+		}
+		select {
+		case d := <-p.done:
+			return d.res, d.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: gave up waiting: %w", ErrUnknownOutcome, ctx.Err())
+		}
 	case <-ctx.Done():
 		if p.state.CompareAndSwap(proposalQueued, proposalAbandoned) {
 			return nil, ctx.Err() // never proposed
