@@ -136,7 +136,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		}
 		var err error
 		if data, err = fsm.EncodeBatch(time.Now(), cmds); err != nil {
-			answerAll(batch, nil, fmt.Errorf("node: %w", err))
+			failAll(batch, fmt.Errorf("node: %w", err))
 			return
 		}
 	}
@@ -147,7 +147,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	go func() {
 		if err := f.Error(); err != nil {
-			answerAll(batch, nil, mapRaftError(err))
+			failAll(batch, mapRaftError(err))
 			return
 		}
 		switch r := f.Response().(type) {
@@ -158,23 +158,23 @@ func (n *Node) proposeBatch(batch []*proposal) {
 			}
 			results, ok := r.Value.(fsm.BatchResults)
 			if r.Err != nil || !ok || len(results) != len(batch) {
-				answerAll(batch, nil, fmt.Errorf("node: batch entry %d answered %T (%v) for %d commands", f.Index(), r.Value, r.Err, len(batch)))
+				failAll(batch, fmt.Errorf("node: batch entry %d answered %T (%v) for %d commands", f.Index(), r.Value, r.Err, len(batch)))
 				return
 			}
 			for i, p := range batch {
 				p.done <- proposalDone{res: results[i]}
 			}
 		case error:
-			answerAll(batch, nil, fmt.Errorf("node: state machine failed to apply entry %d: %w", f.Index(), r))
+			failAll(batch, fmt.Errorf("node: state machine failed to apply entry %d: %w", f.Index(), r))
 		default:
-			answerAll(batch, nil, fmt.Errorf("node: state machine returned %T for entry %d, want *fsm.Result", r, f.Index()))
+			failAll(batch, fmt.Errorf("node: state machine returned %T for entry %d, want *fsm.Result", r, f.Index()))
 		}
 	}()
 }
 
-func answerAll(batch []*proposal, res *fsm.Result, err error) {
+func failAll(batch []*proposal, err error) {
 	for _, p := range batch {
-		p.done <- proposalDone{res: res, err: err}
+		p.done <- proposalDone{err: err}
 	}
 }
 
