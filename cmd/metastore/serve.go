@@ -22,6 +22,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/internal/datadir"
 	"github.com/metastore/metastore/node"
 )
 
@@ -45,10 +46,15 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	logger := newLogger(cfg, stderr)
 	log := logger.With("component", "main")
 
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		log.Error("cannot create data directory", "data_dir", cfg.DataDir, "err", err)
+	// The data directory's format is checked (and recorded, or migrated)
+	// before anything in it is opened.
+	format, fresh, err := datadir.Check(cfg.DataDir, buildVersion())
+	if err != nil {
+		log.Error("cannot use data directory", "data_dir", cfg.DataDir, "err", err)
 		return exitFailure
 	}
+	log.Info("data directory", "data_dir", cfg.DataDir, "format", format.Format, "new", fresh,
+		"created_by", format.CreatedBy, "release", buildVersion())
 
 	// Bind the HTTP port first: a port in use fails the start before any
 	// state is opened, and the address is known-good before Raft or a join

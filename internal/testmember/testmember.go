@@ -21,6 +21,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/internal/datadir"
 	"github.com/metastore/metastore/node"
 )
 
@@ -76,6 +77,9 @@ func Config(t testing.TB, id string) config.Config {
 func Start(t testing.TB, cfg config.Config, l net.Listener, blobDir string) *Member {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := datadir.Check(cfg.DataDir, "test"); err != nil {
 		t.Fatal(err)
 	}
 	f, err := fsm.Open(cfg.FSMPath(), nil)
