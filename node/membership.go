@@ -270,6 +270,9 @@ func (n *Node) postJoin(ctx context.Context, addr string) error {
 		return fmt.Errorf("node: join request to %s: %w", addr, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if n.joinToken != "" {
+		req.Header.Set("Authorization", "Bearer "+n.joinToken)
+	}
 	resp, err := n.httpClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("node: join request to %s: %w", addr, err)

@@ -8,9 +8,12 @@ package testmember
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,10 +78,17 @@ func Config(t testing.TB, id string) config.Config {
 // a directory of its own).
 func Start(t testing.TB, cfg config.Config, l net.Listener, blobDir string) *Member {
 	t.Helper()
+	return StartLogged(t, cfg, l, blobDir, nil)
+}
+
+// StartLogged is Start with every component (state machine, node, Raft,
+// API, collector, auth bootstrap) logging to logger; nil discards.
+func StartLogged(t testing.TB, cfg config.Config, l net.Listener, blobDir string, logger *slog.Logger) *Member {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := fsm.Open(cfg.FSMPath(), nil)
+	f, err := fsm.Open(cfg.FSMPath(), logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,18 +115,28 @@ func Start(t testing.TB, cfg config.Config, l net.Listener, blobDir string) *Mem
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Node, err = node.New(cfg, node.Deps{
-		FSM: f,
-		LeaderTasks: map[string]func(context.Context){
-			"epoch-timeouts": api.EpochTimeoutTask(f, ref.apply, nil),
-			"gc":             m.GC.Run,
-		},
-	})
+	tasks := map[string]func(context.Context){
+		"epoch-timeouts": api.EpochTimeoutTask(f, ref.apply, logger),
+		"gc":             m.GC.Run,
+	}
+	if cfg.Auth {
+		// As cmd/metastore serve does: the bootstrap token from its file.
+		var boot string
+		if cfg.AuthBootstrapTokenFile != "" {
+			raw, err := os.ReadFile(cfg.AuthBootstrapTokenFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			boot = strings.TrimSpace(string(raw))
+		}
+		tasks["auth-bootstrap"] = api.AuthBootstrapTask(f, ref.apply, logger, boot)
+	}
+	m.Node, err = node.New(cfg, node.Deps{FSM: f, LeaderTasks: tasks, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref.set(m.Node)
-	srv := api.New(api.Deps{Config: cfg, Node: m.Node, FSM: f, Store: m.Store, GC: m.GC, Registry: prometheus.NewRegistry()})
+	srv := api.New(api.Deps{Config: cfg, Node: m.Node, FSM: f, Store: m.Store, GC: m.GC, Registry: prometheus.NewRegistry(), Logger: logger})
 	m.srv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go m.srv.Serve(l)
 	t.Cleanup(m.Stop)
