@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -20,22 +22,13 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/node"
 )
 
 // Authentication and authorization (docs/operations.md, "Authentication
 // and tokens"). With Config.Auth on, every route of the table requires a
 // bearer token whose role and scope grant the route's permission; the
 // health endpoints stay open. Tokens live in the replicated state, hashed.
-
-// Error codes of authentication and authorization.
-const (
-	// CodeUnauthenticated (401): no token, or one the cluster does not know
-	// (never created, or revoked).
-	CodeUnauthenticated = "unauthenticated"
-	// CodeForbidden (403): the token, or the signed URL, does not grant the
-	// request.
-	CodeForbidden = "forbidden"
-)
 
 // perm is the permission a route requires. Every route of the table names
 // one (TestEveryRouteHasAPermission).
@@ -57,6 +50,10 @@ const (
 	permBlob
 	// permOperator: operator tokens only.
 	permOperator
+	// permMembers: an operator token, or a join request signed by a
+	// member (node.HeaderMemberAuth): followers of a static cluster ask
+	// the leader to write their member record.
+	permMembers
 )
 
 func (p perm) String() string {
@@ -71,6 +68,8 @@ func (p perm) String() string {
 		return "blob"
 	case permOperator:
 		return "operator"
+	case permMembers:
+		return "operator-or-member"
 	}
 	return "unset"
 }
@@ -81,6 +80,8 @@ type principal struct {
 	// signedKey is the object key of a signed URL that admitted the
 	// request (no token).
 	signedKey string
+	// member: a join request signed by a member admitted it.
+	member bool
 }
 
 type principalKey struct{}
@@ -183,6 +184,13 @@ func (s *Server) checkAuth(w http.ResponseWriter, r *http.Request, rt route) *ht
 		}
 		// A bearer token may still admit it.
 	}
+	if rt.perm == permMembers && r.Header.Get(node.HeaderMemberAuth) != "" {
+		if err := s.verifyMemberRequest(r); err != nil {
+			writeError(w, toAPIError(err))
+			return nil
+		}
+		return r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{member: true}))
+	}
 	secret, has := bearer(r)
 	if !has {
 		unauthenticated(w, "this route needs a bearer token (Authorization: Bearer <token>)")
@@ -244,7 +252,7 @@ func authorize(rt route, r *http.Request, tok *fsm.Token) *Error {
 			return forbid("key %q belongs to job %q, out of scope", key, job)
 		}
 		return nil
-	case permOperator:
+	case permOperator, permMembers:
 		return forbid("only operator tokens may use it")
 	}
 	return forbid("the route declares no permission")
@@ -308,6 +316,32 @@ func (s *Server) verifyObjectURL(method, objKey string, q url.Values) error {
 	want := objectSignature(key, method, objKey, exp)
 	if !hmac.Equal([]byte(want), []byte(q.Get("sig"))) {
 		return errors.New("the signature does not match this method and key")
+	}
+	return nil
+}
+
+// verifyMemberRequest checks a member's signature of its join request
+// (node.HeaderMemberAuth) over the body, which it leaves readable.
+func (s *Server) verifyMemberRequest(r *http.Request) error {
+	expRaw, sig, ok := strings.Cut(r.Header.Get(node.HeaderMemberAuth), ":")
+	exp, err := strconv.ParseInt(expRaw, 10, 64)
+	if !ok || err != nil {
+		return apiErr(http.StatusForbidden, CodeForbidden, node.HeaderMemberAuth, "malformed member signature")
+	}
+	if s.now().Unix() > exp {
+		return apiErr(http.StatusForbidden, CodeForbidden, node.HeaderMemberAuth, "member signature expired")
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	key, err := s.fsm.URLKey()
+	if err != nil {
+		return err
+	}
+	if key == nil || !hmac.Equal([]byte(node.SignMemberRequest(key, exp, body)), []byte(sig)) {
+		return apiErr(http.StatusForbidden, CodeForbidden, node.HeaderMemberAuth, "member signature does not match")
 	}
 	return nil
 }

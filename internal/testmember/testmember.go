@@ -192,6 +192,13 @@ func StartCluster(t testing.TB, n int) []*Member {
 // passed through tweak (when not nil) first.
 func StartClusterWith(t testing.TB, n int, tweak func(*config.Config)) []*Member {
 	t.Helper()
+	return StartClusterLogged(t, n, tweak, nil)
+}
+
+// StartClusterLogged is StartClusterWith with every member logging to
+// logger (StartLogged); nil discards.
+func StartClusterLogged(t testing.TB, n int, tweak func(*config.Config), logger *slog.Logger) []*Member {
+	t.Helper()
 	blobs := filepath.Join(t.TempDir(), "blobs")
 	var peers []config.Peer
 	var ls []net.Listener
@@ -211,7 +218,11 @@ func StartClusterWith(t testing.TB, n int, tweak func(*config.Config)) []*Member
 	var ms []*Member
 	for i, cfg := range cfgs {
 		cfg.InitialCluster = peers
-		ms = append(ms, Start(t, cfg, ls[i], blobs))
+		ml := logger
+		if ml != nil {
+			ml = ml.With("member", cfg.NodeID)
+		}
+		ms = append(ms, StartLogged(t, cfg, ls[i], blobs, ml))
 	}
 	WaitFor(t, 20*time.Second, "a leader with every member record", func() bool {
 		if LeaderOf(ms) == nil {
