@@ -174,7 +174,7 @@ func (c *Client) putOnce(ctx context.Context, method, u string, header http.Head
 	c.count(classObjectPut)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return timeoutErr(err, actx, ctx)
+		return timeoutErr(redactURL(err), actx, ctx)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -505,7 +505,7 @@ func (c *Client) attempt(ctx context.Context, base string, r *request) (*result,
 	c.count(r.class)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		err = timeoutErr(err, actx, ctx)
+		err = timeoutErr(redactURL(err), actx, ctx)
 		timer.Stop()
 		cancel()
 		return nil, err
@@ -610,4 +610,18 @@ func (c *Client) refreshMembers(ctx context.Context, base string) {
 func schemeOf(base string) string {
 	s, _, _ := strings.Cut(base, "://")
 	return s
+}
+
+// redactURL drops the query of the URL a transport error names: a signed
+// query (expires, sig) is a credential and must not reach a log or an
+// error string.
+func redactURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil && u.RawQuery != "" {
+			u.RawQuery = "<redacted>"
+			ue.URL = u.String()
+		}
+	}
+	return err
 }
