@@ -53,6 +53,13 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	if dir == "" {
 		dir = "_"
 	}
+	if s.cfg.Auth {
+		// Upload URLs to this API are signed (auth.go): fail before any
+		// intent is created while the signing key is not set yet.
+		if key, err := s.fsm.URLKey(); err != nil || key == nil {
+			return nil, 0, errNoURLKey
+		}
+	}
 	now := s.now()
 	p := fsm.IntentCreate{Job: job, Generation: b.Generation, Task: b.Task, LeaseUntil: now.Add(s.cfg.UploadLease).UTC()}
 	for i := 0; i < b.Count; i++ {
@@ -81,6 +88,14 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 			u.URL, u.Header = url, hdr
 		case errors.Is(err, blobstore.ErrPresignUnsupported):
 			u.URL = "http://" + s.cfg.HTTPAdvertiseAddr() + "/v1/objects/" + key
+			if s.cfg.Auth {
+				// Scoped to this key and method, valid for the lease.
+				q, err := s.signObject(http.MethodPut, key, p.LeaseUntil)
+				if err != nil {
+					return nil, res.Index, err
+				}
+				u.URL += "?" + q.Encode()
+			}
 		default:
 			return nil, res.Index, storeError(err)
 		}

@@ -30,6 +30,14 @@ const (
 	CodeRouteNotFound    = "route_not_found"
 	CodeInternal         = "internal"
 	CodeBadBackup        = "bad_backup"
+
+	// Authentication and authorization (auth.go).
+	// CodeUnauthenticated (401): no token, or one the cluster does not
+	// know (never created, or revoked).
+	CodeUnauthenticated = "unauthenticated"
+	// CodeForbidden (403): the token, signed URL or member signature does
+	// not grant the request.
+	CodeForbidden = "forbidden"
 )
 
 // Error is the JSON error every failed request answers with:

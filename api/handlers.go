@@ -125,9 +125,9 @@ func (s *Server) stateHash(_ *http.Request) (any, uint64, error) {
 
 // Jobs and attempts.
 
-func (s *Server) jobsList(_ *http.Request) (any, uint64, error) {
+func (s *Server) jobsList(r *http.Request) (any, uint64, error) {
 	jobs, idx, err := s.fsm.Jobs()
-	return map[string]any{"jobs": jobs}, idx, err
+	return map[string]any{"jobs": filterJobs(r, jobs)}, idx, err // a worker token sees its scope (auth.go)
 }
 
 func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
@@ -386,5 +386,13 @@ func (s *Server) taskRestore(r *http.Request) (any, uint64, error) {
 	if req.SourceTask, err = queryID(r, "source_task"); err != nil {
 		return nil, 0, err
 	}
-	return s.fsm.PlanRestore(req)
+	if err := restoreSourceAllowed(r, req); err != nil { // auth.go
+		return nil, 0, err
+	}
+	plan, idx, err := s.fsm.PlanRestore(req)
+	if err != nil {
+		return nil, idx, err
+	}
+	ans, err := s.grantReads(plan) // signed blob reads when auth is on (auth.go)
+	return ans, idx, err
 }

@@ -107,44 +107,51 @@ type route struct {
 	handler func(r *http.Request) (any, uint64, error)
 	// maxBody overrides the configured body limit (blob uploads).
 	maxBody int64
+	// perm is the permission a token needs when auth is on (auth.go).
+	perm perm
 }
 
 // routeTable lists every route of the API once.
 func (s *Server) routeTable() []route {
 	return []route{
-		{"status", "GET", "/v1/status", local, s.status, 0},
-		{"members.list", "GET", "/v1/members", local, s.membersList, 0},
-		{"members.add", "POST", "/v1/members", write, s.membersAdd, 0},
-		{"members.remove", "DELETE", "/v1/members/{id}", write, s.membersRemove, 0},
-		{"leader.transfer", "POST", "/v1/leader/transfer", write, s.leaderTransfer, 0},
-		{"state.hash", "GET", "/v1/state/hash", local, s.stateHash, 0},
+		{"status", "GET", "/v1/status", local, s.status, 0, permAuthenticated},
+		{"members.list", "GET", "/v1/members", local, s.membersList, 0, permAuthenticated},
+		{"members.add", "POST", "/v1/members", write, s.membersAdd, 0, permMembers},
+		{"members.remove", "DELETE", "/v1/members/{id}", write, s.membersRemove, 0, permOperator},
+		{"leader.transfer", "POST", "/v1/leader/transfer", write, s.leaderTransfer, 0, permOperator},
+		{"state.hash", "GET", "/v1/state/hash", local, s.stateHash, 0, permOperator},
 
-		{"jobs.list", "GET", "/v1/jobs", read, s.jobsList, 0},
-		{"jobs.put", "PUT", "/v1/jobs/{job}", write, s.jobPut, 0},
-		{"jobs.get", "GET", "/v1/jobs/{job}", read, s.jobGet, 0},
-		{"attempts.start", "POST", "/v1/jobs/{job}/attempts", write, s.attemptStart, 0},
-		{"attempts.get", "GET", "/v1/jobs/{job}/attempts/{generation}", read, s.attemptGet, 0},
-		{"epochs.begin", "POST", "/v1/jobs/{job}/epochs", write, s.epochBegin, 0},
-		{"epochs.list", "GET", "/v1/jobs/{job}/epochs", read, s.epochsList, 0},
-		{"epochs.get", "GET", "/v1/jobs/{job}/epochs/{epoch}", read, s.epochGet, 0},
-		{"epochs.ack", "PUT", "/v1/jobs/{job}/epochs/{epoch}/acks/{task}", write, s.taskAck, 0},
-		{"epochs.abort", "POST", "/v1/jobs/{job}/epochs/{epoch}/abort", write, s.epochAbort, 0},
-		{"epochs.pin", "PUT", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochPin, 0},
-		{"epochs.unpin", "DELETE", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochUnpin, 0},
-		{"tasks.restore", "GET", "/v1/jobs/{job}/tasks/{task}/restore", read, s.taskRestore, 0},
-		{"epochs.manifest", "GET", "/v1/jobs/{job}/epochs/{epoch}/manifests/{task}", read, s.manifestGet, 0},
+		{"jobs.list", "GET", "/v1/jobs", read, s.jobsList, 0, permAuthenticated},
+		{"jobs.put", "PUT", "/v1/jobs/{job}", write, s.jobPut, 0, permJob},
+		{"jobs.get", "GET", "/v1/jobs/{job}", read, s.jobGet, 0, permJob},
+		{"attempts.start", "POST", "/v1/jobs/{job}/attempts", write, s.attemptStart, 0, permJob},
+		{"attempts.get", "GET", "/v1/jobs/{job}/attempts/{generation}", read, s.attemptGet, 0, permJob},
+		{"epochs.begin", "POST", "/v1/jobs/{job}/epochs", write, s.epochBegin, 0, permJob},
+		{"epochs.list", "GET", "/v1/jobs/{job}/epochs", read, s.epochsList, 0, permJob},
+		{"epochs.get", "GET", "/v1/jobs/{job}/epochs/{epoch}", read, s.epochGet, 0, permJob},
+		{"epochs.ack", "PUT", "/v1/jobs/{job}/epochs/{epoch}/acks/{task}", write, s.taskAck, 0, permJob},
+		{"epochs.abort", "POST", "/v1/jobs/{job}/epochs/{epoch}/abort", write, s.epochAbort, 0, permJob},
+		{"epochs.pin", "PUT", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochPin, 0, permOperator},
+		{"epochs.unpin", "DELETE", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochUnpin, 0, permOperator},
+		{"tasks.restore", "GET", "/v1/jobs/{job}/tasks/{task}/restore", read, s.taskRestore, 0, permJob},
+		{"epochs.manifest", "GET", "/v1/jobs/{job}/epochs/{epoch}/manifests/{task}", read, s.manifestGet, 0, permJob},
 
-		{"uploads.create", "POST", "/v1/jobs/{job}/uploads", write, s.uploadsCreate, 0},
-		{"objects.put", "PUT", "/v1/objects/{key:.+}", write, s.objectPut, s.cfg.MaxBlobBytes},
-		{"objects.get", "GET", "/v1/objects/{key:.+}", read, nil, 0},
-		{"blobs.stats", "GET", "/v1/blobs", read, s.blobStats, 0},
-		{"blobs.get", "GET", "/v1/blobs/{key:.+}", read, s.blobGet, 0},
-		{"fsck", "GET", "/v1/fsck", read, s.fsck, 0},
-		{"gc.status", "GET", "/v1/gc", read, s.gcStatus, 0},
-		{"gc.run", "POST", "/v1/gc/run", write, s.gcRun, 0},
-		{"jobs.verify", "GET", "/v1/jobs/{job}/verify", read, s.jobVerify, 0},
-		{"snapshot.save", "GET", "/v1/snapshot", read, nil, 0},
-		{"snapshot.restore", "PUT", "/v1/snapshot", write, s.snapshotRestore, 1 << 40},
+		{"uploads.create", "POST", "/v1/jobs/{job}/uploads", write, s.uploadsCreate, 0, permJob},
+		{"objects.put", "PUT", "/v1/objects/{key:.+}", write, s.objectPut, s.cfg.MaxBlobBytes, permObject},
+		{"objects.get", "GET", "/v1/objects/{key:.+}", read, nil, 0, permObject},
+		{"blobs.stats", "GET", "/v1/blobs", read, s.blobStats, 0, permOperator},
+		{"blobs.get", "GET", "/v1/blobs/{key:.+}", read, s.blobGet, 0, permBlob},
+		{"fsck", "GET", "/v1/fsck", read, s.fsck, 0, permOperator},
+		{"gc.status", "GET", "/v1/gc", read, s.gcStatus, 0, permOperator},
+		{"gc.run", "POST", "/v1/gc/run", write, s.gcRun, 0, permOperator},
+		{"jobs.verify", "GET", "/v1/jobs/{job}/verify", read, s.jobVerify, 0, permJob},
+		{"snapshot.save", "GET", "/v1/snapshot", read, nil, 0, permOperator},
+		{"snapshot.restore", "PUT", "/v1/snapshot", write, s.snapshotRestore, 1 << 40, permOperator},
+
+		// Tokens (auth.go).
+		{"tokens.create", "POST", "/v1/tokens", write, s.tokensCreate, 0, permOperator},
+		{"tokens.list", "GET", "/v1/tokens", read, s.tokensList, 0, permOperator},
+		{"tokens.revoke", "DELETE", "/v1/tokens/{accessor}", write, s.tokensRevoke, 0, permOperator},
 	}
 }
 
@@ -166,14 +173,19 @@ func (s *Server) routes(reg *prometheus.Registry) *mux.Router {
 	r.Handle("/healthz", s.instrument("healthz", http.HandlerFunc(s.healthz))).Methods("GET")
 	r.Handle("/readyz", s.instrument("readyz", http.HandlerFunc(s.readyz))).Methods("GET")
 	if s.cfg.EnablePprof {
-		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		r.PathPrefix("/debug/pprof/").HandlerFunc(pprof.Index) // heap, goroutine, ... by name
+		// Operator tokens only when auth is on (auth.go).
+		r.Handle("/debug/pprof/cmdline", s.operatorOnly("pprof", http.HandlerFunc(pprof.Cmdline)))
+		r.Handle("/debug/pprof/profile", s.operatorOnly("pprof", http.HandlerFunc(pprof.Profile)))
+		r.Handle("/debug/pprof/symbol", s.operatorOnly("pprof", http.HandlerFunc(pprof.Symbol)))
+		r.Handle("/debug/pprof/trace", s.operatorOnly("pprof", http.HandlerFunc(pprof.Trace)))
+		r.PathPrefix("/debug/pprof/").Handler(s.operatorOnly("pprof", http.HandlerFunc(pprof.Index))) // heap, goroutine, ... by name
 	}
 	if reg != nil {
-		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})).Methods("GET")
+		var h http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+		if !s.cfg.AuthMetricsOpen {
+			h = s.operatorOnly("metrics", h) // auth.go; open when auth is off
+		}
+		r.Handle("/metrics", h).Methods("GET")
 	}
 	r.NotFoundHandler = s.instrument("not_found", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, apiErr(http.StatusNotFound, CodeRouteNotFound, "", "no route %s %s", req.Method, req.URL.Path))
@@ -193,6 +205,9 @@ func (s *Server) wrap(rt route) http.Handler {
 			limit = rt.maxBody
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if r = s.checkAuth(w, r, rt); r == nil {
+			return
+		}
 		if s.mustForward(rt, r) {
 			s.forward(w, r, rt.name)
 			return
@@ -267,6 +282,9 @@ func (s *Server) mustForward(rt route, r *http.Request) bool {
 // leaderOnly forwards a streaming handler's request like wrap does.
 func (s *Server) leaderOnly(rt route, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r = s.checkAuth(w, r, rt); r == nil {
+			return
+		}
 		if s.mustForward(rt, r) {
 			s.forward(w, r, rt.name)
 			return

@@ -174,7 +174,7 @@ func (c *Client) putOnce(ctx context.Context, method, u string, header http.Head
 	c.count(classObjectPut)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return timeoutErr(err, actx, ctx)
+		return timeoutErr(redactURL(err), actx, ctx)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -213,12 +213,27 @@ func (r *countingReader) Read(p []byte) (int, error) {
 // bounded by ctx only. The reader does not check the number of bytes:
 // Restore.OpenState does.
 func (c *Client) ReadBlob(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	return c.readBlob(ctx, key, offset, length, "")
+}
+
+// readBlob is ReadBlob with grant, the signed query (expires, sig) of a
+// restore plan that admits the read without a token ("" for none).
+func (c *Client) readBlob(ctx context.Context, key string, offset, length int64, grant string) (io.ReadCloser, error) {
 	if offset < 0 {
 		return nil, fmt.Errorf("client: ReadBlob: negative offset %d", offset)
 	}
 	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
 	if length >= 0 {
 		q.Set("length", strconv.FormatInt(length, 10))
+	}
+	if grant != "" {
+		g, err := url.ParseQuery(grant)
+		if err != nil {
+			return nil, fmt.Errorf("client: ReadBlob %s: malformed read grant", key)
+		}
+		for k, vs := range g {
+			q[k] = vs
+		}
 	}
 	segs := strings.Split(key, "/")
 	for i, s := range segs {

@@ -71,6 +71,12 @@ type Config struct {
 	// Logger receives retries (debug) and endpoint changes (debug); nil
 	// discards.
 	Logger *slog.Logger
+	// Token is the bearer token sent to the metastore API
+	// (Authorization: Bearer) when the cluster runs with --auth; "" sends
+	// none. It is never logged nor put in an error, and never sent to a
+	// presigned object-store URL. A 401 or 403 answer is final: it
+	// matches ErrUnauthenticated or ErrForbidden and is not retried.
+	Token string
 }
 
 // Stats counts the requests a client made, retries included.
@@ -493,10 +499,13 @@ func (c *Client) attempt(ctx context.Context, base string, r *request) (*result,
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
 	c.count(r.class)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		err = timeoutErr(err, actx, ctx)
+		err = timeoutErr(redactURL(err), actx, ctx)
 		timer.Stop()
 		cancel()
 		return nil, err
@@ -601,4 +610,18 @@ func (c *Client) refreshMembers(ctx context.Context, base string) {
 func schemeOf(base string) string {
 	s, _, _ := strings.Cut(base, "://")
 	return s
+}
+
+// redactURL drops the query of the URL a transport error names: a signed
+// query (expires, sig) is a credential and must not reach a log or an
+// error string.
+func redactURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil && u.RawQuery != "" {
+			u.RawQuery = "<redacted>"
+			ue.URL = u.String()
+		}
+	}
+	return err
 }

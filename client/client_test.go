@@ -716,3 +716,20 @@ func TestConcurrentWorkers(t *testing.T) {
 		}
 	}
 }
+
+// A transport error names the URL without its signed query.
+func TestTransportErrorsRedactSignedQueries(t *testing.T) {
+	c, err := client.New(client.Config{Endpoints: []string{"http://127.0.0.1:1"}, MaxAttempts: 1, DisableDiscovery: true, Token: "mst_secret-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := client.UploadSlot{Key: "j/t/k", Method: "PUT", URL: "http://127.0.0.1:1/v1/objects/j/t/k?expires=1&sig=SECRETSIG"}
+	err = c.PutObject(context.Background(), slot, strings.NewReader("x"), 1)
+	if err == nil || strings.Contains(err.Error(), "SECRETSIG") || strings.Contains(err.Error(), "secret-token") {
+		t.Fatalf("error: %v", err)
+	}
+	_, err = c.Job(context.Background(), "j")
+	if err == nil || strings.Contains(err.Error(), "secret-token") {
+		t.Fatalf("error: %v", err)
+	}
+}

@@ -51,6 +51,15 @@ var (
 	// arguments) to learn the outcome. Never assume it failed.
 	ErrOutcomeUnknown = errors.New("metastore: outcome unknown")
 
+	// ErrUnauthenticated: the cluster requires a token and the request had
+	// none, or one it does not know (never created, or revoked). Not
+	// retried.
+	ErrUnauthenticated = errors.New("metastore: unauthenticated")
+	// ErrForbidden: the token (or signed URL) does not grant the request:
+	// a worker token used outside its job scope or on an operator route.
+	// Not retried.
+	ErrForbidden = errors.New("metastore: forbidden")
+
 	// ErrEpochAborted: AwaitEpoch saw the epoch aborted; the error is an
 	// *EpochAbortedError with the reason.
 	ErrEpochAborted = errors.New("metastore: epoch aborted")
@@ -78,6 +87,8 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeRouteNotFound    = "route_not_found"
 	CodeInternal         = "internal"
+	CodeUnauthenticated  = "unauthenticated"
+	CodeForbidden        = "forbidden"
 )
 
 // codeSentinel maps each API code to its sentinel. Codes not listed
@@ -119,6 +130,9 @@ var codeSentinel = map[string]error{
 	CodeTimeout:     ErrUnavailable,
 
 	CodeOutcomeUnknown: ErrOutcomeUnknown,
+
+	CodeUnauthenticated: ErrUnauthenticated,
+	CodeForbidden:       ErrForbidden,
 }
 
 // APIError is an error answer of the API:

@@ -35,6 +35,8 @@ type Restore struct {
 	Plan *fsm.RestorePlan
 	// Payloads holds the inline payloads by kind (restored kinds only).
 	Payloads map[fsm.Kind][]byte
+	// grants are the signed read queries of the plan's blobs (auth on).
+	grants map[string]string
 
 	c *Client
 }
@@ -55,11 +57,16 @@ func (c *Client) Restore(ctx context.Context, job, task string, opts RestoreOpti
 	if opts.SourceTask != "" {
 		q.Set("source_task", opts.SourceTask)
 	}
-	var plan fsm.RestorePlan
-	if err := c.get(ctx, jobPath(job)+"/tasks/"+url.PathEscape(task)+"/restore", q, &plan); err != nil {
+	var ans struct {
+		fsm.RestorePlan
+		// ObjectGrants admit the reads of the plan's blobs (auth on).
+		ObjectGrants map[string]string `json:"object_grants"`
+	}
+	if err := c.get(ctx, jobPath(job)+"/tasks/"+url.PathEscape(task)+"/restore", q, &ans); err != nil {
 		return nil, err
 	}
-	r := &Restore{Plan: &plan, Payloads: map[fsm.Kind][]byte{}, c: c}
+	plan := ans.RestorePlan
+	r := &Restore{Plan: &plan, Payloads: map[fsm.Kind][]byte{}, grants: ans.ObjectGrants, c: c}
 	for k, kr := range plan.Kinds {
 		if kr.Status == fsm.RestoreRestored && kr.Payload != nil {
 			r.Payloads[k] = kr.Payload
@@ -137,7 +144,7 @@ func (r *Restore) OpenState(ctx context.Context) (io.ReadCloser, error) {
 	default:
 		return nil, fmt.Errorf("client: state of task %q: %w", r.Plan.Task, ErrNoPriorState)
 	}
-	return &stateReader{ctx: ctx, c: r.c, ranges: r.Ranges()}, nil
+	return &stateReader{ctx: ctx, c: r.c, ranges: r.Ranges(), grants: r.grants}, nil
 }
 
 // stateReader reads ranges one after the other.
@@ -145,6 +152,7 @@ type stateReader struct {
 	ctx    context.Context
 	c      *Client
 	ranges []manifests.Segment
+	grants map[string]string
 	cur    io.ReadCloser
 	left   uint64 // bytes of ranges[0] still to read
 	opened bool   // ranges[0] was opened at least once
@@ -170,7 +178,7 @@ func (s *stateReader) Read(p []byte) (int, error) {
 		}
 		if s.cur == nil {
 			off := rg.Offset + (rg.Length - s.left)
-			rc, err := s.c.ReadBlob(s.ctx, rg.Key, int64(off), int64(s.left))
+			rc, err := s.c.readBlob(s.ctx, rg.Key, int64(off), int64(s.left), s.grants[rg.Key])
 			if err != nil {
 				return 0, fmt.Errorf("client: reading %s@%d: %w", rg.Key, off, err)
 			}

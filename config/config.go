@@ -110,6 +110,23 @@ type Config struct {
 	GCOrphanGrace  time.Duration
 	GCOrphanEvery  time.Duration
 
+	// Authentication (docs/operations.md, "Authentication and tokens").
+	// Auth requires a bearer token on every API request except /healthz
+	// and /readyz; off by default, so the embedded loopback store stays
+	// open.
+	Auth bool
+	// AuthBootstrapTokenFile names a file holding the first operator
+	// token; the leader creates it when the cluster has no token.
+	AuthBootstrapTokenFile string
+	// AuthJoinTokenFile names a file holding an operator token a node
+	// started with Join sends with its join request.
+	AuthJoinTokenFile string
+	// AuthMetricsOpen leaves /metrics open when Auth is on.
+	AuthMetricsOpen bool
+	// AuthObjectURLTTL is how long the signed object-read URLs handed out
+	// with a restore plan stay valid.
+	AuthObjectURLTTL time.Duration
+
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
 	// LogFormat is text or json.
@@ -150,6 +167,7 @@ func DefaultConfig() Config {
 		GCTombstoneTTL:     24 * time.Hour,
 		GCOrphanGrace:      time.Hour,
 		GCOrphanEvery:      time.Hour,
+		AuthObjectURLTTL:   time.Hour,
 		LogLevel:           "info",
 		LogFormat:          "text",
 	}
@@ -286,6 +304,12 @@ func (c *Config) Validate() error {
 	}
 	if c.GCRate < 0 {
 		return bad("gc-rate", "cannot be negative")
+	}
+	if c.AuthBootstrapTokenFile != "" && !c.Auth {
+		return bad("auth-bootstrap-token-file", "requires --auth")
+	}
+	if c.AuthObjectURLTTL < time.Second {
+		return bad("auth-object-url-ttl", "%s is below the minimum 1s", c.AuthObjectURLTTL)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -29,6 +29,12 @@ const (
 	CmdBlobsDeleting CommandType = 13
 	CmdBlobsGone     CommandType = 14
 	CmdBlobsPurge    CommandType = 15
+	// 16 is CmdBatch (batch.go).
+
+	// Authentication (auth.go).
+	CmdTokenCreate CommandType = 17
+	CmdTokenRevoke CommandType = 18
+	CmdURLKeyInit  CommandType = 19
 )
 
 func (t CommandType) String() string {

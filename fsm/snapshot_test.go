@@ -29,6 +29,13 @@ func fillEverything(h *harness) {
 	h.mustApply(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "node-3", RaftAddr: "10.0.0.3:7000", HTTPAddr: "10.0.0.3:8080"})
 	h.mustApply(fsm.CmdMemberRemove, fsm.MemberRemove{ID: "node-3"})
 
+	// auth: tokens (one revoked) and the object-URL signing key.
+	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000a1", Hash: fsm.TokenHash("op-secret"), Role: fsm.RoleOperator, Bootstrap: true})
+	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b1", Hash: fsm.TokenHash("w-secret"), Role: fsm.RoleWorker, Job: "alpha", Description: "alpha worker"})
+	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b2", Hash: fsm.TokenHash("w2-secret"), Role: fsm.RoleWorker, JobPrefix: "be"})
+	h.mustApply(fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: "00000000000000b2"})
+	h.mustApply(fsm.CmdURLKeyInit, fsm.URLKeyInit{Key: bytes.Repeat([]byte{7}, fsm.URLKeyLen)})
+
 	// alpha: two attempts, retention 2 with a savepoint, short history.
 	h.putJob("alpha", fsm.JobConfig{Retained: 2, AckTimeout: fsm.Duration(30 * time.Second), History: 3})
 	src := task(t, "src", "input")

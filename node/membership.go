@@ -3,11 +3,15 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -256,6 +260,20 @@ func (n *Node) isVoter() bool {
 
 // postJoin sends one join request for this node to addr (host:port or a
 // URL base).
+// HeaderMemberAuth carries a member's signature of its join request:
+// "<expires unix>:<base64url HMAC-SHA256>" under the cluster's replicated
+// signing key. With auth on, the API admits such a request to POST
+// /v1/members without an operator token: only a member has the key.
+const HeaderMemberAuth = "X-Metastore-Member-Auth"
+
+// SignMemberRequest signs a join request body valid until expires.
+func SignMemberRequest(key []byte, expires int64, body []byte) string {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "metastore-member-request-v1\n%d\n", expires)
+	m.Write(body)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
 func (n *Node) postJoin(ctx context.Context, addr string) error {
 	body, err := json.Marshal(joinRequest{ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAdvertiseAddr(), HTTPAddr: n.cfg.HTTPAdvertiseAddr()})
 	if err != nil {
@@ -270,6 +288,15 @@ func (n *Node) postJoin(ctx context.Context, addr string) error {
 		return fmt.Errorf("node: join request to %s: %w", addr, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if n.joinToken != "" {
+		req.Header.Set("Authorization", "Bearer "+n.joinToken)
+	}
+	if key, err := n.fsm.URLKey(); err == nil && key != nil {
+		// A member (it holds the replicated signing key) vouches for its
+		// own record request: no operator token needed.
+		exp := time.Now().Add(time.Minute).Unix()
+		req.Header.Set(HeaderMemberAuth, strconv.FormatInt(exp, 10)+":"+SignMemberRequest(key, exp, body))
+	}
 	resp, err := n.httpClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("node: join request to %s: %w", addr, err)

@@ -66,10 +66,17 @@ type Deps struct {
 	// promptly once its context is cancelled: the next leadership term does
 	// not start tasks until the previous ones have returned.
 	LeaderTasks map[string]func(ctx context.Context)
+	// JoinToken is the operator token a joining node sends with its join
+	// request when the cluster requires tokens; "" sends none. It is never
+	// logged.
+	JoinToken string
 }
 
 // Node is one Raft member of a metastore cluster.
 type Node struct {
+	// joinToken authenticates join requests (Deps.JoinToken).
+	joinToken string
+
 	cfg   config.Config
 	log   *slog.Logger
 	fsm   *fsm.FSM
@@ -164,6 +171,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		log:        logger.With("component", "node"),
 		fsm:        deps.FSM,
 		tasks:      deps.LeaderTasks,
+		joinToken:  deps.JoinToken,
 		obsCh:      make(chan raft.Observation, 64),
 		kickCh:     make(chan struct{}, 1),
 		httpClient: &http.Client{Timeout: joinRequestTimeout},

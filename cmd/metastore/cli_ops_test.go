@@ -171,6 +171,9 @@ var clientCommandLines = map[string][]string{
 	"fsck":             {"fsck"},
 	"snapshot save":    {"snapshot", "save", "out.backup"},
 	"snapshot restore": {"snapshot", "restore", "in.backup", "--yes"},
+	"tokens create":    {"tokens", "create", "--role", "worker", "--job", "orders"},
+	"tokens list":      {"tokens", "list"},
+	"tokens revoke":    {"tokens", "revoke", "0123456789abcdef"},
 }
 
 // TestEveryClientCommand checks, for every client command of the table,

@@ -40,6 +40,8 @@ type clientOptions struct {
 	addr    string
 	json    bool
 	timeout time.Duration
+	// token and tokenFile give the bearer token (cli_tokens.go).
+	token, tokenFile string
 }
 
 // newClientFlags returns the flag set of a client command, with --addr
@@ -60,6 +62,7 @@ func newClientFlagsTimeout(name string, getenv func(string) string, timeout time
 	fs.StringVar(&o.addr, "addr", o.addr, "HTTP address of a metastore node ["+envName("addr")+"]")
 	fs.BoolVar(&o.json, "json", false, "print the API's answer as JSON")
 	fs.DurationVar(&o.timeout, "timeout", timeout, "how long to wait for the answer")
+	o.tokenFlags(fs, getenv)
 	return fs, o
 }
 
@@ -200,6 +203,9 @@ func (o *clientOptions) request(ctx context.Context, method, path string, body i
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
+	if err := o.authorize(req); err != nil {
+		return nil, err
+	}
 	if body != nil {
 		req.ContentLength = size
 		req.Header.Set("Content-Type", contentType)

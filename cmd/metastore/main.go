@@ -129,6 +129,10 @@ var commands = []*command{
 	{name: "fsck", client: true, summary: "recount every blob reference count (exit 1 on any mismatch)", run: runFsck},
 	{name: "snapshot save", args: "FILE", client: true, summary: "save a backup of the whole replicated state to FILE", run: runSnapshotSave},
 	{name: "snapshot restore", args: "FILE", flags: "[--yes]", client: true, summary: "replace the cluster's whole state with the backup in FILE", run: runSnapshotRestore},
+	{name: "tokens create", flags: "--role operator|worker [--job JOB | --job-prefix PREFIX] [--description TEXT]", client: true, summary: "create an API token and print its secret (shown only once)", run: runTokensCreate},
+	{name: "tokens list", client: true, summary: "list API tokens (accessor, role, scope; never the secrets)", run: runTokensList},
+	{name: "tokens revoke", args: "ACCESSOR", flags: "[--force]", client: true, summary: "revoke an API token (--force: even the last operator token)", run: runTokensRevoke},
+	{name: "tokens generate", summary: "print a new token secret, e.g. for --auth-bootstrap-token-file (talks to no node)", run: runTokensGenerate},
 	{name: "version", summary: "print the version", run: runVersion},
 	{name: "help", summary: "show this help"}, // run handles it: printUsage reads this table
 }

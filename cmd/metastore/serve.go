@@ -56,6 +56,13 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	log.Info("data directory", "data_dir", cfg.DataDir, "format", format.Format, "new", fresh,
 		"created_by", format.CreatedBy, "release", buildVersion())
 
+	// Authentication: the bootstrap and join tokens (serve_auth.go).
+	bootstrapToken, joinToken, err := authTokens(cfg)
+	if err != nil {
+		log.Error("cannot read a token file", "err", err)
+		return exitFailure
+	}
+
 	// Bind the HTTP port first: a port in use fails the start before any
 	// state is opened, and the address is known-good before Raft or a join
 	// tells other members about it.
@@ -131,7 +138,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		log.Error("cannot configure the garbage collector", "err", err)
 		return exitFailure
 	}
-	n, err := node.New(cfg, node.Deps{
+	deps := node.Deps{
 		Logger:     logger, // the node names its components (node, raft)
 		FSM:        f,
 		Registerer: reg,
@@ -139,7 +146,12 @@ func serve(cfg config.Config, stderr io.Writer) int {
 			"epoch-timeout": api.EpochTimeoutTask(f, apply, logger.With("component", "epoch-timeout")),
 			"gc":            collector.Run,
 		},
-	})
+		JoinToken: joinToken,
+	}
+	if cfg.Auth {
+		deps.LeaderTasks["auth-bootstrap"] = api.AuthBootstrapTask(f, apply, logger.With("component", "auth"), bootstrapToken)
+	}
+	n, err := node.New(cfg, deps)
 	if err != nil {
 		ln.Close()
 		if cerr := f.Close(); cerr != nil {

@@ -60,6 +60,8 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	addr := g.String("addr", addrDefault, "comma-separated HTTP addresses of metastore members [METASTORE_ADDR]")
 	job := g.String("job", "demo", "job id")
 	verbose := g.Bool("verbose", false, "log the client's retries and endpoint changes to stderr")
+	token := g.String("token", os.Getenv("METASTORE_TOKEN"), "API token (a worker token for the job) when the cluster runs with --auth [METASTORE_TOKEN]")
+	tokenFile := g.String("token-file", os.Getenv("METASTORE_TOKEN_FILE"), "file holding the API token [METASTORE_TOKEN_FILE]")
 	if err := g.Parse(args); err != nil {
 		return 2
 	}
@@ -100,7 +102,15 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	// Twice the default attempts (about 15s of backoff in all): a worker
 	// would rather wait out a leader election, which takes a few seconds
 	// with the default Raft timeouts, than fail its job.
-	c, err := client.New(client.Config{Endpoints: strings.Split(*addr, ","), MaxAttempts: 2 * client.DefaultMaxAttempts, Logger: logger})
+	if *token == "" && *tokenFile != "" {
+		raw, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "streamjob: --token-file: %v\n", err)
+			return 2
+		}
+		*token = strings.TrimSpace(string(raw))
+	}
+	c, err := client.New(client.Config{Endpoints: strings.Split(*addr, ","), MaxAttempts: 2 * client.DefaultMaxAttempts, Logger: logger, Token: *token})
 	if err != nil {
 		fmt.Fprintf(stderr, "streamjob: %v\n", err)
 		return 2

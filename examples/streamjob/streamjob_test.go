@@ -195,7 +195,7 @@ func (m *member) url(path string) string { return "http://" + m.httpAddr + path 
 
 // serve starts n `metastore serve` processes (n > 1: one cluster sharing a
 // blob directory) and waits until every one is ready.
-func serve(t *testing.T, bin string, n int) []*member {
+func serve(t *testing.T, bin string, n int, extra ...string) []*member {
 	t.Helper()
 	dir := t.TempDir()
 	var ms []*member
@@ -216,7 +216,7 @@ func serve(t *testing.T, bin string, n int) []*member {
 			// one stored.
 			args = append(args, "--initial-cluster", strings.Join(peers, ","), "--blob-store", "file://"+filepath.Join(dir, "blobs"))
 		}
-		m.proc = start(t, "metastore "+m.id, bin, append(args, raftFlags...)...)
+		m.proc = start(t, "metastore "+m.id, bin, append(append(args, raftFlags...), extra...)...)
 	}
 	for _, m := range ms {
 		poll(t, 30*time.Second, m.id+" ready", func() error {

@@ -8,9 +8,12 @@ package testmember
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,13 +79,20 @@ func Config(t testing.TB, id string) config.Config {
 // a directory of its own).
 func Start(t testing.TB, cfg config.Config, l net.Listener, blobDir string) *Member {
 	t.Helper()
+	return StartLogged(t, cfg, l, blobDir, nil)
+}
+
+// StartLogged is Start with every component (state machine, node, Raft,
+// API, collector, auth bootstrap) logging to logger; nil discards.
+func StartLogged(t testing.TB, cfg config.Config, l net.Listener, blobDir string, logger *slog.Logger) *Member {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := datadir.Check(cfg.DataDir, "test"); err != nil {
 		t.Fatal(err)
 	}
-	f, err := fsm.Open(cfg.FSMPath(), nil)
+	f, err := fsm.Open(cfg.FSMPath(), logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,18 +119,28 @@ func Start(t testing.TB, cfg config.Config, l net.Listener, blobDir string) *Mem
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Node, err = node.New(cfg, node.Deps{
-		FSM: f,
-		LeaderTasks: map[string]func(context.Context){
-			"epoch-timeouts": api.EpochTimeoutTask(f, ref.apply, nil),
-			"gc":             m.GC.Run,
-		},
-	})
+	tasks := map[string]func(context.Context){
+		"epoch-timeouts": api.EpochTimeoutTask(f, ref.apply, logger),
+		"gc":             m.GC.Run,
+	}
+	if cfg.Auth {
+		// As cmd/metastore serve does: the bootstrap token from its file.
+		var boot string
+		if cfg.AuthBootstrapTokenFile != "" {
+			raw, err := os.ReadFile(cfg.AuthBootstrapTokenFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			boot = strings.TrimSpace(string(raw))
+		}
+		tasks["auth-bootstrap"] = api.AuthBootstrapTask(f, ref.apply, logger, boot)
+	}
+	m.Node, err = node.New(cfg, node.Deps{FSM: f, LeaderTasks: tasks, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref.set(m.Node)
-	srv := api.New(api.Deps{Config: cfg, Node: m.Node, FSM: f, Store: m.Store, GC: m.GC, Registry: prometheus.NewRegistry()})
+	srv := api.New(api.Deps{Config: cfg, Node: m.Node, FSM: f, Store: m.Store, GC: m.GC, Registry: prometheus.NewRegistry(), Logger: logger})
 	m.srv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go m.srv.Serve(l)
 	t.Cleanup(m.Stop)
@@ -176,6 +196,13 @@ func StartCluster(t testing.TB, n int) []*Member {
 // passed through tweak (when not nil) first.
 func StartClusterWith(t testing.TB, n int, tweak func(*config.Config)) []*Member {
 	t.Helper()
+	return StartClusterLogged(t, n, tweak, nil)
+}
+
+// StartClusterLogged is StartClusterWith with every member logging to
+// logger (StartLogged); nil discards.
+func StartClusterLogged(t testing.TB, n int, tweak func(*config.Config), logger *slog.Logger) []*Member {
+	t.Helper()
 	blobs := filepath.Join(t.TempDir(), "blobs")
 	var peers []config.Peer
 	var ls []net.Listener
@@ -195,7 +222,11 @@ func StartClusterWith(t testing.TB, n int, tweak func(*config.Config)) []*Member
 	var ms []*Member
 	for i, cfg := range cfgs {
 		cfg.InitialCluster = peers
-		ms = append(ms, Start(t, cfg, ls[i], blobs))
+		ml := logger
+		if ml != nil {
+			ml = ml.With("member", cfg.NodeID)
+		}
+		ms = append(ms, StartLogged(t, cfg, ls[i], blobs, ml))
 	}
 	WaitFor(t, 20*time.Second, "a leader with every member record", func() bool {
 		if LeaderOf(ms) == nil {

@@ -1,0 +1,339 @@
+package fsm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Access tokens and the object-URL signing key, replicated like the rest
+// of the state so every member authenticates the same way.
+//
+// A token is never stored: the state keeps the SHA-256 of its secret. The
+// secret is 32 bytes from crypto/rand (256 bits of entropy), so guessing it
+// from its hash is as hard as guessing it outright; a slow, salted password
+// hash (bcrypt, argon2) buys nothing for such a secret and would cost every
+// request a deliberately slow computation.
+
+// bucketAuth: "token\0" accessor -> Token; "hash\0" hash -> accessor;
+// "url_key" -> the object-URL signing key.
+var bucketAuth = bucket("auth")
+
+var (
+	authTokenPrefix = []byte("token\x00")
+	authHashPrefix  = []byte("hash\x00")
+	authURLKey      = []byte("url_key")
+)
+
+func init() {
+	allBuckets = append(allBuckets, bucketAuth)
+	register(CmdTokenCreate, "token-create", 1, applyTokenCreate)
+	register(CmdTokenRevoke, "token-revoke", 1, applyTokenRevoke)
+	register(CmdURLKeyInit, "url-key-init", 1, applyURLKeyInit)
+}
+
+// Role is what a token may do.
+type Role string
+
+const (
+	// RoleOperator may do everything.
+	RoleOperator Role = "operator"
+	// RoleWorker may touch only the jobs of its scope: one job, or every
+	// job whose id starts with a prefix.
+	RoleWorker Role = "worker"
+)
+
+// Token is a token's record. It never holds the secret.
+type Token struct {
+	// Accessor names the token in lists and revocations; it is not a
+	// credential.
+	Accessor string `json:"accessor"`
+	Role     Role   `json:"role"`
+	// Job or JobPrefix is the scope of a worker token (exactly one is set).
+	Job         string `json:"job,omitempty"`
+	JobPrefix   string `json:"job_prefix,omitempty"`
+	Description string `json:"description,omitempty"`
+	// Hash is the hex SHA-256 of the secret (TokenHash).
+	Hash string `json:"hash"`
+	// CreatedAt is the leader's clock when the token was created.
+	CreatedAt   time.Time `json:"created_at"`
+	CreateIndex uint64    `json:"create_index"`
+}
+
+// Covers reports whether the token's scope covers job.
+func (t *Token) Covers(job string) bool {
+	switch {
+	case t.Role == RoleOperator:
+		return true
+	case t.Role != RoleWorker:
+		return false
+	case t.Job != "":
+		return job == t.Job
+	case t.JobPrefix != "":
+		return strings.HasPrefix(job, t.JobPrefix)
+	}
+	return false
+}
+
+// Scope describes the token's scope for messages: "all jobs", `job "a"`,
+// `jobs prefixed "team-"`.
+func (t *Token) Scope() string {
+	switch {
+	case t.Role == RoleOperator:
+		return "all jobs (operator)"
+	case t.Job != "":
+		return "job " + quote(t.Job)
+	default:
+		return "jobs prefixed " + quote(t.JobPrefix)
+	}
+}
+
+func quote(s string) string { return `"` + s + `"` }
+
+// TokenHash is the stored form of a token secret: hex SHA-256.
+func TokenHash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+var (
+	accessorPattern  = regexp.MustCompile(`^[0-9a-f]{16}$`)
+	hashPattern      = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	jobPrefixPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+)
+
+// TokenCreate creates a token. The proposer chooses the accessor and hashes
+// the secret; the secret never enters the log.
+type TokenCreate struct {
+	Accessor    string `json:"accessor"`
+	Hash        string `json:"hash"`
+	Role        Role   `json:"role"`
+	Job         string `json:"job,omitempty"`
+	JobPrefix   string `json:"job_prefix,omitempty"`
+	Description string `json:"description,omitempty"`
+	// Bootstrap creates the token only when no token exists yet; otherwise
+	// the command changes nothing and answers Created false.
+	Bootstrap bool `json:"bootstrap,omitempty"`
+}
+
+// Validate checks the request on its own terms.
+func (p *TokenCreate) Validate() error {
+	if !accessorPattern.MatchString(p.Accessor) {
+		return ruleErr(CodeInvalid, "accessor", "%q is not 16 lowercase hex digits", p.Accessor)
+	}
+	if !hashPattern.MatchString(p.Hash) {
+		return ruleErr(CodeInvalid, "hash", "not a hex SHA-256")
+	}
+	switch p.Role {
+	case RoleOperator:
+		if p.Job != "" || p.JobPrefix != "" {
+			return ruleErr(CodeInvalid, "job", "an operator token covers every job; it takes no job or job_prefix")
+		}
+	case RoleWorker:
+		if (p.Job == "") == (p.JobPrefix == "") {
+			return ruleErr(CodeInvalid, "job", "a worker token needs exactly one of job or job_prefix")
+		}
+		if p.Job != "" {
+			if err := checkID("job", p.Job); err != nil {
+				return err
+			}
+		}
+		if p.JobPrefix != "" && !jobPrefixPattern.MatchString(p.JobPrefix) {
+			return ruleErr(CodeInvalid, "job_prefix", "%q must match %s", p.JobPrefix, jobPrefixPattern)
+		}
+	default:
+		return ruleErr(CodeInvalid, "role", "%q is not operator or worker", p.Role)
+	}
+	if len(p.Description) > MaxReasonLen || !utf8.ValidString(p.Description) {
+		return ruleErr(CodeInvalid, "description", "at most %d bytes of UTF-8", MaxReasonLen)
+	}
+	return nil
+}
+
+// TokenCreated is the value of a token-create command.
+type TokenCreated struct {
+	// Created is false when a bootstrap found tokens already there.
+	Created bool   `json:"created"`
+	Token   *Token `json:"token,omitempty"`
+}
+
+func (p *TokenCreate) same(t *Token) bool {
+	return t.Hash == p.Hash && t.Role == p.Role && t.Job == p.Job && t.JobPrefix == p.JobPrefix && t.Description == p.Description
+}
+
+func applyTokenCreate(t *txn, c Command) (any, error) {
+	var p TokenCreate
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if p.Bootstrap {
+		exists := false
+		if err := t.scan(bucketAuth, authTokenPrefix, func(_, _ []byte) (bool, error) {
+			exists = true
+			return false, nil
+		}); err != nil {
+			return nil, err
+		}
+		if exists {
+			return &TokenCreated{Created: false}, nil
+		}
+	}
+	if old, err := t.token(p.Accessor); err != nil {
+		return nil, err
+	} else if old != nil {
+		if p.same(old) {
+			return &TokenCreated{Created: true, Token: old}, nil // a repeat of the same create
+		}
+		return nil, ruleErr(CodeConflict, "accessor", "a token with accessor %s exists", p.Accessor)
+	}
+	if t.b(bucketAuth).Get(append(authHashPrefix, p.Hash...)) != nil {
+		return nil, ruleErr(CodeConflict, "hash", "a token with this secret exists")
+	}
+	tok := &Token{
+		Accessor: p.Accessor, Role: p.Role, Job: p.Job, JobPrefix: p.JobPrefix, Description: p.Description,
+		Hash: p.Hash, CreatedAt: c.Time, CreateIndex: t.index,
+	}
+	if err := t.putJSON(bucketAuth, append(authTokenPrefix, p.Accessor...), tok); err != nil {
+		return nil, err
+	}
+	if err := t.b(bucketAuth).Put(append(authHashPrefix, p.Hash...), []byte(p.Accessor)); err != nil {
+		return nil, err
+	}
+	return &TokenCreated{Created: true, Token: tok}, nil
+}
+
+// TokenRevoke revokes a token. Revoking the last operator token is refused
+// unless Force: nobody could manage the cluster's tokens any more (until a
+// restart with a bootstrap token file).
+type TokenRevoke struct {
+	Accessor string `json:"accessor"`
+	Force    bool   `json:"force,omitempty"`
+}
+
+func applyTokenRevoke(t *txn, c Command) (any, error) {
+	var p TokenRevoke
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if !accessorPattern.MatchString(p.Accessor) {
+		return nil, ruleErr(CodeInvalid, "accessor", "%q is not 16 lowercase hex digits", p.Accessor)
+	}
+	tok, err := t.token(p.Accessor)
+	if err != nil {
+		return nil, err
+	}
+	if tok == nil {
+		return nil, ruleErr(CodeNotFound, "accessor", "no token with accessor %s", p.Accessor)
+	}
+	if tok.Role == RoleOperator && !p.Force {
+		others := 0
+		err := t.scan(bucketAuth, authTokenPrefix, func(k, v []byte) (bool, error) {
+			var o Token
+			if err := json.Unmarshal(v, &o); err != nil {
+				return false, fmt.Errorf("fsm: decode %s/%q: %w", bucketAuth, k, err)
+			}
+			if o.Role == RoleOperator && o.Accessor != tok.Accessor {
+				others++
+			}
+			return others == 0, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if others == 0 {
+			return nil, ruleErr(CodeConflict, "accessor", "token %s is the last operator token: revoking it would leave nobody able to manage tokens; create another operator token first, or force the revocation", p.Accessor)
+		}
+	}
+	if err := t.del(bucketAuth, append(authTokenPrefix, tok.Accessor...)); err != nil {
+		return nil, err
+	}
+	if err := t.del(bucketAuth, append(authHashPrefix, tok.Hash...)); err != nil {
+		return nil, err
+	}
+	return tok, nil
+}
+
+// URLKeyInit sets the key that signs object URLs, unless one is set: the
+// first proposal wins and later ones change nothing.
+type URLKeyInit struct {
+	Key []byte `json:"key"`
+}
+
+// URLKeyLen is the length of the object-URL signing key.
+const URLKeyLen = 32
+
+func applyURLKeyInit(t *txn, c Command) (any, error) {
+	var p URLKeyInit
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if len(p.Key) != URLKeyLen {
+		return nil, ruleErr(CodeInvalid, "key", "the signing key is %d bytes, not %d", len(p.Key), URLKeyLen)
+	}
+	b := t.b(bucketAuth)
+	if b.Get(authURLKey) != nil {
+		return false, nil
+	}
+	return true, b.Put(authURLKey, p.Key)
+}
+
+func (t *txn) token(accessor string) (*Token, error) {
+	var tok Token
+	ok, err := t.getJSON(bucketAuth, append(authTokenPrefix, accessor...), &tok)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &tok, nil
+}
+
+// TokenByHash finds the token whose secret hashes to hash (TokenHash);
+// nil when there is none.
+func (f *FSM) TokenByHash(hash string) (*Token, error) {
+	var out *Token
+	_, err := f.view(func(t *txn) error {
+		acc := t.b(bucketAuth).Get(append(authHashPrefix, hash...))
+		if acc == nil {
+			return nil
+		}
+		tok, err := t.token(string(acc))
+		out = tok
+		return err
+	})
+	return out, err
+}
+
+// Tokens lists every token, by accessor.
+func (f *FSM) Tokens() ([]Token, uint64, error) {
+	out := []Token{}
+	idx, err := f.view(func(t *txn) error {
+		return t.scan(bucketAuth, authTokenPrefix, func(k, _ []byte) (bool, error) {
+			var tok Token
+			if _, err := t.getJSON(bucketAuth, k, &tok); err != nil {
+				return false, err
+			}
+			out = append(out, tok)
+			return true, nil
+		})
+	})
+	return out, idx, err
+}
+
+// URLKey is the object-URL signing key; nil until URLKeyInit set it.
+func (f *FSM) URLKey() ([]byte, error) {
+	var out []byte
+	_, err := f.view(func(t *txn) error {
+		if k := t.b(bucketAuth).Get(authURLKey); k != nil {
+			out = append([]byte(nil), k...)
+		}
+		return nil
+	})
+	return out, err
+}
