@@ -80,7 +80,7 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		case err == nil:
 			u.URL, u.Header = url, hdr
 		case errors.Is(err, blobstore.ErrPresignUnsupported):
-			u.URL = "http://" + s.cfg.HTTPAdvertiseAddr() + "/v1/objects/" + key
+			u.URL = s.cfg.HTTPScheme() + "://" + s.cfg.HTTPAdvertiseAddr() + "/v1/objects/" + key
 		default:
 			return nil, res.Index, storeError(err)
 		}

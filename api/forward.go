@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -14,16 +15,23 @@ import (
 // forwarder relays requests that belong to the leader. It is the only place
 // that talks to another member over HTTP.
 type forwarder struct {
-	self      string
-	logger    *slog.Logger
+	self   string
+	logger *slog.Logger
+	// scheme is the members' HTTP scheme: https when TLS is on (every
+	// member of a cluster serves the same one).
+	scheme    string
 	transport *http.Transport
 }
 
-func newForwarder(self string, logger *slog.Logger) *forwarder {
+// newForwarder returns the forwarder of member self, which talks to the
+// leader with scheme; tlsConfig verifies the leader for https.
+func newForwarder(self string, logger *slog.Logger, scheme string, tlsConfig *tls.Config) *forwarder {
 	return &forwarder{
 		self:   self,
 		logger: logger,
+		scheme: scheme,
 		transport: &http.Transport{
+			TLSClientConfig:       tlsConfig,
 			Proxy:                 nil,
 			DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost:   64,
@@ -34,7 +42,7 @@ func newForwarder(self string, logger *slog.Logger) *forwarder {
 }
 
 func (f *forwarder) serve(w http.ResponseWriter, r *http.Request, leaderAddr string) {
-	target := &url.URL{Scheme: "http", Host: leaderAddr}
+	target := &url.URL{Scheme: f.scheme, Host: leaderAddr}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)

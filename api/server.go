@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/internal/mtls"
 	"github.com/metastore/metastore/node"
 )
 
@@ -46,6 +48,9 @@ type Deps struct {
 	GC       *gc.Collector
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
+	// TLS is the member's TLS material; it must be set when Config names
+	// TLS files. Requests forwarded to the leader go over https with it.
+	TLS *mtls.Reloader
 }
 
 // Server is the HTTP API of one member.
@@ -79,7 +84,11 @@ func New(d Deps) *Server {
 		metrics: newMetrics(d.Registry),
 		now:     time.Now,
 	}
-	s.fwd = newForwarder(d.Config.NodeID, logger)
+	var fwdTLS *tls.Config
+	if d.TLS != nil {
+		fwdTLS = d.TLS.ClientConfig()
+	}
+	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), fwdTLS)
 	s.router = s.routes(d.Registry)
 	return s
 }

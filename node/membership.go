@@ -263,7 +263,7 @@ func (n *Node) postJoin(ctx context.Context, addr string) error {
 	}
 	base := addr
 	if !strings.Contains(base, "://") {
-		base = "http://" + base
+		base = n.cfg.HTTPScheme() + "://" + base
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/v1/members", bytes.NewReader(body))
 	if err != nil {
