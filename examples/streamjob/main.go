@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,7 +32,7 @@ import (
 	"github.com/metastore/metastore/manifests"
 )
 
-const usage = `usage: streamjob [--addr URL[,URL...]] [--job ID] [--verbose] COMMAND [flags]
+const usage = `usage: streamjob [--addr URL[,URL...]] [--ca-file FILE] [--job ID] [--verbose] COMMAND [flags]
 
 commands:
   run      create the job if needed, start an attempt, checkpoint --epochs
@@ -60,6 +61,7 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	addr := g.String("addr", addrDefault, "comma-separated HTTP addresses of metastore members [METASTORE_ADDR]")
 	job := g.String("job", "demo", "job id")
 	verbose := g.Bool("verbose", false, "log the client's retries and endpoint changes to stderr")
+	caFile := g.String("ca-file", os.Getenv("METASTORE_CA_FILE"), "PEM CA bundle of a cluster served over https (bare host:port addresses then mean https) [METASTORE_CA_FILE]")
 	if err := g.Parse(args); err != nil {
 		return 2
 	}
@@ -100,7 +102,15 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	// Twice the default attempts (about 15s of backoff in all): a worker
 	// would rather wait out a leader election, which takes a few seconds
 	// with the default Raft timeouts, than fail its job.
-	c, err := client.New(client.Config{Endpoints: strings.Split(*addr, ","), MaxAttempts: 2 * client.DefaultMaxAttempts, Logger: logger})
+	var tlsConfig *tls.Config
+	if *caFile != "" {
+		var err error
+		if tlsConfig, err = client.LoadTLSConfig(*caFile, "", ""); err != nil {
+			fmt.Fprintf(stderr, "streamjob: %v\n", err)
+			return 2
+		}
+	}
+	c, err := client.New(client.Config{Endpoints: strings.Split(*addr, ","), MaxAttempts: 2 * client.DefaultMaxAttempts, Logger: logger, TLS: tlsConfig})
 	if err != nil {
 		fmt.Fprintf(stderr, "streamjob: %v\n", err)
 		return 2
