@@ -1,7 +1,7 @@
 package api
 
 import (
-	"crypto/tls"
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"syscall"
 	"time"
+
+	"github.com/metastore/metastore/internal/mtls"
 )
 
 // forwarder relays requests that belong to the leader. It is the only place
@@ -24,16 +26,22 @@ type forwarder struct {
 }
 
 // newForwarder returns the forwarder of member self, which talks to the
-// leader with scheme; tlsConfig verifies the leader for https.
-func newForwarder(self string, logger *slog.Logger, scheme string, tlsConfig *tls.Config) *forwarder {
+// leader with scheme; with material, https connections present the member
+// certificate and verify the leader's against the CA in use.
+func newForwarder(self string, logger *slog.Logger, scheme string, material *mtls.Reloader) *forwarder {
+	dialer := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
+	var dialTLS func(ctx context.Context, network, addr string) (net.Conn, error)
+	if material != nil {
+		dialTLS = material.DialTLS(dialer)
+	}
 	return &forwarder{
 		self:   self,
 		logger: logger,
 		scheme: scheme,
 		transport: &http.Transport{
-			TLSClientConfig:       tlsConfig,
 			Proxy:                 nil,
-			DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext:           dialer.DialContext,
+			DialTLSContext:        dialTLS,
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       90 * time.Second,
 			ResponseHeaderTimeout: MaxWait + 30*time.Second,

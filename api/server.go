@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -84,11 +83,7 @@ func New(d Deps) *Server {
 		metrics: newMetrics(d.Registry),
 		now:     time.Now,
 	}
-	var fwdTLS *tls.Config
-	if d.TLS != nil {
-		fwdTLS = d.TLS.ClientConfig()
-	}
-	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), fwdTLS)
+	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)
 	return s
 }

@@ -247,7 +247,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		}
 	}
 	if material != nil {
-		n.httpClient.Transport = &http.Transport{Proxy: nil, TLSClientConfig: material.ClientConfig()}
+		n.httpClient.Transport = &http.Transport{Proxy: nil, DialTLSContext: material.DialTLS(&net.Dialer{Timeout: joinRequestTimeout})}
 	}
 	n.trans, n.tlsStream, err = newTransport(cfg, newHCLogger(raftLog, "transport"), material, raftLog)
 	if err != nil {

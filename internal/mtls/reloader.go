@@ -1,12 +1,14 @@
 package mtls
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -325,36 +327,48 @@ func (r *Reloader) ServerConfig() *tls.Config {
 	}
 }
 
-// ClientConfig is the TLS configuration of HTTPS requests to other members
-// (forwarding to the leader, joining): the server's certificate must chain
-// to the CA in use and name the host of the URL; the member certificate is
-// offered as client certificate.
-func (r *Reloader) ClientConfig() *tls.Config {
+// clientHandshakeTimeout bounds the TLS handshake of DialTLS.
+const clientHandshakeTimeout = 10 * time.Second
+
+// ClientConfig is the TLS configuration of an https connection to another
+// member at host (a name or an IP address): the usual verification, the
+// server's certificate chaining to the CA in use and naming host; the
+// member certificate is offered as client certificate.
+func (r *Reloader) ClientConfig(host string) *tls.Config {
+	m := r.current()
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		// The standard verification runs in VerifyConnection instead, with
-		// the CA pool in use at the time of the handshake (RootCAs would
-		// freeze the pool of the moment this configuration was made).
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			if cs.ServerName == "" {
-				return errors.New("mtls: no server name to verify the certificate against")
-			}
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("mtls: the server presented no certificate")
-			}
-			inter := x509.NewCertPool()
-			for _, c := range cs.PeerCertificates[1:] {
-				inter.AddCert(c)
-			}
-			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-				DNSName: cs.ServerName, Roots: r.current().pool, Intermediates: inter, CurrentTime: r.now(),
-			})
-			return err
-		},
+		RootCAs:    m.pool,
+		ServerName: host,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return r.current().cert, nil
+			return m.cert, nil
 		},
+	}
+}
+
+// DialTLS returns a DialTLSContext for an http.Transport that talks https
+// to other members: it connects with dialer and handshakes with
+// ClientConfig for the host of the address, so every new connection uses
+// the material in use at that moment. The handshake is bounded by ctx and
+// by a timeout of its own.
+func (r *Reloader) DialTLS(dialer *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		hctx, cancel := context.WithTimeout(ctx, clientHandshakeTimeout)
+		defer cancel()
+		c := tls.Client(raw, r.ClientConfig(host))
+		if err := c.HandshakeContext(hctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return c, nil
 	}
 }
 
