@@ -327,7 +327,11 @@ func (c *Config) validateTLS() error {
 		}
 	}
 	if len(set) > 0 && len(unset) > 0 {
-		return bad(unset[0], "required when %s is set: TLS needs the certificate, its key and the CA file", strings.Join(set, " and "))
+		verb := "is"
+		if len(set) > 1 {
+			verb = "are"
+		}
+		return bad(unset[0], "required when %s %s set: TLS needs the certificate, its key and the CA file", strings.Join(set, " and "), verb)
 	}
 	if c.TLSEnabled() {
 		for _, j := range c.Join {

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -272,6 +273,10 @@ func (n *Node) postJoin(ctx context.Context, addr string) error {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := n.httpClient.Do(req)
 	if err != nil {
+		var verr *tls.CertificateVerificationError
+		if errors.As(err, &verr) {
+			return fmt.Errorf("node: join request to %s: %w (the member's certificate does not chain to --tls-ca-file: is this node's CA the cluster's?)", addr, err)
+		}
 		return fmt.Errorf("node: join request to %s: %w", addr, err)
 	}
 	defer resp.Body.Close()

@@ -129,8 +129,14 @@ func (c *tlsServerConn) handshake() error {
 		if errors.Is(c.err, context.DeadlineExceeded) {
 			c.err = fmt.Errorf("TLS handshake not completed within %s: %w", c.layer.timeout, c.err)
 		}
-		c.layer.log.Error("raft: refused a connection: TLS handshake failed (is the peer a member with a certificate of this cluster's CA?)",
-			"remote", c.RemoteAddr().String(), "err", c.err)
+		msg := "raft: refused a connection: TLS handshake failed (the peer presented no member certificate of this cluster's CA, or did not finish the handshake)"
+		// crypto/tls reports an alert sent by the peer as a *net.OpError
+		// with Op "remote error".
+		var remote *net.OpError
+		if errors.As(c.err, &remote) && remote.Op == "remote error" {
+			msg = "raft: refused a connection: the connecting peer rejected this member's certificate (is it signed by the cluster's CA?)"
+		}
+		c.layer.log.Error(msg, "remote", c.RemoteAddr().String(), "err", c.err)
 		c.Conn.Close()
 	})
 	return c.err
