@@ -486,3 +486,32 @@ func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")
 	return l
 }
+
+func TestClientTLSFlags(t *testing.T) {
+	env := map[string]string{"METASTORE_CA_FILE": "/etc/ms/ca.crt"}
+	for _, tc := range []struct {
+		getenv func(string) string
+		args   []string
+		want   string
+	}{
+		{noEnv, nil, "http://127.0.0.1:7070"},
+		{noEnv, []string{"--ca-file", "ca.crt"}, "https://127.0.0.1:7070"},
+		{noEnv, []string{"--ca-file", "ca.crt", "--addr", "10.0.0.1:7070"}, "https://10.0.0.1:7070"},
+		{noEnv, []string{"--ca-file", "ca.crt", "--addr", "http://10.0.0.1:7070"}, "http://10.0.0.1:7070"},
+		{func(k string) string { return env[k] }, []string{"--addr", "10.0.0.1:7070"}, "https://10.0.0.1:7070"},
+	} {
+		fs, o := newClientFlags("status", tc.getenv)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		u, err := o.baseURL()
+		if err != nil || u.String() != tc.want {
+			t.Errorf("%q: base URL %v (%v), want %s", tc.args, u, err, tc.want)
+		}
+	}
+	fs, o := newClientFlags("status", noEnv)
+	_ = fs.Parse([]string{"--ca-file", "ca.crt", "--cert-file", "c.crt"})
+	if _, err := o.tls.httpClient(); err == nil || !strings.Contains(err.Error(), "--cert-file and --key-file go together") {
+		t.Errorf("cert without key: %v", err)
+	}
+}
