@@ -104,6 +104,9 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	// with the default Raft timeouts, than fail its job.
 	var tlsConfig *tls.Config
 	if *caFile != "" {
+		if *addr == "http://127.0.0.1:7070" {
+			*addr = "127.0.0.1:7070" // the default address, https with a CA
+		}
 		var err error
 		if tlsConfig, err = client.LoadTLSConfig(*caFile, "", ""); err != nil {
 			fmt.Fprintf(stderr, "streamjob: %v\n", err)
