@@ -87,7 +87,7 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		case err == nil:
 			u.URL, u.Header = url, hdr
 		case errors.Is(err, blobstore.ErrPresignUnsupported):
-			u.URL = "http://" + s.cfg.HTTPAdvertiseAddr() + "/v1/objects/" + key
+			u.URL = s.cfg.HTTPScheme() + "://" + s.cfg.HTTPAdvertiseAddr() + "/v1/objects/" + key
 			if s.cfg.Auth {
 				// Scoped to this key and method, valid for the lease.
 				q, err := s.signObject(http.MethodPut, key, p.LeaseUntil)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -9,23 +10,38 @@ import (
 	"net/url"
 	"syscall"
 	"time"
+
+	"github.com/metastore/metastore/internal/mtls"
 )
 
 // forwarder relays requests that belong to the leader. It is the only place
 // that talks to another member over HTTP.
 type forwarder struct {
-	self      string
-	logger    *slog.Logger
+	self   string
+	logger *slog.Logger
+	// scheme is the members' HTTP scheme: https when TLS is on (every
+	// member of a cluster serves the same one).
+	scheme    string
 	transport *http.Transport
 }
 
-func newForwarder(self string, logger *slog.Logger) *forwarder {
+// newForwarder returns the forwarder of member self, which talks to the
+// leader with scheme; with material, https connections present the member
+// certificate and verify the leader's against the CA in use.
+func newForwarder(self string, logger *slog.Logger, scheme string, material *mtls.Reloader) *forwarder {
+	dialer := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
+	var dialTLS func(ctx context.Context, network, addr string) (net.Conn, error)
+	if material != nil {
+		dialTLS = material.DialTLS(dialer)
+	}
 	return &forwarder{
 		self:   self,
 		logger: logger,
+		scheme: scheme,
 		transport: &http.Transport{
 			Proxy:                 nil,
-			DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext:           dialer.DialContext,
+			DialTLSContext:        dialTLS,
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       90 * time.Second,
 			ResponseHeaderTimeout: MaxWait + 30*time.Second,
@@ -34,7 +50,7 @@ func newForwarder(self string, logger *slog.Logger) *forwarder {
 }
 
 func (f *forwarder) serve(w http.ResponseWriter, r *http.Request, leaderAddr string) {
-	target := &url.URL{Scheme: "http", Host: leaderAddr}
+	target := &url.URL{Scheme: f.scheme, Host: leaderAddr}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)

@@ -18,6 +18,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/internal/mtls"
 	"github.com/metastore/metastore/node"
 )
 
@@ -46,6 +47,9 @@ type Deps struct {
 	GC       *gc.Collector
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
+	// TLS is the member's TLS material; it must be set when Config names
+	// TLS files. Requests forwarded to the leader go over https with it.
+	TLS *mtls.Reloader
 }
 
 // Server is the HTTP API of one member.
@@ -79,7 +83,7 @@ func New(d Deps) *Server {
 		metrics: newMetrics(d.Registry),
 		now:     time.Now,
 	}
-	s.fwd = newForwarder(d.Config.NodeID, logger)
+	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)
 	return s
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,6 +78,12 @@ type Config struct {
 	// presigned object-store URL. A 401 or 403 answer is final: it
 	// matches ErrUnauthenticated or ErrForbidden and is not retried.
 	Token string
+
+	// TLS configures https to the members (LoadTLSConfig reads a CA file
+	// and an optional client certificate). It is used by the client's own
+	// HTTP client (ignored when HTTPClient is set), and makes a bare
+	// host:port endpoint https.
+	TLS *tls.Config
 }
 
 // Stats counts the requests a client made, retries included.
@@ -133,8 +140,12 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("client: Config.Endpoints is empty")
 	}
 	c := &Client{cfg: cfg, byID: map[string]string{}, down: map[int]time.Time{}}
+	scheme := "http"
+	if cfg.TLS != nil {
+		scheme = "https"
+	}
 	for _, e := range cfg.Endpoints {
-		base, err := normalizeEndpoint(e)
+		base, err := normalizeEndpoint(e, scheme)
 		if err != nil {
 			return nil, err
 		}
@@ -157,6 +168,9 @@ func New(cfg Config) (*Client, error) {
 	if c.hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 64
+		if cfg.TLS != nil {
+			tr.TLSClientConfig = cfg.TLS.Clone()
+		}
 		c.hc = &http.Client{Transport: tr}
 	}
 	c.logger = cfg.Logger
@@ -167,11 +181,11 @@ func New(cfg Config) (*Client, error) {
 }
 
 // normalizeEndpoint turns "host:port" or "http://host:port/" into
-// "http://host:port".
-func normalizeEndpoint(e string) (string, error) {
+// "http://host:port"; a bare host:port gets scheme.
+func normalizeEndpoint(e, scheme string) (string, error) {
 	e = strings.TrimSpace(e)
 	if !strings.Contains(e, "://") {
-		e = "http://" + e
+		e = scheme + "://" + e
 	}
 	u, err := url.Parse(e)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {

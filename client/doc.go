@@ -10,6 +10,11 @@
 //		Payloads: map[fsm.Kind][]byte{fsm.KindInput: offsets}})
 //	done, err := c.AwaitEpoch(ctx, "orders", 7)
 //
+// A cluster served over https takes Config.TLS, typically from
+// LoadTLSConfig with the CA file the members' certificates chain to; bare
+// host:port endpoints then mean https, and members learned from
+// /v1/status are reached with the scheme of the endpoint that listed them.
+//
 // # Endpoints and retries
 //
 // Any member takes any request: a follower forwards writes (and reads that

@@ -126,6 +126,14 @@ type Config struct {
 	// AuthObjectURLTTL is how long the signed object-read URLs handed out
 	// with a restore plan stay valid.
 	AuthObjectURLTTL time.Duration
+	// TLSCertFile, TLSKeyFile and TLSCAFile are the member's TLS material
+	// (all three or none): its certificate (server certificate of the HTTP
+	// API and of Raft, client certificate towards other members), its key,
+	// and the CA bundle member certificates chain to. When set, the HTTP
+	// API is served over https and Raft uses mutual TLS.
+	TLSCertFile string
+	TLSKeyFile  string
+	TLSCAFile   string
 
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
@@ -311,6 +319,9 @@ func (c *Config) Validate() error {
 	if c.AuthObjectURLTTL < time.Second {
 		return bad("auth-object-url-ttl", "%s is below the minimum 1s", c.AuthObjectURLTTL)
 	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -322,6 +333,51 @@ func (c *Config) Validate() error {
 		return bad("log-format", "%q is not one of text, json", c.LogFormat)
 	}
 	return nil
+}
+
+// validateTLS checks that the TLS files are set together, and that no
+// join address asks for plain http when members serve https.
+func (c *Config) validateTLS() error {
+	files := []struct{ name, v string }{
+		{"tls-cert-file", c.TLSCertFile}, {"tls-key-file", c.TLSKeyFile}, {"tls-ca-file", c.TLSCAFile},
+	}
+	var set, unset []string
+	for _, f := range files {
+		if strings.TrimSpace(f.v) != "" {
+			set = append(set, "--"+f.name)
+		} else {
+			unset = append(unset, f.name)
+		}
+	}
+	if len(set) > 0 && len(unset) > 0 {
+		verb := "is"
+		if len(set) > 1 {
+			verb = "are"
+		}
+		return bad(unset[0], "required when %s %s set: TLS needs the certificate, its key and the CA file", strings.Join(set, " and "), verb)
+	}
+	if c.TLSEnabled() {
+		for _, j := range c.Join {
+			if strings.HasPrefix(strings.ToLower(j), "http://") {
+				return bad("join", "%q is plain http but TLS is on: members serve https (give host:port or https://)", j)
+			}
+		}
+	}
+	return nil
+}
+
+// TLSEnabled reports whether the TLS files are configured.
+func (c *Config) TLSEnabled() bool {
+	return c.TLSCertFile != "" && c.TLSKeyFile != "" && c.TLSCAFile != ""
+}
+
+// HTTPScheme is the scheme of this node's HTTP API, and of every member's
+// in its cluster: "https" with TLS, else "http".
+func (c *Config) HTTPScheme() string {
+	if c.TLSEnabled() {
+		return "https"
+	}
+	return "http"
 }
 
 // HTTPAdvertiseAddr is the HTTP address other members use to reach this node.

@@ -47,6 +47,13 @@ func TestValidateNamesTheSetting(t *testing.T) {
 		{"gc-rate", func(c *Config) { c.GCRate = -1 }},
 		{"log-level", func(c *Config) { c.LogLevel = "loud" }},
 		{"log-format", func(c *Config) { c.LogFormat = "xml" }},
+		{"tls-key-file", func(c *Config) { c.TLSCertFile, c.TLSCAFile = "n1.crt", "ca.crt" }},
+		{"tls-cert-file", func(c *Config) { c.TLSKeyFile = "n1.key" }},
+		{"tls-ca-file", func(c *Config) { c.TLSCertFile, c.TLSKeyFile = "n1.crt", "n1.key" }},
+		{"join", func(c *Config) {
+			c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = "n1.crt", "n1.key", "ca.crt"
+			c.Join = []string{"http://10.0.0.1:7070"}
+		}},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
@@ -56,6 +63,26 @@ func TestValidateNamesTheSetting(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Setting != tc.setting {
 			t.Errorf("%s: got %v", tc.setting, err)
 		}
+	}
+}
+
+func TestTLSSettings(t *testing.T) {
+	c := DefaultConfig()
+	if c.TLSEnabled() || c.HTTPScheme() != "http" {
+		t.Fatalf("default: TLS %v scheme %s", c.TLSEnabled(), c.HTTPScheme())
+	}
+	c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = "n1.crt", "n1.key", "ca.crt"
+	c.Join = []string{"10.0.0.1:7070", "https://10.0.0.2:7070"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.TLSEnabled() || c.HTTPScheme() != "https" {
+		t.Fatalf("with files: TLS %v scheme %s", c.TLSEnabled(), c.HTTPScheme())
+	}
+	c.TLSKeyFile = ""
+	err := c.Validate()
+	if err == nil || err.Error() != "invalid --tls-key-file: required when --tls-cert-file and --tls-ca-file are set: TLS needs the certificate, its key and the CA file" {
+		t.Fatalf("missing key: %v", err)
 	}
 }
 

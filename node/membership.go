@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -281,7 +282,7 @@ func (n *Node) postJoin(ctx context.Context, addr string) error {
 	}
 	base := addr
 	if !strings.Contains(base, "://") {
-		base = "http://" + base
+		base = n.cfg.HTTPScheme() + "://" + base
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/v1/members", bytes.NewReader(body))
 	if err != nil {
@@ -299,6 +300,10 @@ func (n *Node) postJoin(ctx context.Context, addr string) error {
 	}
 	resp, err := n.httpClient.Do(req)
 	if err != nil {
+		var verr *tls.CertificateVerificationError
+		if errors.As(err, &verr) {
+			return fmt.Errorf("node: join request to %s: %w (the member's certificate does not chain to --tls-ca-file: is this node's CA the cluster's?)", addr, err)
+		}
 		return fmt.Errorf("node: join request to %s: %w", addr, err)
 	}
 	defer resp.Body.Close()

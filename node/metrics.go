@@ -102,6 +102,9 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 			return float64(n.lastSnapshotIndex())
 		}),
 	}
+	if n.tlsStream != nil {
+		m.collectors = append(m.collectors, n.tlsStream.failures)
+	}
 	if reg != nil {
 		for i, c := range m.collectors {
 			if err := reg.Register(c); err != nil {

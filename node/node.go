@@ -23,6 +23,7 @@ import (
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/mtls"
 )
 
 const (
@@ -70,6 +71,10 @@ type Deps struct {
 	// request when the cluster requires tokens; "" sends none. It is never
 	// logged.
 	JoinToken string
+	// TLS is the member's TLS material. When it is set, Raft traffic uses
+	// mutual TLS and joining talks https; when it is nil and cfg names TLS
+	// files, New loads them itself (without metrics or SIGHUP reload).
+	TLS *mtls.Reloader
 }
 
 // Node is one Raft member of a metastore cluster.
@@ -84,6 +89,7 @@ type Node struct {
 
 	raft      *raft.Raft
 	trans     *raft.NetworkTransport
+	tlsStream *tlsStreamLayer // nil without TLS
 	boltStore *raftboltdb.BoltStore
 	logs      raft.LogStore // log cache over boltStore
 	snaps     *raft.FileSnapshotStore
@@ -240,7 +246,18 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		return nil, err
 	}
 
-	n.trans, err = newTransport(cfg, newHCLogger(raftLog, "transport"))
+	material := deps.TLS
+	if material == nil && cfg.TLSEnabled() {
+		material, err = mtls.NewReloader(mtls.Files{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, CAFile: cfg.TLSCAFile},
+			mtls.Options{Logger: logger.With("component", "tls")})
+		if err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
+	if material != nil {
+		n.httpClient.Transport = &http.Transport{Proxy: nil, DialTLSContext: material.DialTLS(&net.Dialer{Timeout: joinRequestTimeout})}
+	}
+	n.trans, n.tlsStream, err = newTransport(cfg, newHCLogger(raftLog, "transport"), material, raftLog)
 	if err != nil {
 		return nil, err
 	}
@@ -292,8 +309,8 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 }
 
 // newTransport builds the Raft transport. It is the one place that decides
-// how members talk to each other: plain TCP today, a TLS stream layer
-// (raft.NewNetworkTransportWithConfig) later.
+// how members talk to each other: plain TCP without TLS material, else the
+// mutual-TLS stream layer (tlsstream.go) under raft's NetworkTransport.
 //
 // Pipelined replication is disabled (MaxRPCsInFlight 1): in hashicorp/raft
 // v1.7.3 a follower answering Success=false can leave the pipeline's send
@@ -301,21 +318,30 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 // reader; replication to that follower stops and Raft.Shutdown hangs
 // forever (seen in this package's tests; grafana/pyroscope#5518 hit it in
 // production). Raft's own docs say pipelining brings little benefit.
-func newTransport(cfg config.Config, logger hclog.Logger) (*raft.NetworkTransport, error) {
+func newTransport(cfg config.Config, logger hclog.Logger, material *mtls.Reloader, log *slog.Logger) (*raft.NetworkTransport, *tlsStreamLayer, error) {
 	advertise, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertiseAddr())
 	if err != nil {
-		return nil, fmt.Errorf("node: resolve raft advertise address %q: %w", cfg.RaftAdvertiseAddr(), err)
+		return nil, nil, fmt.Errorf("node: resolve raft advertise address %q: %w", cfg.RaftAdvertiseAddr(), err)
 	}
-	trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, advertise, &raft.NetworkTransportConfig{
+	tc := &raft.NetworkTransportConfig{
 		Logger:          logger,
 		MaxPool:         transportMaxPool,
 		MaxRPCsInFlight: 1,
 		Timeout:         transportTimeout,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("node: raft transport on %s: %w", cfg.RaftAddr, err)
 	}
-	return trans, nil
+	if material == nil {
+		trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, advertise, tc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("node: raft transport on %s: %w", cfg.RaftAddr, err)
+		}
+		return trans, nil, nil
+	}
+	stream, err := listenRaftTLS(cfg.RaftAddr, advertise, material, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: raft TLS transport on %s: %w", cfg.RaftAddr, err)
+	}
+	tc.Stream = stream
+	return raft.NewNetworkTransportWithConfig(tc), stream, nil
 }
 
 // raftConfig maps the node's configuration onto raft.Config. Zero durations

@@ -42,6 +42,8 @@ type clientOptions struct {
 	timeout time.Duration
 	// token and tokenFile give the bearer token (cli_tokens.go).
 	token, tokenFile string
+
+	tls clientTLS // cli_tls.go
 }
 
 // newClientFlags returns the flag set of a client command, with --addr
@@ -63,6 +65,7 @@ func newClientFlagsTimeout(name string, getenv func(string) string, timeout time
 	fs.BoolVar(&o.json, "json", false, "print the API's answer as JSON")
 	fs.DurationVar(&o.timeout, "timeout", timeout, "how long to wait for the answer")
 	o.tokenFlags(fs, getenv)
+	o.tls.register(fs, getenv)
 	return fs, o
 }
 
@@ -126,8 +129,11 @@ func (e *apiError) Error() string { return e.Code + ": " + e.Message }
 // baseURL turns --addr into a URL: a bare host:port means http.
 func (o *clientOptions) baseURL() (*url.URL, error) {
 	addr := strings.TrimRight(o.addr, "/")
+	if addr == defaultAddr {
+		addr = strings.TrimPrefix(addr, "http://")
+	}
 	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
+		addr = o.tls.defaultScheme() + "://" + addr
 	}
 	u, err := url.Parse(addr)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
@@ -210,8 +216,15 @@ func (o *clientOptions) request(ctx context.Context, method, path string, body i
 		req.ContentLength = size
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc, err := o.tls.httpClient()
 	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if hint := o.tls.tlsHint(err); hint != "" {
+			return nil, fmt.Errorf("%s %s: %v%s", method, target, unwrapURLError(err), hint)
+		}
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):
 			return nil, fmt.Errorf("cannot connect to %s: connection refused (is 'metastore serve' running there?)", base)
@@ -240,6 +253,9 @@ func (o *clientOptions) request(ctx context.Context, method, path string, body i
 	text, _, _ := strings.Cut(strings.TrimSpace(string(raw)), "\n")
 	if len(text) > 200 {
 		text = text[:200] + "..."
+	}
+	if resp.StatusCode == http.StatusBadRequest && base.Scheme == "http" && strings.Contains(text, "HTTPS server") {
+		text += " (the node serves https: give --addr as https://... and the cluster's CA with --ca-file)"
 	}
 	return nil, fmt.Errorf("%s %s: %s: %s", method, target, resp.Status, text)
 }

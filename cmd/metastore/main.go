@@ -11,6 +11,7 @@
 //	metastore gc status|run                 the garbage collector
 //	metastore verify JOB | fsck             check blobs and reference counts
 //	metastore snapshot save|restore FILE    back up and restore the whole state
+//	metastore certs ca|member ...           make TLS certificates for a cluster
 //	metastore epochs abort|pin|unpin ...    act on one epoch
 //	metastore version                       print the version
 //
@@ -133,6 +134,8 @@ var commands = []*command{
 	{name: "tokens list", client: true, summary: "list API tokens (accessor, role, scope; never the secrets)", run: runTokensList},
 	{name: "tokens revoke", args: "ACCESSOR", flags: "[--force]", client: true, summary: "revoke an API token (--force: even the last operator token)", run: runTokensRevoke},
 	{name: "tokens generate", summary: "print a new token secret, e.g. for --auth-bootstrap-token-file (talks to no node)", run: runTokensGenerate},
+	{name: "certs ca", flags: "--out DIR [--validity 3650d] [--force]", summary: "make a cluster CA: DIR/ca.crt and DIR/ca.key", run: runCertsCA},
+	{name: "certs member", flags: "--ca-dir DIR --name NAME [--ip IP,...] [--dns NAME,...] [--out DIR] [--validity 365d] [--force]", summary: "make a member certificate signed by the CA in --ca-dir: NAME.crt and NAME.key", run: runCertsMember},
 	{name: "version", summary: "print the version", run: runVersion},
 	{name: "help", summary: "show this help"}, // run handles it: printUsage reads this table
 }
@@ -210,10 +213,12 @@ func printUsage(w io.Writer) {
 	fmt.Fprintf(w, `
 Client commands ask the node at --addr (%s, default %s); any member
 answers. They print tables; --json prints the API's answer instead. --timeout
-bounds the wait (default %s; %s for snapshot save and restore).
+bounds the wait (default %s; %s for snapshot save and restore). A cluster
+served over https is reached with --ca-file (%s), the CA bundle its
+certificates chain to.
 
 Run 'metastore <command> -h' for the flags of a command.
-`, envName("addr"), defaultAddr, defaultTimeout, streamTimeout)
+`, envName("addr"), defaultAddr, defaultTimeout, streamTimeout, envName("ca-file"))
 }
 
 func runServe(args []string, stdout, stderr io.Writer, getenv func(string) string) int {

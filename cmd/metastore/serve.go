@@ -63,6 +63,16 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		return exitFailure
 	}
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	material, ok := loadTLS(cfg, logger, reg)
+	if !ok {
+		return exitFailure
+	}
+
 	// Bind the HTTP port first: a port in use fails the start before any
 	// state is opened, and the address is known-good before Raft or a join
 	// tells other members about it.
@@ -72,12 +82,6 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		return exitFailure
 	}
 	cfg.HTTPAddr = boundAddr(cfg.HTTPAddr, ln.Addr())
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
 
 	store, err := blobstore.Open(context.Background(), cfg.BlobStoreLocation(), blobstore.S3Config{
 		Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, PathStyle: cfg.S3PathStyle,
@@ -147,6 +151,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 			"gc":            collector.Run,
 		},
 		JoinToken: joinToken,
+		TLS:       material,
 	}
 	if cfg.Auth {
 		deps.LeaderTasks["auth-bootstrap"] = api.AuthBootstrapTask(f, apply, logger.With("component", "auth"), bootstrapToken)
@@ -170,6 +175,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		GC:       collector,
 		Logger:   logger.With("component", "api"),
 		Registry: reg,
+		TLS:      material,
 	}).Handler()
 
 	// Request contexts derive from reqCtx; cancelling it during shutdown
@@ -187,7 +193,14 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	if material != nil {
+		srv.TLSConfig = material.ServerConfig()
+		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+		stopReload := reloadOnSIGHUP(material, log)
+		defer stopReload()
+	} else {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
 
 	// Until here a signal terminates the process at once, which is safe:
 	// nothing is served yet and bbolt and the Raft log survive a crash.
@@ -197,6 +210,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 
 	log.Info("metastore serving",
 		"http_addr", cfg.HTTPAddr,
+		"scheme", cfg.HTTPScheme(),
 		"raft_addr", cfg.RaftAddr,
 		"node_id", cfg.NodeID,
 		"data_dir", cfg.DataDir,

@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,7 +32,7 @@ import (
 	"github.com/metastore/metastore/manifests"
 )
 
-const usage = `usage: streamjob [--addr URL[,URL...]] [--job ID] [--verbose] COMMAND [flags]
+const usage = `usage: streamjob [--addr URL[,URL...]] [--ca-file FILE] [--job ID] [--verbose] COMMAND [flags]
 
 commands:
   run      create the job if needed, start an attempt, checkpoint --epochs
@@ -62,6 +63,7 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	verbose := g.Bool("verbose", false, "log the client's retries and endpoint changes to stderr")
 	token := g.String("token", os.Getenv("METASTORE_TOKEN"), "API token (a worker token for the job) when the cluster runs with --auth [METASTORE_TOKEN]")
 	tokenFile := g.String("token-file", os.Getenv("METASTORE_TOKEN_FILE"), "file holding the API token [METASTORE_TOKEN_FILE]")
+	caFile := g.String("ca-file", os.Getenv("METASTORE_CA_FILE"), "PEM CA bundle of a cluster served over https (bare host:port addresses then mean https) [METASTORE_CA_FILE]")
 	if err := g.Parse(args); err != nil {
 		return 2
 	}
@@ -110,7 +112,18 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 		}
 		*token = strings.TrimSpace(string(raw))
 	}
-	c, err := client.New(client.Config{Endpoints: strings.Split(*addr, ","), MaxAttempts: 2 * client.DefaultMaxAttempts, Logger: logger, Token: *token})
+	var tlsConfig *tls.Config
+	if *caFile != "" {
+		if *addr == "http://127.0.0.1:7070" {
+			*addr = "127.0.0.1:7070" // the default address, https with a CA
+		}
+		var err error
+		if tlsConfig, err = client.LoadTLSConfig(*caFile, "", ""); err != nil {
+			fmt.Fprintf(stderr, "streamjob: %v\n", err)
+			return 2
+		}
+	}
+	c, err := client.New(client.Config{Endpoints: strings.Split(*addr, ","), MaxAttempts: 2 * client.DefaultMaxAttempts, Logger: logger, Token: *token, TLS: tlsConfig})
 	if err != nil {
 		fmt.Fprintf(stderr, "streamjob: %v\n", err)
 		return 2
