@@ -91,18 +91,5 @@ func TestRunResumeAuthCluster(t *testing.T) {
 
 func status(t *testing.T, method, u, token string) int {
 	t.Helper()
-	body := strings.NewReader("{}")
-	req, err := http.NewRequest(method, u, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return statusWith(t, http.DefaultClient, method, u, token)
 }

@@ -171,8 +171,10 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() error) {
 
 var httpc = &http.Client{Timeout: 5 * time.Second}
 
-func getJSON(url string, out any) error {
-	resp, err := httpc.Get(url)
+func getJSON(url string, out any) error { return getJSONWith(httpc, url, out) }
+
+func getJSONWith(hc *http.Client, url string, out any) error {
+	resp, err := hc.Get(url)
 	if err != nil {
 		return err
 	}
@@ -189,13 +191,29 @@ var raftFlags = []string{"--heartbeat-timeout", "300ms", "--election-timeout", "
 type member struct {
 	*proc
 	id, httpAddr string
+	// scheme is "https" for a member serving TLS ("" means http).
+	scheme string
 }
 
-func (m *member) url(path string) string { return "http://" + m.httpAddr + path }
+func (m *member) url(path string) string {
+	scheme := m.scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	return scheme + "://" + m.httpAddr + path
+}
 
 // serve starts n `metastore serve` processes (n > 1: one cluster sharing a
 // blob directory) and waits until every one is ready.
 func serve(t *testing.T, bin string, n int, extra ...string) []*member {
+	t.Helper()
+	return serveWith(t, bin, n, nil, httpc, extra...)
+}
+
+// serveWith is serve with flags of each member's own (perMember, may be nil)
+// and the HTTP client that checks readiness (https members need one that
+// trusts their CA).
+func serveWith(t *testing.T, bin string, n int, perMember func(m *member) []string, hc *http.Client, extra ...string) []*member {
 	t.Helper()
 	dir := t.TempDir()
 	var ms []*member
@@ -216,7 +234,11 @@ func serve(t *testing.T, bin string, n int, extra ...string) []*member {
 			// one stored.
 			args = append(args, "--initial-cluster", strings.Join(peers, ","), "--blob-store", "file://"+filepath.Join(dir, "blobs"))
 		}
-		m.proc = start(t, "metastore "+m.id, bin, append(append(args, raftFlags...), extra...)...)
+		args = append(append(args, raftFlags...), extra...)
+		if perMember != nil {
+			args = append(args, perMember(m)...)
+		}
+		m.proc = start(t, "metastore "+m.id, bin, args...)
 	}
 	for _, m := range ms {
 		poll(t, 30*time.Second, m.id+" ready", func() error {
@@ -224,7 +246,7 @@ func serve(t *testing.T, bin string, n int, extra ...string) []*member {
 				return errors.New("exited")
 			}
 			var st struct{}
-			return getJSON(m.url("/readyz"), &st)
+			return getJSONWith(hc, m.url("/readyz"), &st)
 		})
 	}
 	return ms
@@ -233,7 +255,7 @@ func serve(t *testing.T, bin string, n int, extra ...string) []*member {
 func addrs(ms []*member) string {
 	var out []string
 	for _, m := range ms {
-		out = append(out, "http://"+m.httpAddr)
+		out = append(out, m.url(""))
 	}
 	return strings.Join(out, ",")
 }
