@@ -30,6 +30,9 @@ const (
 	CodeRouteNotFound    = "route_not_found"
 	CodeInternal         = "internal"
 	CodeBadBackup        = "bad_backup"
+	// CodeInsufficientStorage (HTTP 507): the member's data directory is
+	// (nearly) full; the write was not applied. Retry once space is freed.
+	CodeInsufficientStorage = "insufficient_storage"
 )
 
 // Error is the JSON error every failed request answers with:
@@ -90,6 +93,11 @@ func toAPIError(err error) *Error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return apiErr(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "request body is larger than %d bytes", mbe.Limit)
+	}
+	var dfe *node.DiskFullError
+	if errors.As(err, &dfe) {
+		return &Error{Status: http.StatusInsufficientStorage, Code: CodeInsufficientStorage, Retryable: true,
+			Message: dfe.Error() + "; nothing was applied; reads are still served"}
 	}
 	switch {
 	case errors.Is(err, node.ErrUnknownOutcome):

@@ -62,7 +62,7 @@ func (n *Node) WriteBackup(ctx context.Context, w io.Writer) (*BackupInfo, error
 		}
 		meta, rc, err = n.snaps.Open(metas[0].ID)
 	default:
-		return nil, fmt.Errorf("node: snapshot for backup: %w", mapRaftError(err))
+		return nil, fmt.Errorf("node: snapshot for backup: %w", n.mapRaftError(err))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node: open snapshot for backup: %w", err)

@@ -81,6 +81,7 @@ type Node struct {
 	logs      raft.LogStore // log cache over boltStore
 	snaps     *raft.FileSnapshotStore
 	metrics   *nodeMetrics
+	disk      *DiskGuard // refuses writes while the data directory is nearly full (disk.go)
 
 	observer *raft.Observer
 	obsCh    chan raft.Observation
@@ -122,6 +123,9 @@ type Status struct {
 	LastLogIndex      uint64         `json:"last_log_index"`
 	LastSnapshotIndex uint64         `json:"last_snapshot_index"`
 	Members           []MemberStatus `json:"members"`
+	// Disk is the free space of the data directory's file system and
+	// whether writes are refused for want of it.
+	Disk DiskStatus `json:"disk"`
 }
 
 // MemberStatus is one member: a server of the Raft configuration, or a
@@ -167,6 +171,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		obsCh:      make(chan raft.Observation, 64),
 		kickCh:     make(chan struct{}, 1),
 		httpClient: &http.Client{Timeout: joinRequestTimeout},
+		disk:       NewDiskGuard(cfg.DataDir, uint64(max(cfg.MinFreeDisk, 0))),
 	}
 	raftLog := logger.With("component", "raft")
 
@@ -489,6 +494,8 @@ func (n *Node) Snapshot() error {
 		return nil
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return ErrShutdown
+	case isNoSpace(err):
+		return n.disk.Full(err)
 	}
 	return fmt.Errorf("node: snapshot: %w", err)
 }
@@ -507,7 +514,9 @@ func (n *Node) Status() Status {
 		AppliedIndex:      n.fsm.AppliedIndex(),
 		LastLogIndex:      n.raft.LastIndex(),
 		LastSnapshotIndex: n.lastSnapshotIndex(),
+		Disk:              n.disk.Status(),
 	}
+	st.Disk.ApplyStalled = n.fsm.Stalled()
 	records := map[string]fsm.Member{}
 	if members, err := n.fsm.Members(); err == nil {
 		for _, m := range members {
@@ -594,6 +603,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 
 	n.raft.DeregisterObserver(n.observer)
+	// Raft's shutdown waits for its FSM goroutine, which may be waiting
+	// for disk space to apply a batch (fsm.ApplyBatch): end that wait.
+	n.fsm.StopWaiting()
 	var errs []error
 	if err := n.raft.Shutdown().Error(); err != nil {
 		errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
