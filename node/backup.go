@@ -43,14 +43,21 @@ var ErrBadBackup = errors.New("node: bad backup")
 
 // WriteBackup takes a snapshot of the replicated state and writes it to w
 // as a backup file.
-func (n *Node) WriteBackup(ctx context.Context, w io.Writer) (*BackupInfo, error) {
+func (n *Node) WriteBackup(ctx context.Context, w io.Writer) (_ *BackupInfo, err error) {
+	defer func() {
+		// The snapshot or the spool file could not be written: the data
+		// directory is full.
+		if dfe := (*DiskFullError)(nil); isNoSpace(err) && !errors.As(err, &dfe) {
+			err = n.disk.Full(err)
+		}
+	}()
 	if n.closing.Load() {
 		return nil, ErrShutdown
 	}
 	fut := n.raft.Snapshot()
 	var meta *raft.SnapshotMeta
 	var rc io.ReadCloser
-	err := waitFuture(ctx, fut)
+	err = waitFuture(ctx, fut)
 	switch {
 	case err == nil:
 		meta, rc, err = fut.Open()

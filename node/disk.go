@@ -38,8 +38,9 @@ import (
 // margin leaves room for what is already in flight (queued entries, their
 // application, a snapshot, term and vote writes) to finish, and reads go on
 // being served. Once space is freed, writes are accepted again within a
-// second (the free space is re-read at most once per diskCheckInterval, and
-// at once after a write failed for want of space).
+// second (the free space is re-read at most once per diskCheckInterval, more
+// often near the minimum, and at once after a write failed for want of
+// space).
 
 // ErrDiskFull means a write was refused because the data directory's file
 // system has too little free space; nothing was proposed (or, for a
@@ -68,8 +69,13 @@ func (e *DiskFullError) Error() string {
 func (e *DiskFullError) Unwrap() error { return ErrDiskFull }
 
 // diskCheckInterval bounds how often the guard reads the file system's free
-// space (a statfs system call).
-const diskCheckInterval = time.Second
+// space (a statfs system call); diskCheckIntervalNear applies once less
+// than twice the minimum is free, so a burst of writes cannot run far past
+// the minimum before it is noticed.
+const (
+	diskCheckInterval     = time.Second
+	diskCheckIntervalNear = 50 * time.Millisecond
+)
 
 // DiskGuard refuses writes while the data directory's file system has less
 // than a minimum of free bytes. It is safe for concurrent use.
@@ -107,7 +113,12 @@ func statfsFree(dir string) (uint64, error) {
 // force is set. The caller holds g.mu.
 func (g *DiskGuard) refresh(force bool) {
 	now := g.now()
-	if !force && !g.checked.IsZero() && now.Sub(g.checked) < diskCheckInterval {
+	every := diskCheckInterval
+	if g.free < 2*g.minFree {
+		// Close to the minimum, a second of writes could overshoot it.
+		every = diskCheckIntervalNear
+	}
+	if !force && !g.checked.IsZero() && now.Sub(g.checked) < every {
 		return
 	}
 	g.checked = now
