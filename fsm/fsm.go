@@ -79,6 +79,16 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A restore writes its file beside the state machine's and renames it
+	// over it; one left here was cut short by a crash before the rename
+	// and is garbage (Raft restores again whatever is still needed).
+	if info, err := os.Stat(path + restoreSuffix); err == nil {
+		logger.Warn("removing a partly restored state machine file left by a crash during a restore",
+			"file", path+restoreSuffix, "bytes", info.Size())
+		if err := os.Remove(path + restoreSuffix); err != nil {
+			return nil, fmt.Errorf("fsm: %w", err)
+		}
+	}
 	f.noSync = noSync
 	db, err := f.openDB(path)
 	if err != nil {
@@ -378,6 +388,10 @@ func result(index uint64, v any, err error) (*Result, error) {
 	}
 }
 
+// restoreSuffix names the file a restore writes before renaming it over
+// the state machine's path.
+const restoreSuffix = ".restore"
+
 // snapshotMagic starts every snapshot, followed by the schema version.
 var snapshotMagic = []byte("METASTORE-SNAP\n")
 
@@ -442,7 +456,7 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	if v := binary.BigEndian.Uint64(hdr[len(snapshotMagic):]); v > SchemaVersion {
 		return fmt.Errorf("fsm: restore: snapshot schema version %d; this build reads up to %d", v, SchemaVersion)
 	}
-	tmp := f.path + ".restore"
+	tmp := f.path + restoreSuffix
 	if err := writeSynced(tmp, r); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("fsm: restore: %w", err)
@@ -460,6 +474,9 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	if err := check.Close(); err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
+	if faultInject {
+		faultRestore(faultRestoreWritten, tmp) // test builds only
+	}
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -469,6 +486,9 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	}
 	if err := syncDir(filepath.Dir(f.path)); err != nil {
 		f.logger.Warn("restore: syncing the data directory after the swap failed", "err", err)
+	}
+	if faultInject {
+		faultRestore(faultRestoreRenamed, f.path) // test builds only
 	}
 	// The path now names the restored file; the current database still
 	// has the old one open. It is closed in the background: bbolt's Close

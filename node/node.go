@@ -215,6 +215,9 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	if retain < 1 {
 		retain = config.DefaultConfig().SnapshotRetain
 	}
+	if err := removePartialSnapshots(filepath.Join(cfg.SnapshotDir(), "snapshots"), n.log); err != nil {
+		return nil, err
+	}
 	// The store keeps its snapshots in SnapshotDir()/snapshots.
 	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.SnapshotDir(), retain, newHCLogger(raftLog, "snapshot"))
 	if err != nil {
@@ -391,6 +394,32 @@ func (n *Node) catchUpFromSnapshot() error {
 	}
 	n.log.Info("state machine restored from snapshot", "snapshot_id", newest.ID,
 		"fsm_applied_index", n.fsm.AppliedIndex(), "took", time.Since(start))
+	return nil
+}
+
+// removePartialSnapshots removes the snapshot directories ending in
+// ".tmp" in dir: snapshots being written when the process died (a crash
+// during persist, or a full disk). Raft's snapshot store skips them but
+// never removes them. Nothing writes a snapshot before Raft starts, so
+// every one found here is abandoned.
+func removePartialSnapshots(dir string, log *slog.Logger) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("node: list snapshots: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		log.Warn("removing a partial snapshot left by a crash or a full disk while it was written", "dir", path)
+		if err := os.RemoveAll(path); err != nil {
+			return fmt.Errorf("node: remove partial snapshot: %w", err)
+		}
+	}
 	return nil
 }
 
