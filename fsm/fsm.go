@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/metastore/metastore/internal/boltcheck"
 )
 
 // FSM is the replicated state machine: a bbolt file holding the checkpoint
@@ -90,6 +92,9 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 		}
 	}
 	f.noSync = noSync
+	if err := boltcheck.Check(path, nil); err != nil {
+		return nil, fmt.Errorf("fsm: state machine file %w; %s", err, RebuildHint)
+	}
 	db, err := f.openDB(path)
 	if err != nil {
 		return nil, err
@@ -387,6 +392,11 @@ func result(index uint64, v any, err error) (*Result, error) {
 		return nil, err
 	}
 }
+
+// RebuildHint tells the operator what to do about a data file found
+// corrupt at start.
+const RebuildHint = "the member cannot start: rebuild it from the other members with `metastore rebuild`, " +
+	"its serve flags and --join (docs/operations.md, \"Corrupted files and rebuilding a member\")"
 
 // restoreSuffix names the file a restore writes before renaming it over
 // the state machine's path.

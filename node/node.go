@@ -191,6 +191,9 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		}
 	}
 
+	if err := checkRaftDB(filepath.Join(cfg.RaftDir(), raftDBFile)); err != nil {
+		return nil, corruptFrom(err) // integrity.go
+	}
 	n.boltStore, err = raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(cfg.RaftDir(), raftDBFile),
 		BoltOptions: &bolt.Options{
@@ -222,6 +225,10 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.SnapshotDir(), retain, newHCLogger(raftLog, "snapshot"))
 	if err != nil {
 		return nil, fmt.Errorf("node: open snapshot store: %w", err)
+	}
+
+	if err := checkSnapshots(filepath.Join(cfg.SnapshotDir(), "snapshots"), n.snaps); err != nil {
+		return nil, err
 	}
 
 	hasState, err := raft.HasExistingState(n.logs, n.boltStore, n.snaps)
