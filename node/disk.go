@@ -22,16 +22,17 @@ import (
 //     entries of that append with the error and steps down to follower; an
 //     election follows;
 //   - a term or vote write (the stable store in raft.db): hashicorp/raft
-//     panics (setCurrentTerm), the process dies and dies again at restart
-//     for as long as the disk stays full;
+//     would panic (setCurrentTerm) and the process die at every election;
+//     the node's stable store waits and retries instead (stable.go), so
+//     the member stalls until space is freed;
 //   - the state machine's commit: fsm.ApplyBatch waits and retries until the
 //     write succeeds (fsm/fsm.go), so the member stalls but never skips an
 //     entry;
 //   - a snapshot: the snapshot store removes the partial snapshot, Raft logs
 //     the error and tries again at the next interval.
 //
-// None of that loses an acknowledged write, but a member that stalls or
-// panics is unavailable. So the node refuses new writes EARLY: DiskGuard
+// None of that loses an acknowledged write, but a member that stalls is
+// unavailable. So the node refuses new writes EARLY: DiskGuard
 // checks the free space of the data directory's file system before every
 // proposal and refuses it with a *DiskFullError (HTTP 507
 // insufficient_storage) while fewer than MinFreeDisk bytes are free. The
@@ -170,8 +171,11 @@ type DiskStatus struct {
 	RefusedTotal uint64 `json:"refused_total"`
 	// ApplyStalled is true while the state machine waits for space to
 	// commit a batch (the member applies nothing meanwhile).
-	ApplyStalled bool   `json:"apply_stalled"`
-	Error        string `json:"error,omitempty"`
+	ApplyStalled bool `json:"apply_stalled"`
+	// RaftStalled is true while Raft waits for space to record its term
+	// or vote (the member takes no part in Raft meanwhile).
+	RaftStalled bool   `json:"raft_stalled"`
+	Error       string `json:"error,omitempty"`
 }
 
 // Status reads the free space (at most once per diskCheckInterval).

@@ -82,6 +82,11 @@ type Node struct {
 	snaps     *raft.FileSnapshotStore
 	metrics   *nodeMetrics
 	disk      *DiskGuard // refuses writes while the data directory is nearly full (disk.go)
+	// diskStop ends waits for disk space (stable.go) at shutdown;
+	// raftStalled is true while Raft waits to record its term or vote.
+	diskStop     chan struct{}
+	diskStopOnce sync.Once
+	raftStalled  atomic.Bool
 
 	observer *raft.Observer
 	obsCh    chan raft.Observation
@@ -172,6 +177,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		kickCh:     make(chan struct{}, 1),
 		httpClient: &http.Client{Timeout: joinRequestTimeout},
 		disk:       NewDiskGuard(cfg.DataDir, uint64(max(cfg.MinFreeDisk, 0))),
+		diskStop:   make(chan struct{}),
 	}
 	raftLog := logger.With("component", "raft")
 
@@ -257,11 +263,12 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	if faultInject {
 		raftFSM = faultFSM(n.fsm) // test builds only: snapshot persist passes a fault point
 	}
-	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, n.boltStore, n.snaps, n.trans)
+	stable := stallingStable{StableStore: n.boltStore, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
+	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, stable, n.snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
-	closers = append(closers, func() error { return n.raft.Shutdown().Error() })
+	closers = append(closers, func() error { return n.raft.Shutdown().Error() }, n.stopDiskWaits)
 
 	if !hasState && len(cfg.Join) == 0 {
 		if err := n.bootstrap(); err != nil {
@@ -553,6 +560,7 @@ func (n *Node) Status() Status {
 		Disk:              n.disk.Status(),
 	}
 	st.Disk.ApplyStalled = n.fsm.Stalled()
+	st.Disk.RaftStalled = n.raftStalled.Load()
 	records := map[string]fsm.Member{}
 	if members, err := n.fsm.Members(); err == nil {
 		for _, m := range members {
@@ -642,6 +650,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	// Raft's shutdown waits for its FSM goroutine, which may be waiting
 	// for disk space to apply a batch (fsm.ApplyBatch): end that wait.
 	n.fsm.StopWaiting()
+	_ = n.stopDiskWaits()
 	var errs []error
 	if err := n.raft.Shutdown().Error(); err != nil {
 		errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
@@ -657,6 +666,12 @@ func (n *Node) shutdown(ctx context.Context) error {
 		return fmt.Errorf("node: shutdown: %w", err)
 	}
 	n.log.Info("shut down")
+	return nil
+}
+
+// stopDiskWaits ends Raft's wait for space to record its term or vote.
+func (n *Node) stopDiskWaits() error {
+	n.diskStopOnce.Do(func() { close(n.diskStop) })
 	return nil
 }
 
