@@ -275,3 +275,117 @@ func TestDiskFull(t *testing.T) {
 	c.leader(30 * time.Second)
 	check()
 }
+
+// TestDiskFullWithoutGuard runs the member with the free-space guard off
+// (--min-free-disk 0), so writes meet the full disk itself (ENOSPC) in the
+// Raft log, the state machine and snapshots. The member must not crash,
+// must answer writes with errors (507 insufficient_storage, or a
+// retryable 503/504 while it stalls), must keep every acknowledged write,
+// and must take writes again once space is freed, without a restart.
+func TestDiskFullWithoutGuard(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a metastore process; skipped in -short mode")
+	}
+	mnt := mountSmallFS(t, 64<<20)
+	p := &clProc{id: "n1", httpAddr: freeAddr(t), raftAddr: freeAddr(t), dataDir: filepath.Join(mnt, "data")}
+	p.args = append([]string{"serve", "--node-id", "n1", "--data-dir", p.dataDir, "--http-addr", p.httpAddr,
+		"--raft-addr", p.raftAddr, "--min-free-disk", "0", "--apply-timeout", "3s"}, clRaftFlags...)
+	p.start(t)
+	c := &clCluster{t: t, procs: []*clProc{p}}
+	t.Cleanup(func() {
+		p.kill(t)
+		if t.Failed() {
+			t.Logf("--- stderr (last 8 KiB):\n%s", tail(p.stderr.String(), 8192))
+		}
+	})
+	c.leader(30 * time.Second)
+	const tasks = 4000
+	var specs []map[string]any
+	for i := range tasks {
+		specs = append(specs, map[string]any{"id": fmt.Sprintf("t%04d", i), "capabilities": []string{"state"}})
+	}
+	c.send("PUT", "/v1/jobs/big", map[string]any{"config": map[string]any{"retained": 2, "ack_timeout": "1h"}})
+	c.send("POST", "/v1/jobs/big/attempts", map[string]any{"attempt_id": "a1", "tasks": specs})
+	c.send("POST", "/v1/jobs/big/epochs", map[string]any{"generation": 1, "epoch": 1})
+	filler := filepath.Join(mnt, "filler")
+	fill(t, filler, 4<<20)
+
+	acked := map[string]string{}
+	ack := func(i int) (int, []byte) {
+		payload := make([]byte, 16<<10)
+		rand.Read(payload)
+		tk := fmt.Sprintf("t%04d", i)
+		status, body := clDo("PUT", p.url("/v1/jobs/big/epochs/1/acks/"+tk),
+			map[string]any{"generation": 1, "payloads": map[string][]byte{"state": payload}})
+		if status == http.StatusOK {
+			var res struct {
+				Ack struct {
+					ContentHash string `json:"content_hash"`
+				} `json:"ack"`
+			}
+			if err := json.Unmarshal(body, &res); err != nil || res.Ack.ContentHash == "" {
+				t.Errorf("ack answer %s: %v", body, err)
+			}
+			acked[tk] = res.Ack.ContentHash
+		}
+		return status, body
+	}
+	next := 0
+	failures := map[int]int{}
+	for ; next < tasks && len(failures) < 3 && failures[http.StatusInsufficientStorage] == 0; next++ {
+		status, body := ack(next)
+		if status == http.StatusOK {
+			continue
+		}
+		if status != http.StatusInsufficientStorage && !retryable(status, body) {
+			t.Fatalf("ack %d on a full disk: %d %s", next, status, body)
+		}
+		failures[status]++
+		t.Logf("ack %d: %d %s", next, status, strings.Join(strings.Fields(string(body)), " "))
+		if status == 0 {
+			break
+		}
+	}
+	if len(failures) == 0 {
+		t.Fatalf("%d acks written and none failed", next)
+	}
+	if !p.running() {
+		t.Fatalf("the member exited on a full disk: %v", p.err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() error {
+		status, body := ack(next)
+		if status != http.StatusOK {
+			return fmt.Errorf("ack after space was freed: %d %s", status, body)
+		}
+		next++
+		return nil
+	})
+	if s := p.stderr.String(); strings.Contains(s, "panic") || strings.Contains(s, "fatal error") {
+		t.Fatalf("the member panicked:\n%s", tail(s, 4096))
+	}
+	t.Logf("%d acks acknowledged; log lines reporting ENOSPC: %d", len(acked), strings.Count(p.stderr.String(), "no space left"))
+	p.kill(t)
+	p.start(t)
+	c.leader(30 * time.Second)
+	var e struct {
+		Acks []struct {
+			Task        string `json:"task"`
+			ContentHash string `json:"content_hash"`
+		} `json:"acks"`
+	}
+	waitFor(t, 30*time.Second, func() error {
+		return clGet(p.url("/v1/jobs/big/epochs/1?consistency=linearizable"), &e)
+	})
+	got := map[string]string{}
+	for _, a := range e.Acks {
+		got[a.Task] = a.ContentHash
+	}
+	for tk, h := range acked {
+		if got[tk] != h {
+			t.Fatalf("acknowledged ack of %s: stored %q, acknowledged %q", tk, got[tk], h)
+		}
+	}
+}
