@@ -67,7 +67,7 @@ func (n *Node) WriteBackup(ctx context.Context, w io.Writer) (_ *BackupInfo, err
 		if lerr != nil || len(metas) == 0 {
 			return nil, fmt.Errorf("node: no snapshot to back up (%v)", lerr)
 		}
-		meta, rc, err = n.snaps.Open(metas[0].ID)
+		meta, rc, err = n.checkedSnaps().Open(metas[0].ID)
 	default:
 		return nil, fmt.Errorf("node: snapshot for backup: %w", n.mapRaftError(err))
 	}

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
@@ -122,4 +124,46 @@ func checkSnapshots(dir string, store *raft.FileSnapshotStore) error {
 		rc.Close()
 	}
 	return nil
+}
+
+// checkedSnapshots is the snapshot store Raft is given. Opening a snapshot
+// reads it whole and compares its CRC-64 with meta.json's; a mismatch found
+// while the member runs (the leader sending the snapshot to a follower, a
+// backup) is recorded with record, so /v1/status and the metrics show it,
+// besides the error Raft logs.
+type checkedSnapshots struct {
+	*raft.FileSnapshotStore
+	dir    string // the store's own directory
+	record func(path, problem string)
+}
+
+func (s checkedSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.FileSnapshotStore.Open(id)
+	if err != nil && strings.Contains(err.Error(), "CRC mismatch") {
+		s.record(filepath.Join(s.dir, id, "state.bin"), "does not match its checksum in meta.json: "+err.Error())
+	}
+	return meta, rc, err
+}
+
+// integrity holds the problems found in the data directory while the
+// member runs.
+type integrity struct {
+	mu    sync.Mutex
+	last  string
+	count uint64
+}
+
+func (i *integrity) record(log interface{ Error(string, ...any) }, path, problem string) {
+	i.mu.Lock()
+	i.last = fmt.Sprintf("%s is corrupt: %s", path, problem)
+	i.count++
+	i.mu.Unlock()
+	log.Error("a data file is corrupt; rebuild this member from the others (docs/operations.md, \"Corrupted files and rebuilding a member\")",
+		"file", path, "problem", problem)
+}
+
+func (i *integrity) status() (string, uint64) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.last, i.count
 }

@@ -105,6 +105,10 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 			Name: "metastore_node_disk_writes_refused_total",
 			Help: "Writes refused because the data directory's file system had less than --min-free-disk free, or a write failed with ENOSPC.",
 		}, func() float64 { return float64(n.disk.refused.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metastore_node_integrity_problems_total",
+			Help: "Corrupt data files (a snapshot not matching its checksum) found while the member runs; rebuild the member.",
+		}, func() float64 { _, c := n.integrity.status(); return float64(c) }),
 		gauge("metastore_node_raft_last_snapshot_index", "Raft index of the newest snapshot.", func() float64 {
 			return float64(n.lastSnapshotIndex())
 		}),

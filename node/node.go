@@ -87,6 +87,8 @@ type Node struct {
 	diskStop     chan struct{}
 	diskStopOnce sync.Once
 	raftStalled  atomic.Bool
+	// integrity records corrupt files found while running (integrity.go).
+	integrity integrity
 
 	observer *raft.Observer
 	obsCh    chan raft.Observation
@@ -131,6 +133,9 @@ type Status struct {
 	// Disk is the free space of the data directory's file system and
 	// whether writes are refused for want of it.
 	Disk DiskStatus `json:"disk"`
+	// IntegrityProblem is the latest corrupt file found while the member
+	// runs (empty if none): the member should be rebuilt.
+	IntegrityProblem string `json:"integrity_problem,omitempty"`
 }
 
 // MemberStatus is one member: a server of the Raft configuration, or a
@@ -264,7 +269,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		raftFSM = faultFSM(n.fsm) // test builds only: snapshot persist passes a fault point
 	}
 	stable := stallingStable{StableStore: n.boltStore, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
-	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, stable, n.snaps, n.trans)
+	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, stable, n.checkedSnaps(), n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
@@ -398,7 +403,7 @@ func (n *Node) catchUpFromSnapshot() error {
 		"fsm_applied_index", applied, "snapshot_id", newest.ID, "snapshot_index", newest.Index,
 		"snapshot_term", newest.Term, "snapshot_bytes", newest.Size)
 	start := time.Now()
-	_, rc, err := n.snaps.Open(newest.ID)
+	_, rc, err := n.checkedSnaps().Open(newest.ID)
 	if err != nil {
 		return fmt.Errorf("node: open snapshot %s: %w", newest.ID, err)
 	}
@@ -561,6 +566,7 @@ func (n *Node) Status() Status {
 	}
 	st.Disk.ApplyStalled = n.fsm.Stalled()
 	st.Disk.RaftStalled = n.raftStalled.Load()
+	st.IntegrityProblem, _ = n.integrity.status()
 	records := map[string]fsm.Member{}
 	if members, err := n.fsm.Members(); err == nil {
 		for _, m := range members {
@@ -667,6 +673,13 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	n.log.Info("shut down")
 	return nil
+}
+
+// checkedSnaps is the snapshot store with corruption found on Open
+// recorded (integrity.go).
+func (n *Node) checkedSnaps() checkedSnapshots {
+	return checkedSnapshots{FileSnapshotStore: n.snaps, dir: filepath.Join(n.cfg.SnapshotDir(), "snapshots"),
+		record: func(path, problem string) { n.integrity.record(n.log, path, problem) }}
 }
 
 // stopDiskWaits ends Raft's wait for space to record its term or vote.
