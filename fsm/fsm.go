@@ -81,16 +81,6 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A restore writes its file beside the state machine's and renames it
-	// over it; one left here was cut short by a crash before the rename
-	// and is garbage (Raft restores again whatever is still needed).
-	if info, err := os.Stat(path + restoreSuffix); err == nil {
-		logger.Warn("removing a partly restored state machine file left by a crash during a restore",
-			"file", path+restoreSuffix, "bytes", info.Size())
-		if err := os.Remove(path + restoreSuffix); err != nil {
-			return nil, fmt.Errorf("fsm: %w", err)
-		}
-	}
 	f.noSync = noSync
 	if err := boltcheck.Check(path, nil); err != nil {
 		return nil, fmt.Errorf("fsm: state machine file %w; %s", err, RebuildHint)
@@ -98,6 +88,18 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 	db, err := f.openDB(path)
 	if err != nil {
 		return nil, err
+	}
+	// A restore writes its file beside the state machine's and renames it
+	// over it; one left here (now that this process holds the file's lock)
+	// was cut short by a crash before the rename and is garbage: Raft
+	// restores again whatever is still needed.
+	if info, err := os.Stat(path + restoreSuffix); err == nil {
+		logger.Warn("removing a partly restored state machine file left by a crash during a restore",
+			"file", path+restoreSuffix, "bytes", info.Size())
+		if err := os.Remove(path + restoreSuffix); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("fsm: %w", err)
+		}
 	}
 	if noSync {
 		if err := setMarker(path, markerOpen); err != nil {
