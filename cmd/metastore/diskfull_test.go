@@ -252,9 +252,11 @@ func TestDiskFull(t *testing.T) {
 				ContentHash string `json:"content_hash"`
 			} `json:"acks"`
 		}
-		if err := clGet(p.url("/v1/jobs/big/epochs/1?consistency=linearizable"), &e); err != nil {
-			t.Fatal(err)
-		}
+		// A restarted leader serves linearizable reads once it has
+		// committed an entry of its term.
+		waitFor(t, 30*time.Second, func() error {
+			return clGet(p.url("/v1/jobs/big/epochs/1?consistency=linearizable"), &e)
+		})
 		got := map[string]string{}
 		for _, a := range e.Acks {
 			got[a.Task] = a.ContentHash
