@@ -38,6 +38,9 @@ const (
 	// CodeForbidden (403): the token, signed URL or member signature does
 	// not grant the request.
 	CodeForbidden = "forbidden"
+	// CodeInsufficientStorage (HTTP 507): the member's data directory is
+	// (nearly) full; the write was not applied. Retry once space is freed.
+	CodeInsufficientStorage = "insufficient_storage"
 )
 
 // Error is the JSON error every failed request answers with:
@@ -98,6 +101,11 @@ func toAPIError(err error) *Error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return apiErr(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "request body is larger than %d bytes", mbe.Limit)
+	}
+	var dfe *node.DiskFullError
+	if errors.As(err, &dfe) {
+		return &Error{Status: http.StatusInsufficientStorage, Code: CodeInsufficientStorage, Retryable: true,
+			Message: dfe.Error() + "; nothing was applied; reads are still served"}
 	}
 	switch {
 	case errors.Is(err, node.ErrUnknownOutcome):

@@ -134,12 +134,21 @@ type Config struct {
 	TLSCertFile string
 	TLSKeyFile  string
 	TLSCAFile   string
+	// MinFreeDisk is the free space, in bytes, below which the data
+	// directory's file system makes the node refuse new writes (HTTP 507
+	// insufficient_storage) while reads go on; 0 disables the check. The
+	// margin lets writes already in flight, snapshots and Raft's term and
+	// vote records finish (node/disk.go).
+	MinFreeDisk int64
 
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
 	// LogFormat is text or json.
 	LogFormat string
 }
+
+// DefaultMinFreeDisk is the default of MinFreeDisk: 256 MiB.
+const DefaultMinFreeDisk = 256 << 20
 
 // maxApplyBatch bounds ApplyBatch (the state machine's limit on the
 // commands of one batch entry, fsm.MaxBatchCommands).
@@ -166,6 +175,7 @@ func DefaultConfig() Config {
 		ApplyTimeout:       10 * time.Second,
 		ApplyBatch:         256,
 		MaxBodyBytes:       1 << 20,
+		MinFreeDisk:        DefaultMinFreeDisk,
 		ShutdownTimeout:    10 * time.Second,
 		UploadLease:        time.Hour,
 		MaxBlobBytes:       5 << 30,
@@ -285,6 +295,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotRetain < 1 {
 		return bad("snapshot-retain", "must be at least 1")
+	}
+	if c.MinFreeDisk < 0 {
+		return bad("min-free-disk", "cannot be negative (0 disables the check)")
 	}
 	if c.MaxBodyBytes < 64<<10 {
 		return bad("max-body-bytes", "%d is below the minimum %d", c.MaxBodyBytes, 64<<10)

@@ -9,12 +9,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/metastore/metastore/internal/boltcheck"
 )
 
 // FSM is the replicated state machine: a bbolt file holding the checkpoint
@@ -35,6 +39,15 @@ type FSM struct {
 	noSync bool
 
 	applied atomic.Uint64
+
+	// stop ends a wait for disk space (StopWaiting); aborted is set when a
+	// batch was left unapplied at shutdown: nothing more is applied or
+	// snapshotted by this process. stalled is true while ApplyBatch waits
+	// for space.
+	stop     chan struct{}
+	stopOnce sync.Once
+	aborted  atomic.Bool
+	stalled  atomic.Bool
 
 	// changed is closed and replaced after every applied batch, waking
 	// blocking queries.
@@ -60,7 +73,7 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	f := &FSM{path: path, logger: logger, changed: make(chan struct{})}
+	f := &FSM{path: path, logger: logger, changed: make(chan struct{}), stop: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("fsm: %w", err)
 	}
@@ -69,9 +82,24 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 		return nil, err
 	}
 	f.noSync = noSync
+	if err := boltcheck.Check(path, nil); err != nil {
+		return nil, fmt.Errorf("fsm: state machine file %w; %s", err, RebuildHint)
+	}
 	db, err := f.openDB(path)
 	if err != nil {
 		return nil, err
+	}
+	// A restore writes its file beside the state machine's and renames it
+	// over it; one left here (now that this process holds the file's lock)
+	// was cut short by a crash before the rename and is garbage: Raft
+	// restores again whatever is still needed.
+	if info, err := os.Stat(path + restoreSuffix); err == nil {
+		logger.Warn("removing a partly restored state machine file left by a crash during a restore",
+			"file", path+restoreSuffix, "bytes", info.Size())
+		if err := os.Remove(path + restoreSuffix); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("fsm: %w", err)
+		}
 	}
 	if noSync {
 		if err := setMarker(path, markerOpen); err != nil {
@@ -217,8 +245,107 @@ func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 //
 // A rule violation is a Result with Err set and no writes. An entry that
 // cannot be decoded, or a failed write, panics: the node stops rather than
-// diverge from its peers.
+// diverge from its peers. The exception is a file system that is full
+// (ENOSPC): the transaction was rolled back, nothing of the batch is in the
+// file, so the batch is tried again, with backoff, until it commits. The
+// member stalls (Raft's FSM goroutine waits here) but skips nothing; it
+// resumes as soon as space is freed. StopWaiting ends the wait at shutdown.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	if f.aborted.Load() {
+		return abortedResponses(logs)
+	}
+	backoff := noSpaceMinBackoff
+	var since time.Time
+	var lastLog time.Time
+	for {
+		resp, last, err := f.applyBatch(logs)
+		if err == nil {
+			if !since.IsZero() {
+				f.stalled.Store(false)
+				f.logger.Info("state machine write succeeded again after the file system was full",
+					"file", f.path, "stalled_for", time.Since(since).Round(time.Millisecond), "applied_index", last)
+			}
+			f.applied.Store(last)
+			f.notify()
+			return resp
+		}
+		if !IsNoSpace(err) {
+			panic(fmt.Sprintf("fsm: apply batch ending at index %d: %v", last, err))
+		}
+		now := time.Now()
+		if since.IsZero() {
+			since = now
+			f.stalled.Store(true)
+		}
+		if now.Sub(lastLog) >= noSpaceLogEvery {
+			lastLog = now
+			f.logger.Error("state machine write failed: the file system is full; retrying until space is freed (this member applies nothing meanwhile)",
+				"file", f.path, "first_index", logs[0].Index, "last_index", logs[len(logs)-1].Index,
+				"stalled_for", now.Sub(since).Round(time.Millisecond), "err", err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-f.stop:
+			// Shutting down with the batch unapplied. The file holds
+			// everything before it, and its applied index says so: a
+			// restart replays the batch from the Raft log. Until then
+			// nothing more is applied (or snapshotted), so this process
+			// never exposes a state with a gap.
+			f.aborted.Store(true)
+			f.logger.Warn("shutting down with a batch the full file system kept from being applied; it is applied again from the Raft log at restart",
+				"first_index", logs[0].Index, "last_index", logs[len(logs)-1].Index)
+			return abortedResponses(logs)
+		}
+		backoff = min(2*backoff, noSpaceMaxBackoff)
+	}
+}
+
+// Waiting for space: the retry backoff of a batch that failed with ENOSPC,
+// and how often the failure is logged while it lasts.
+const (
+	noSpaceMinBackoff = 50 * time.Millisecond
+	noSpaceMaxBackoff = time.Second
+	noSpaceLogEvery   = 10 * time.Second
+)
+
+// ErrApplyAborted answers the entries of a batch the state machine did not
+// apply because it was shutting down while its file system was full.
+var ErrApplyAborted = errors.New("fsm: not applied: the node shut down while the file system was full; the entry is applied again at restart")
+
+func abortedResponses(logs []*raft.Log) []any {
+	resp := make([]any, len(logs))
+	for i := range resp {
+		resp[i] = ErrApplyAborted
+	}
+	return resp
+}
+
+// StopWaiting ends ApplyBatch's wait for disk space: the node calls it
+// before shutting Raft down, which waits for the FSM goroutine. After it,
+// a batch that cannot be written is left unapplied (see ApplyBatch).
+func (f *FSM) StopWaiting() { f.stopOnce.Do(func() { close(f.stop) }) }
+
+// Stalled reports whether ApplyBatch is waiting for disk space now.
+func (f *FSM) Stalled() bool { return f.stalled.Load() }
+
+// IsNoSpace reports whether err is a write that failed because the file
+// system is full (ENOSPC) or over quota (EDQUOT). bbolt formats some of its
+// errors (file growth) with %s, so the message is checked too.
+func IsNoSpace(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, syscall.ENOSPC.Error()) || strings.Contains(msg, syscall.EDQUOT.Error())
+}
+
+// applyBatch runs one attempt of ApplyBatch's transaction; it returns the
+// responses and the new applied index, or the commit's error (the
+// transaction rolled back).
+func (f *FSM) applyBatch(logs []*raft.Log) ([]any, uint64, error) {
 	resp := make([]any, len(logs))
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -238,12 +365,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		}
 		return tx.Bucket(bucketMeta).Put(metaAppliedIndex, u64(last))
 	})
-	if err != nil {
-		panic(fmt.Sprintf("fsm: apply batch ending at index %d: %v", last, err))
-	}
-	f.applied.Store(last)
-	f.notify()
-	return resp
+	return resp, last, err
 }
 
 func (f *FSM) applyOne(t *txn, l *raft.Log) *Result {
@@ -273,12 +395,24 @@ func result(index uint64, v any, err error) (*Result, error) {
 	}
 }
 
+// RebuildHint tells the operator what to do about a data file found
+// corrupt at start.
+const RebuildHint = "the member cannot start: rebuild it from the other members with `metastore rebuild`, " +
+	"its serve flags and --join (docs/operations.md, \"Corrupted files and rebuilding a member\")"
+
+// restoreSuffix names the file a restore writes before renaming it over
+// the state machine's path.
+const restoreSuffix = ".restore"
+
 // snapshotMagic starts every snapshot, followed by the schema version.
 var snapshotMagic = []byte("METASTORE-SNAP\n")
 
 // Snapshot captures the state: it opens a read transaction, which Persist
 // streams while Apply goes on.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if f.aborted.Load() {
+		return nil, ErrApplyAborted
+	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	tx, err := f.db.Begin(false)
@@ -334,7 +468,7 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	if v := binary.BigEndian.Uint64(hdr[len(snapshotMagic):]); v > SchemaVersion {
 		return fmt.Errorf("fsm: restore: snapshot schema version %d; this build reads up to %d", v, SchemaVersion)
 	}
-	tmp := f.path + ".restore"
+	tmp := f.path + restoreSuffix
 	if err := writeSynced(tmp, r); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("fsm: restore: %w", err)
@@ -352,6 +486,9 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	if err := check.Close(); err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
+	if faultInject {
+		faultRestore(faultRestoreWritten, tmp) // test builds only
+	}
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -361,6 +498,9 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	}
 	if err := syncDir(filepath.Dir(f.path)); err != nil {
 		f.logger.Warn("restore: syncing the data directory after the swap failed", "err", err)
+	}
+	if faultInject {
+		faultRestore(faultRestoreRenamed, f.path) // test builds only
 	}
 	// The path now names the restored file; the current database still
 	// has the old one open. It is closed in the background: bbolt's Close

@@ -24,6 +24,8 @@ import (
 //   - ErrNotLeader: this node is not the leader; nothing was proposed.
 //   - ErrTryAgain (wrapped): nothing was applied; retry shortly.
 //   - ErrShutdown: the node is shutting down; nothing was proposed.
+//   - ErrDiskFull (a *DiskFullError): the data directory is (nearly) full;
+//     nothing was proposed, or the leader could not append the entry.
 //   - ErrUnknownOutcome (wrapped): the command was handed to Raft but its
 //     fate is unknown (leadership lost, shutdown, deadline or ctx
 //     cancellation after it was enqueued).
@@ -50,6 +52,9 @@ func (n *Node) apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := n.disk.Check(); err != nil {
+		return nil, err // nothing proposed: the data directory is nearly full
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 
@@ -72,6 +77,15 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// mapRaftError maps a future's error like mapRaftError, and a write that
+// failed for want of disk space to a *DiskFullError.
+func (n *Node) mapRaftError(err error) error {
+	if isNoSpace(err) {
+		return n.disk.Full(err)
+	}
+	return mapRaftError(err)
 }
 
 // mapRaftError maps the error of a future that was handed to Raft (Apply,
@@ -112,6 +126,8 @@ func applyOutcome(res *fsm.Result, err error) string {
 		return "try_again"
 	case errors.Is(err, ErrShutdown):
 		return "shutdown"
+	case errors.Is(err, ErrDiskFull):
+		return "disk_full"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "canceled"
 	}

@@ -43,14 +43,21 @@ var ErrBadBackup = errors.New("node: bad backup")
 
 // WriteBackup takes a snapshot of the replicated state and writes it to w
 // as a backup file.
-func (n *Node) WriteBackup(ctx context.Context, w io.Writer) (*BackupInfo, error) {
+func (n *Node) WriteBackup(ctx context.Context, w io.Writer) (_ *BackupInfo, err error) {
+	defer func() {
+		// The snapshot or the spool file could not be written: the data
+		// directory is full.
+		if dfe := (*DiskFullError)(nil); isNoSpace(err) && !errors.As(err, &dfe) {
+			err = n.disk.Full(err)
+		}
+	}()
 	if n.closing.Load() {
 		return nil, ErrShutdown
 	}
 	fut := n.raft.Snapshot()
 	var meta *raft.SnapshotMeta
 	var rc io.ReadCloser
-	err := waitFuture(ctx, fut)
+	err = waitFuture(ctx, fut)
 	switch {
 	case err == nil:
 		meta, rc, err = fut.Open()
@@ -60,9 +67,9 @@ func (n *Node) WriteBackup(ctx context.Context, w io.Writer) (*BackupInfo, error
 		if lerr != nil || len(metas) == 0 {
 			return nil, fmt.Errorf("node: no snapshot to back up (%v)", lerr)
 		}
-		meta, rc, err = n.snaps.Open(metas[0].ID)
+		meta, rc, err = n.checkedSnaps().Open(metas[0].ID)
 	default:
-		return nil, fmt.Errorf("node: snapshot for backup: %w", mapRaftError(err))
+		return nil, fmt.Errorf("node: snapshot for backup: %w", n.mapRaftError(err))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node: open snapshot for backup: %w", err)

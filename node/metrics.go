@@ -63,7 +63,7 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 		reg: reg,
 		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "metastore_node_apply_duration_seconds",
-			Help:    "Time from proposing a command to its application on the leader, by outcome (ok, rule_error, not_leader, try_again, unknown, shutdown, canceled, error).",
+			Help:    "Time from proposing a command to its application on the leader, by outcome (ok, rule_error, not_leader, try_again, unknown, shutdown, disk_full, canceled, error).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"outcome"}),
 		batchCommands: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -98,6 +98,17 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 		gauge("metastore_node_fsm_applied_index", "Last Raft index applied by the state machine.", func() float64 {
 			return float64(n.fsm.AppliedIndex())
 		}),
+		gauge("metastore_node_disk_free_bytes", "Free bytes of the data directory's file system (read at most once a second).", func() float64 {
+			return float64(n.disk.Status().FreeBytes)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metastore_node_disk_writes_refused_total",
+			Help: "Writes refused because the data directory's file system had less than --min-free-disk free, or a write failed with ENOSPC.",
+		}, func() float64 { return float64(n.disk.refused.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metastore_node_integrity_problems_total",
+			Help: "Corrupt data files (a snapshot not matching its checksum) found while the member runs; rebuild the member.",
+		}, func() float64 { _, c := n.integrity.status(); return float64(c) }),
 		gauge("metastore_node_raft_last_snapshot_index", "Raft index of the newest snapshot.", func() float64 {
 			return float64(n.lastSnapshotIndex())
 		}),

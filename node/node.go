@@ -94,6 +94,14 @@ type Node struct {
 	logs      raft.LogStore // log cache over boltStore
 	snaps     *raft.FileSnapshotStore
 	metrics   *nodeMetrics
+	disk      *DiskGuard // refuses writes while the data directory is nearly full (disk.go)
+	// diskStop ends waits for disk space (stable.go) at shutdown;
+	// raftStalled is true while Raft waits to record its term or vote.
+	diskStop     chan struct{}
+	diskStopOnce sync.Once
+	raftStalled  atomic.Bool
+	// integrity records corrupt files found while running (integrity.go).
+	integrity integrity
 
 	observer *raft.Observer
 	obsCh    chan raft.Observation
@@ -135,6 +143,12 @@ type Status struct {
 	LastLogIndex      uint64         `json:"last_log_index"`
 	LastSnapshotIndex uint64         `json:"last_snapshot_index"`
 	Members           []MemberStatus `json:"members"`
+	// Disk is the free space of the data directory's file system and
+	// whether writes are refused for want of it.
+	Disk DiskStatus `json:"disk"`
+	// IntegrityProblem is the latest corrupt file found while the member
+	// runs (empty if none): the member should be rebuilt.
+	IntegrityProblem string `json:"integrity_problem,omitempty"`
 }
 
 // MemberStatus is one member: a server of the Raft configuration, or a
@@ -181,6 +195,8 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		obsCh:      make(chan raft.Observation, 64),
 		kickCh:     make(chan struct{}, 1),
 		httpClient: &http.Client{Timeout: joinRequestTimeout},
+		disk:       NewDiskGuard(cfg.DataDir, uint64(max(cfg.MinFreeDisk, 0))),
+		diskStop:   make(chan struct{}),
 	}
 	raftLog := logger.With("component", "raft")
 
@@ -200,6 +216,9 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		}
 	}
 
+	if err := checkRaftDB(filepath.Join(cfg.RaftDir(), raftDBFile)); err != nil {
+		return nil, corruptFrom(err) // integrity.go
+	}
 	n.boltStore, err = raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(cfg.RaftDir(), raftDBFile),
 		BoltOptions: &bolt.Options{
@@ -224,10 +243,17 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	if retain < 1 {
 		retain = config.DefaultConfig().SnapshotRetain
 	}
+	if err := removePartialSnapshots(filepath.Join(cfg.SnapshotDir(), "snapshots"), n.log); err != nil {
+		return nil, err
+	}
 	// The store keeps its snapshots in SnapshotDir()/snapshots.
 	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.SnapshotDir(), retain, newHCLogger(raftLog, "snapshot"))
 	if err != nil {
 		return nil, fmt.Errorf("node: open snapshot store: %w", err)
+	}
+
+	if err := checkSnapshots(filepath.Join(cfg.SnapshotDir(), "snapshots"), n.snaps); err != nil {
+		return nil, err
 	}
 
 	hasState, err := raft.HasExistingState(n.logs, n.boltStore, n.snaps)
@@ -267,11 +293,12 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	if faultInject {
 		raftFSM = faultFSM(n.fsm) // test builds only: snapshot persist passes a fault point
 	}
-	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, n.boltStore, n.snaps, n.trans)
+	stable := stallingStable{StableStore: n.boltStore, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
+	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, stable, n.checkedSnaps(), n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
-	closers = append(closers, func() error { return n.raft.Shutdown().Error() })
+	closers = append(closers, func() error { return n.raft.Shutdown().Error() }, n.stopDiskWaits)
 
 	if !hasState && len(cfg.Join) == 0 {
 		if err := n.bootstrap(); err != nil {
@@ -410,7 +437,7 @@ func (n *Node) catchUpFromSnapshot() error {
 		"fsm_applied_index", applied, "snapshot_id", newest.ID, "snapshot_index", newest.Index,
 		"snapshot_term", newest.Term, "snapshot_bytes", newest.Size)
 	start := time.Now()
-	_, rc, err := n.snaps.Open(newest.ID)
+	_, rc, err := n.checkedSnaps().Open(newest.ID)
 	if err != nil {
 		return fmt.Errorf("node: open snapshot %s: %w", newest.ID, err)
 	}
@@ -420,6 +447,32 @@ func (n *Node) catchUpFromSnapshot() error {
 	}
 	n.log.Info("state machine restored from snapshot", "snapshot_id", newest.ID,
 		"fsm_applied_index", n.fsm.AppliedIndex(), "took", time.Since(start))
+	return nil
+}
+
+// removePartialSnapshots removes the snapshot directories ending in
+// ".tmp" in dir: snapshots being written when the process died (a crash
+// during persist, or a full disk). Raft's snapshot store skips them but
+// never removes them. Nothing writes a snapshot before Raft starts, so
+// every one found here is abandoned.
+func removePartialSnapshots(dir string, log *slog.Logger) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("node: list snapshots: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		log.Warn("removing a partial snapshot left by a crash or a full disk while it was written", "dir", path)
+		if err := os.RemoveAll(path); err != nil {
+			return fmt.Errorf("node: remove partial snapshot: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -523,6 +576,8 @@ func (n *Node) Snapshot() error {
 		return nil
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return ErrShutdown
+	case isNoSpace(err):
+		return n.disk.Full(err)
 	}
 	return fmt.Errorf("node: snapshot: %w", err)
 }
@@ -541,7 +596,11 @@ func (n *Node) Status() Status {
 		AppliedIndex:      n.fsm.AppliedIndex(),
 		LastLogIndex:      n.raft.LastIndex(),
 		LastSnapshotIndex: n.lastSnapshotIndex(),
+		Disk:              n.disk.Status(),
 	}
+	st.Disk.ApplyStalled = n.fsm.Stalled()
+	st.Disk.RaftStalled = n.raftStalled.Load()
+	st.IntegrityProblem, _ = n.integrity.status()
 	records := map[string]fsm.Member{}
 	if members, err := n.fsm.Members(); err == nil {
 		for _, m := range members {
@@ -628,6 +687,10 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 
 	n.raft.DeregisterObserver(n.observer)
+	// Raft's shutdown waits for its FSM goroutine, which may be waiting
+	// for disk space to apply a batch (fsm.ApplyBatch): end that wait.
+	n.fsm.StopWaiting()
+	_ = n.stopDiskWaits()
 	var errs []error
 	if err := n.raft.Shutdown().Error(); err != nil {
 		errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
@@ -643,6 +706,19 @@ func (n *Node) shutdown(ctx context.Context) error {
 		return fmt.Errorf("node: shutdown: %w", err)
 	}
 	n.log.Info("shut down")
+	return nil
+}
+
+// checkedSnaps is the snapshot store with corruption found on Open
+// recorded (integrity.go).
+func (n *Node) checkedSnaps() checkedSnapshots {
+	return checkedSnapshots{FileSnapshotStore: n.snaps, dir: filepath.Join(n.cfg.SnapshotDir(), "snapshots"),
+		record: func(path, problem string) { n.integrity.record(n.log, path, problem) }}
+}
+
+// stopDiskWaits ends Raft's wait for space to record its term or vote.
+func (n *Node) stopDiskWaits() error {
+	n.diskStopOnce.Do(func() { close(n.diskStop) })
 	return nil
 }
 

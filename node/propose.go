@@ -147,7 +147,9 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	go func() {
 		if err := f.Error(); err != nil {
-			failAll(batch, mapRaftError(err))
+			// A leader whose log append failed answers the entry with
+			// the store's error and steps down: nothing was appended.
+			failAll(batch, n.mapRaftError(err))
 			return
 		}
 		switch r := f.Response().(type) {

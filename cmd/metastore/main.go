@@ -2,6 +2,7 @@
 // and talks to running nodes.
 //
 //	metastore serve [flags]                 run a node (single-node store by default)
+//	metastore rebuild [serve flags] --join  rebuild a damaged member from the others
 //	metastore status [--addr URL] [--json]  show the node and cluster status
 //	metastore members list|add|remove ...   show or change the Raft membership
 //	metastore leader transfer               hand leadership to another voter
@@ -111,6 +112,8 @@ func (inv *invocation) fail(err error) int { return reportClientError(inv.stderr
 var commands = []*command{
 	{name: "serve", flags: "[flags]", summary: "run a node (with no flags: a single-node store in ./metastore-data, HTTP API on 127.0.0.1:7070)",
 		run: func(inv *invocation, args []string) int { return runServe(args, inv.stdout, inv.stderr, inv.getenv) }},
+	{name: "rebuild", flags: "[serve flags] --join HOST:PORT,...", summary: "move a damaged member's data aside, remove it from the cluster, rejoin and receive the state by snapshot, then serve",
+		run: func(inv *invocation, args []string) int { return runRebuild(args, inv.stdout, inv.stderr, inv.getenv) }},
 	{name: "status", client: true, summary: "show the status of a node and its view of the cluster", run: runStatus},
 	{name: "members list", client: true, summary: "list the members of the cluster", run: runMembersList},
 	{name: "members add", args: "ID", flags: "--raft-addr HOST:PORT --http-addr HOST:PORT", client: true, summary: "add a voting member (--raft-addr, --http-addr)", run: runMembersAdd},

@@ -74,6 +74,8 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*boolValue)(&c.EnablePprof) }},
 	{"max-body-bytes", "largest HTTP request body accepted, in bytes",
 		func(c *config.Config) flag.Value { return (*int64Value)(&c.MaxBodyBytes) }},
+	{"min-free-disk", "free bytes below which the data directory's file system makes the node refuse writes (HTTP 507 insufficient_storage); reads go on; 0 disables",
+		func(c *config.Config) flag.Value { return (*int64Value)(&c.MinFreeDisk) }},
 	{"shutdown-timeout", "bound on a clean shutdown on SIGTERM or SIGINT, leadership transfer included",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.ShutdownTimeout) }},
 	{"blob-store", "object store for checkpoint blobs: s3://bucket[/prefix] or file:///dir (default: the directory blobs in --data-dir)",

@@ -24,6 +24,14 @@
 //	node.snapshot-persist  inside raft's snapshot persist, after the FSM
 //	                       wrote the snapshot and before sink.Close makes it
 //	                       durable and visible
+//	fsm.restore-written    inside the state machine's restore (a snapshot
+//	                       installed from the leader, restored at start or
+//	                       from a backup): the restored file is written and
+//	                       synced beside the current one, not yet renamed
+//	                       over it (detail: the path)
+//	fsm.restore-renamed    the restored file has been renamed over the
+//	                       state machine's path and the directory synced;
+//	                       the process still uses the old file
 //
 // # Actions
 //
@@ -79,6 +87,13 @@ const (
 	// SnapshotPersist is hit inside raft's snapshot persist, after the
 	// state machine wrote the snapshot and before the sink is closed.
 	SnapshotPersist = "node.snapshot-persist"
+	// RestoreWritten is hit inside the state machine's restore, after the
+	// restored file is written and synced and before it is renamed over
+	// the current one.
+	RestoreWritten = "fsm.restore-written"
+	// RestoreRenamed is hit after that rename (and the directory sync),
+	// before the restored file is opened and swapped in.
+	RestoreRenamed = "fsm.restore-renamed"
 )
 
 // Environment variables read at init by a faultinject build.

@@ -1,0 +1,19 @@
+//go:build !faultinject
+
+package fsm
+
+// faultInject is false in production builds, so the compiler removes every
+// call it guards and the binary holds no fault-injection code. The
+// faultinject build (faultinject_on.go) sets it and routes the hooks to
+// jepsen/faultpoint.
+const faultInject = false
+
+// Names of the restore fault points (jepsen/faultpoint declares the same
+// names for the faultinject build).
+const (
+	faultRestoreWritten = "fsm.restore-written"
+	faultRestoreRenamed = "fsm.restore-renamed"
+)
+
+// faultRestore runs at the restore fault points of RestoreFrom.
+func faultRestore(name, path string) {}

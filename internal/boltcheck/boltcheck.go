@@ -1,0 +1,108 @@
+// Package boltcheck checks that a bbolt file is whole and readable before a
+// process opens it for writing.
+//
+// bbolt trusts its file: it maps it and follows page ids without bounds
+// checks. A truncated file makes it fault (SIGBUS) on the missing pages, a
+// page overwritten with garbage makes it panic, in a goroutine of its own
+// when the freelist is rebuilt at open (NoFreelistSync), and the process
+// dies with a stack trace instead of an error naming the file. Check reads
+// the file read-only, compares its length with the length its meta page
+// records, and reads every page reachable from the root, turning a fault
+// or a panic into an error.
+package boltcheck
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// ErrCorrupt is wrapped by every problem Check finds in a file.
+var ErrCorrupt = errors.New("corrupt")
+
+// Error is a problem found in a file.
+type Error struct {
+	Path    string
+	Problem string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s is corrupt: %s", e.Path, e.Problem) }
+
+func (e *Error) Unwrap() error { return ErrCorrupt }
+
+// BucketFunc may check the content of a top-level bucket further; it runs
+// inside the read transaction.
+type BucketFunc func(name []byte, b *bolt.Bucket) error
+
+// Check checks the bbolt file at path. A file that does not exist, or that
+// another process holds locked, is not checked (nil): opening it reports
+// those. verify, if not nil, is called for every top-level bucket.
+func Check(path string, verify BucketFunc) error {
+	info, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if info.Size() == 0 {
+		return &Error{path, "the file is empty"}
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil
+	}
+	if err != nil {
+		return &Error{path, fmt.Sprintf("cannot be opened: %v", err)}
+	}
+	defer db.Close()
+	return walk(path, info.Size(), db, verify)
+}
+
+func walk(path string, size int64, db *bolt.DB, verify BucketFunc) (err error) {
+	// A fault on a mapped page (a file shorter than its pages say) becomes
+	// a panic in this goroutine, recovered below.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = &Error{path, fmt.Sprintf("unreadable: %v", r)}
+		}
+	}()
+	return db.View(func(tx *bolt.Tx) error {
+		if tx.Size() > size {
+			return &Error{path, fmt.Sprintf("truncated: %d bytes, its meta page says %d", size, tx.Size())}
+		}
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			if err := readAll(b); err != nil {
+				return &Error{path, fmt.Sprintf("bucket %q: %v", name, err)}
+			}
+			if verify != nil {
+				if err := verify(name, b); err != nil {
+					return &Error{path, fmt.Sprintf("bucket %q: %v", name, err)}
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// readAll reads every key and value of b and of its nested buckets.
+func readAll(b *bolt.Bucket) error {
+	return b.ForEach(func(k, v []byte) error {
+		if v != nil {
+			if len(v) > 0 {
+				_ = v[len(v)-1] // touch the value's last page
+			}
+			return nil
+		}
+		nested := b.Bucket(k)
+		if nested == nil {
+			return fmt.Errorf("key %x has no value and is no bucket", k)
+		}
+		return readAll(nested)
+	})
+}

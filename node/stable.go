@@ -1,0 +1,65 @@
+package node
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// stallingStable is the Raft stable store (the current term and the vote,
+// in raft.db) with one change: a write that fails because the file system
+// is full is retried, with backoff, until it succeeds or the node shuts
+// down. hashicorp/raft panics when it cannot record a new term
+// (setCurrentTerm), which on a full disk would kill the process at every
+// election and again at every restart. Waiting instead stalls Raft's main
+// goroutine: the member neither votes nor stands for election nor answers
+// its peers until space is freed, then goes on where it was. That is safe:
+// a member that does not answer is, to the others, a member that is down.
+type stallingStable struct {
+	raft.StableStore
+	log     *slog.Logger
+	stop    <-chan struct{}
+	stalled *atomic.Bool
+}
+
+func (s stallingStable) Set(key, val []byte) error {
+	return s.retry(string(key), func() error { return s.StableStore.Set(key, val) })
+}
+
+func (s stallingStable) SetUint64(key []byte, val uint64) error {
+	return s.retry(string(key), func() error { return s.StableStore.SetUint64(key, val) })
+}
+
+func (s stallingStable) retry(key string, write func() error) error {
+	backoff := 50 * time.Millisecond
+	var since, logged time.Time
+	for {
+		err := write()
+		if err == nil || !isNoSpace(err) {
+			if !since.IsZero() {
+				s.stalled.Store(false)
+				s.log.Info("Raft's term and vote record written again after the file system was full",
+					"key", key, "stalled_for", time.Since(since).Round(time.Millisecond), "err", err)
+			}
+			return err
+		}
+		now := time.Now()
+		if since.IsZero() {
+			since = now
+			s.stalled.Store(true)
+		}
+		if now.Sub(logged) >= 10*time.Second {
+			logged = now
+			s.log.Error("cannot record Raft's term or vote: the file system is full; retrying until space is freed (this member takes no part in Raft meanwhile)",
+				"key", key, "stalled_for", now.Sub(since).Round(time.Millisecond), "err", err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-s.stop:
+			return err // shutting down
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
