@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/internal/mtls"
 )
 
 // Rebuilding a member.
@@ -168,18 +170,40 @@ func syncDir(dir string) error {
 
 // removeSelf asks the members at cfg.Join to remove cfg.NodeID from the
 // cluster until one of them confirms it (or says it is not a member).
+//
+// With TLS the request goes over https and presents the member's
+// certificate; with --auth it carries the operator token of
+// --auth-join-token-file (which the rejoin needs too).
 func removeSelf(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	hc := &http.Client{Timeout: 30 * time.Second}
+	if cfg.TLSEnabled() {
+		material, err := mtls.NewReloader(mtls.Files{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, CAFile: cfg.TLSCAFile},
+			mtls.Options{Logger: log})
+		if err != nil {
+			return fmt.Errorf("TLS material: %w", err)
+		}
+		hc.Transport = &http.Transport{Proxy: nil, DialTLSContext: material.DialTLS(&net.Dialer{Timeout: 10 * time.Second})}
+	}
+	_, token, err := authTokens(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Auth && token == "" {
+		return fmt.Errorf("with --auth, removing this member needs an operator token: set --auth-join-token-file")
+	}
 	var last error
 	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 		for _, addr := range cfg.Join {
 			base := strings.TrimRight(addr, "/")
 			if !strings.Contains(base, "://") {
-				base = "http://" + base
+				base = cfg.HTTPScheme() + "://" + base
 			}
 			req, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+"/v1/members/"+url.PathEscape(cfg.NodeID), nil)
 			if err != nil {
 				return err
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
 			}
 			resp, err := hc.Do(req)
 			if err != nil {
