@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,16 +248,28 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 }
 
 func (f *FSM) applyOne(t *txn, l *raft.Log) *Result {
+	r, err := applyEntry(t, l)
+	if err != nil {
+		panic(err.Error())
+	}
+	return r
+}
+
+// applyEntry decodes and applies one command entry in t: it returns the
+// command's Result (a value or a rule violation, which wrote nothing), or
+// a fatal error (an entry that cannot be decoded, a failed write) after
+// which t must be rolled back.
+func applyEntry(t *txn, l *raft.Log) (*Result, error) {
 	c, err := Decode(l.Data)
 	if err != nil {
-		panic(fmt.Sprintf("fsm: entry %d: %v", l.Index, err))
+		return nil, fmt.Errorf("fsm: entry %d: %w", l.Index, err)
 	}
 	v, err := handlers[c.Type].apply(t, c)
 	r, err := result(l.Index, v, err)
 	if err != nil {
-		panic(fmt.Sprintf("fsm: entry %d (%s): %v", l.Index, c.Type, err))
+		return nil, fmt.Errorf("fsm: entry %d (%s): %w", l.Index, c.Type, err)
 	}
-	return r
+	return r, nil
 }
 
 // result turns a handler's answer into the command's result: its value, or
@@ -412,6 +425,45 @@ func checkSnapshotFile(path string) error {
 		}
 		if m := tx.Bucket(bucketMeta); m == nil || m.Get(metaSchema) == nil {
 			return errors.New("not a metastore state machine file")
+		}
+		return walkFile(tx)
+	})
+}
+
+// walkFile reads every page of the file reachable from its root: every
+// bucket, key and value. bbolt trusts its pages: a damaged one makes it
+// panic (an invalid page type or count) or read outside the mapped file (a
+// fault), so the walk turns both into errors; it reads a private copy
+// through a read-only mapping, which such a failure leaves unharmed.
+func walkFile(tx *bolt.Tx) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("damaged file: %v", p)
+		}
+	}()
+	var walk func(b *bolt.Bucket, depth int) error
+	walk = func(b *bolt.Bucket, depth int) error {
+		if depth > 8 {
+			return errors.New("damaged file: buckets nested too deep")
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if v == nil {
+				sub := b.Bucket(k)
+				if sub == nil {
+					return fmt.Errorf("damaged file: key %q has no value and is not a bucket", k)
+				}
+				if err := walk(sub, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+		if err := walk(b, 0); err != nil {
+			return fmt.Errorf("bucket %q: %w", name, err)
 		}
 		return nil
 	})
