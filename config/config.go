@@ -110,6 +110,9 @@ type Config struct {
 	GCOrphanGrace  time.Duration
 	GCOrphanEvery  time.Duration
 
+	// HTTP server limits and per-client rate limits (api/limits.go).
+	HTTPLimits
+
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
 	// LogFormat is text or json.
@@ -152,6 +155,7 @@ func DefaultConfig() Config {
 		GCOrphanEvery:      time.Hour,
 		LogLevel:           "info",
 		LogFormat:          "text",
+		HTTPLimits:         DefaultHTTPLimits(),
 	}
 }
 
@@ -286,6 +290,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GCRate < 0 {
 		return bad("gc-rate", "cannot be negative")
+	}
+	if err := c.HTTPLimits.validate(); err != nil {
+		return err
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
