@@ -403,8 +403,20 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 // before anything opens it for writing: bbolt turns an empty file into a
 // new, empty database, and maps the missing pages of a truncated one and
 // faults (SIGBUS, fatal) when it walks them. A read-only open reads only
-// the meta pages, which say how large the file must be.
-func checkSnapshotFile(path string) error {
+// the meta pages, which say how large the file must be; then every page
+// reachable from the root is read (walkFile).
+//
+// bbolt trusts its pages: a damaged one makes it panic (an invalid page
+// id, type or count) or read outside the mapped file (a fault). The check
+// turns both into errors. It reads a file no one else uses through a
+// read-only mapping, which such a failure leaves unharmed.
+func checkSnapshotFile(path string) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("damaged file: %v", p)
+		}
+	}()
 	info, err := os.Stat(path)
 	if err != nil {
 		return err
@@ -430,18 +442,8 @@ func checkSnapshotFile(path string) error {
 	})
 }
 
-// walkFile reads every page of the file reachable from its root: every
-// bucket, key and value. bbolt trusts its pages: a damaged one makes it
-// panic (an invalid page type or count) or read outside the mapped file (a
-// fault), so the walk turns both into errors; it reads a private copy
-// through a read-only mapping, which such a failure leaves unharmed.
-func walkFile(tx *bolt.Tx) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("damaged file: %v", p)
-		}
-	}()
+// walkFile reads every bucket, key and value of the file.
+func walkFile(tx *bolt.Tx) error {
 	var walk func(b *bolt.Bucket, depth int) error
 	walk = func(b *bolt.Bucket, depth int) error {
 		if depth > 8 {
