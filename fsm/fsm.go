@@ -402,9 +402,10 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 // checkSnapshotFile checks that path holds a whole state machine file
 // before anything opens it for writing: bbolt turns an empty file into a
 // new, empty database, and maps the missing pages of a truncated one and
-// faults (SIGBUS, fatal) when it walks them. A read-only open reads only
-// the meta pages, which say how large the file must be; then every page
-// reachable from the root is read (walkFile).
+// faults (SIGBUS, fatal) when it walks them, and panics in a goroutine of
+// its own on a damaged page when it opens a file for writing. The pages
+// are checked first by plain reads (checkPages); then a read-only open
+// reads every bucket, key and value (walkFile).
 //
 // bbolt trusts its pages: a damaged one makes it panic (an invalid page
 // id, type or count) or read outside the mapped file (a fault). The check
@@ -423,6 +424,9 @@ func checkSnapshotFile(path string) (err error) {
 	}
 	if info.Size() == 0 {
 		return errors.New("empty snapshot body")
+	}
+	if err := checkPages(path); err != nil {
+		return err
 	}
 	opts := boltOptions()
 	opts.ReadOnly = true
