@@ -78,8 +78,9 @@ func (g *gen) delta() Delta {
 	return d
 }
 
-// wellFormed reports whether m could be a stored manifest: every reference
-// valid and listed once.
+// wellFormed reports whether m is a manifest a worker can send whole
+// (Validate(Full(m)) holds): every reference valid and listed once, bases
+// and segments together.
 func wellFormed(m Manifest) bool {
 	seen := map[Ref]bool{}
 	for _, b := range m.Bases {
@@ -88,12 +89,11 @@ func wellFormed(m Manifest) bool {
 		}
 		seen[b.ID()] = true
 	}
-	segs := map[Ref]bool{}
 	for _, s := range m.Segments {
-		if ValidateKey(s.Key) != nil || s.Length == 0 || s.FirstSeq > s.LastSeq || segs[s.ID()] {
+		if ValidateKey(s.Key) != nil || s.Length == 0 || s.FirstSeq > s.LastSeq || seen[s.ID()] {
 			return false
 		}
-		segs[s.ID()] = true
+		seen[s.ID()] = true
 	}
 	return true
 }
@@ -138,7 +138,7 @@ func FuzzDelta(f *testing.F) {
 				t.Fatalf("Apply accepted a delta Validate refuses: %v", verr)
 			}
 			if wellFormed(prev) {
-				if !wellFormed(out) {
+				if !uniqueSegments(out) || (d.Materialize != nil && !wellFormed(Manifest{Bases: out.Bases})) {
 					t.Fatalf("accepted delta made a malformed manifest:\nprev %+v\ndelta %+v\nout %+v", prev, d, out)
 				}
 				for _, s := range d.AddSegments {
