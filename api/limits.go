@@ -49,8 +49,15 @@ var transferRoutes = map[string]bool{
 	"objects.put": true, "objects.get": true, "snapshot.save": true, "snapshot.restore": true,
 }
 
-// blockingRoutes may hold a request open for up to MaxWait (?index=&wait=).
-var blockingRoutes = map[string]bool{"epochs.get": true}
+// longRoutes may take minutes before they answer: a blocking query holds
+// its request for up to MaxWait (?index=&wait=); verifying a job's blobs,
+// a consistency check of the whole state, a collection cycle, and member
+// or leadership changes wait on the object store or on the cluster. They
+// get MaxWait on top of the write timeout.
+var longRoutes = map[string]bool{
+	"epochs.get": true, "jobs.verify": true, "fsck": true, "gc.run": true,
+	"members.add": true, "members.remove": true, "leader.transfer": true,
+}
 
 // unlimitedPaths are never rate limited: probes are cheap and must answer
 // while a client floods.
@@ -108,7 +115,7 @@ func (s *Server) setDeadlines(w http.ResponseWriter, r *http.Request) {
 	if transferRoutes[name] {
 		body, write = lim.TransferTimeout, lim.TransferTimeout+lim.WriteTimeout
 	}
-	if blockingRoutes[name] {
+	if longRoutes[name] {
 		write = MaxWait + lim.WriteTimeout
 	}
 	rc := http.NewResponseController(w)

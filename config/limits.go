@@ -16,8 +16,9 @@ type HTTPLimits struct {
 	// snapshot (PUT and GET /v1/objects/..., PUT and GET /v1/snapshot).
 	TransferTimeout time.Duration
 	// WriteTimeout bounds the time to answer an ordinary request, from the
-	// end of its headers; a blocking query gets the longest wait
-	// (api.MaxWait) on top of it.
+	// end of its headers; a blocking query and the operations that wait on
+	// the object store or the cluster get the longest wait (api.MaxWait)
+	// on top of it.
 	WriteTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection idle this long.
 	IdleTimeout time.Duration

@@ -109,7 +109,7 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.BodyTimeout) }},
 	{"http-transfer-timeout", "time a blob or snapshot upload or download through the API may take",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.TransferTimeout) }},
-	{"http-write-timeout", "time to answer an ordinary request (a blocking query waits up to 5m on top of it)",
+	{"http-write-timeout", "time to answer an ordinary request (blocking queries, verify, fsck, gc run and member changes get 5m more)",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.WriteTimeout) }},
 	{"http-idle-timeout", "time an idle keep-alive connection stays open",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.IdleTimeout) }},
