@@ -159,10 +159,14 @@ func (c *pageChecker) page(id uint64) ([]byte, error) {
 	return buf, nil
 }
 
-// tree checks the B+tree rooted at page id: every key within [min, max)
-// (nil: unbounded) and in strictly increasing order, every bucket value's
-// tree too.
-func (c *pageChecker) tree(id uint64, min, max []byte, depth int) error {
+// tree checks the B+tree rooted at page id: keys in strictly increasing
+// order, below max (nil: unbounded), the first one equal to first (the key
+// of the branch element pointing to the page; nil at a root), every
+// bucket value's tree too. bbolt keeps a branch element's key equal to its
+// child's first key, and its writes rely on it: a file where they differ
+// passes bbolt's own check, but a write there leaves a freed page in the
+// tree.
+func (c *pageChecker) tree(id uint64, first, max []byte, depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("page %d: tree deeper than %d", id, maxDepth)
 	}
@@ -170,11 +174,11 @@ func (c *pageChecker) tree(id uint64, min, max []byte, depth int) error {
 	if err != nil {
 		return err
 	}
-	return c.node(buf, fmt.Sprintf("page %d", id), min, max, depth)
+	return c.node(buf, fmt.Sprintf("page %d", id), first, max, depth)
 }
 
 // node checks one page (from a file page or an inline bucket's value).
-func (c *pageChecker) node(buf []byte, name string, min, max []byte, depth int) error {
+func (c *pageChecker) node(buf []byte, name string, first, max []byte, depth int) error {
 	if len(buf) < pageHeader {
 		return fmt.Errorf("%s: shorter than a page header", name)
 	}
@@ -189,12 +193,18 @@ func (c *pageChecker) node(buf []byte, name string, min, max []byte, depth int) 
 		}
 		return buf[start : start+uint64(n)], nil
 	}
+	if first != nil && count == 0 {
+		return fmt.Errorf("%s: empty page in a branch", name)
+	}
 	var prev []byte
 	inRange := func(i int, k []byte) error {
 		if prev != nil && bytes.Compare(k, prev) <= 0 {
 			return fmt.Errorf("%s: key %d is not above the one before", name, i)
 		}
-		if min != nil && bytes.Compare(k, min) < 0 || max != nil && bytes.Compare(k, max) >= 0 {
+		if i == 0 && first != nil && !bytes.Equal(k, first) {
+			return fmt.Errorf("%s: first key differs from its branch element's key", name)
+		}
+		if max != nil && bytes.Compare(k, max) >= 0 {
 			return fmt.Errorf("%s: key %d is outside its parent's range", name, i)
 		}
 		prev = k
