@@ -16,7 +16,8 @@ import (
 // order, out of range or reached twice it panics in a goroutine of its
 // own, which stops the process. A snapshot or backup comes from elsewhere
 // (a leader, an operator), so its file is checked here first, by plain
-// reads with bounds checks: the same rules bbolt's walk enforces, as
+// reads with bounds checks: the rules bbolt's walk enforces, and the one
+// its writes rely on (a branch element's key is its child's first key), as
 // errors.
 //
 // The layout (bbolt 1.4, internal/common): a 16-byte page header (id u64,
