@@ -337,15 +337,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 // writes the file beside the current one, syncs it, checks it opens, then
 // swaps it in under the exclusive lock so no reader sees a mix.
 func (f *FSM) RestoreFrom(r io.Reader) error {
-	hdr := make([]byte, len(snapshotMagic)+8)
-	if _, err := io.ReadFull(r, hdr); err != nil {
-		return fmt.Errorf("fsm: restore: read header: %w", err)
-	}
-	if string(hdr[:len(snapshotMagic)]) != string(snapshotMagic) {
-		return errors.New("fsm: restore: not a metastore snapshot")
-	}
-	if v := binary.BigEndian.Uint64(hdr[len(snapshotMagic):]); v > SchemaVersion {
-		return fmt.Errorf("fsm: restore: snapshot schema version %d; this build reads up to %d", v, SchemaVersion)
+	if _, err := readSnapshotHeader(r); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
 	}
 	tmp := f.path + ".restore"
 	if err := writeSynced(tmp, r); err != nil {
@@ -397,6 +390,22 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	f.logger.Info("state restored from snapshot", "applied_index", idx)
 	f.notify()
 	return nil
+}
+
+// readSnapshotHeader reads and checks a snapshot's header: the magic and a
+// schema version this build reads. It returns the header.
+func readSnapshotHeader(r io.Reader) ([]byte, error) {
+	hdr := make([]byte, len(snapshotMagic)+8)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return nil, fmt.Errorf("read header: %w", err)
+	}
+	if string(hdr[:len(snapshotMagic)]) != string(snapshotMagic) {
+		return nil, errors.New("not a metastore snapshot")
+	}
+	if v := binary.BigEndian.Uint64(hdr[len(snapshotMagic):]); v > SchemaVersion {
+		return nil, fmt.Errorf("snapshot schema version %d; this build reads up to %d", v, SchemaVersion)
+	}
+	return hdr, nil
 }
 
 // checkSnapshotFile checks that path holds a whole state machine file
