@@ -52,7 +52,7 @@ func get(t *testing.T, c *http.Client, url string, header ...string) (int, http.
 // rejections are counted by reason.
 func TestRateLimitPerClient(t *testing.T) {
 	m := testmember.StartSingleWith(t, func(c *config.Config) {
-		c.RateLimit = 2
+		c.RateLimit = 0.5 // one token per 2s: a slow machine cannot refill the bucket between requests
 		c.RateBurst = 5
 	})
 	flooder, worker, spoofer := clientFrom("127.0.0.2"), clientFrom("127.0.0.1"), clientFrom("127.0.0.3")
@@ -84,7 +84,7 @@ func TestRateLimitPerClient(t *testing.T) {
 		}
 	}
 	if limited < 3 {
-		t.Fatalf("flooder limited %d times in 40 requests at 2/s with burst 5", limited)
+		t.Fatalf("flooder limited %d times in 40 requests at 0.5/s with burst 5", limited)
 	}
 
 	// The forwarding header from an address that is no member's changes
