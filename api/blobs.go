@@ -202,7 +202,8 @@ func storeError(err error) error {
 		return apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "Content-Length", "%v", err)
 	}
 	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
+	var ae *Error // the body's reader refused it (limits.go)
+	if errors.As(err, &mbe) || errors.As(err, &ae) {
 		return err
 	}
 	return &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, Retryable: true, Message: "object store: " + err.Error()}

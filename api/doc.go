@@ -10,4 +10,11 @@
 // linearizable by the leader after it confirmed its leadership and applied
 // everything committed. Every response carries the Raft index it reflects in
 // the X-Metastore-Index header.
+//
+// Hostile or careless clients are bounded before any handler runs
+// (limits.go): NewHTTPServer sets the server's header timeout, header size
+// and idle timeout; the root handler refuses a client over its request
+// rate or its requests in flight (429 rate_limited) and sets each
+// request's read and write deadlines by route. Bodies are decoded strictly
+// (decodeBody).
 package api

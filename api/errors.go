@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/node"
@@ -41,6 +43,12 @@ const (
 	// CodeInsufficientStorage (HTTP 507): the member's data directory is
 	// (nearly) full; the write was not applied. Retry once space is freed.
 	CodeInsufficientStorage = "insufficient_storage"
+	// CodeRateLimited answers a client over its request rate or its
+	// requests in flight (429, retryable, with Retry-After; limits.go).
+	CodeRateLimited = "rate_limited"
+	// CodeRequestTimeout answers a request whose body did not arrive
+	// within the body timeout (408; limits.go).
+	CodeRequestTimeout = "request_timeout"
 )
 
 // Error is the JSON error every failed request answers with:
@@ -133,31 +141,111 @@ func toAPIError(err error) *Error {
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
 }
 
-// decodeBody reads a JSON body strictly: one value, no unknown fields. An
-// empty body leaves v as it is when allowEmpty.
+// decodeBody reads a JSON body strictly: one value, valid UTF-8, no
+// unknown fields, no key twice in an object, nested at most maxJSONDepth
+// deep. An empty body leaves v as it is when allowEmpty.
 func decodeBody(r *http.Request, v any, allowEmpty bool) error {
-	dec := json.NewDecoder(r.Body)
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return jsonError(err)
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		if allowEmpty {
+			return nil
+		}
+		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body is empty; a JSON object is required")
+	}
+	if !utf8.Valid(raw) {
+		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body is not valid UTF-8")
+	}
+	if err := checkJSONShape(raw); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			if allowEmpty {
-				return nil
-			}
-			return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body is empty; a JSON object is required")
-		}
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
 		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body holds more than one JSON value")
 	}
 	return nil
 }
 
+// maxJSONDepth bounds the nesting of a request body: no request nests
+// deeper than a few levels.
+const maxJSONDepth = 32
+
+// checkJSONShape walks the first JSON value of raw and refuses one nested
+// deeper than maxJSONDepth or with a key twice in one object (decoders
+// disagree on which of the two wins; the API takes neither).
+func checkJSONShape(raw []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	type frame struct {
+		object  bool
+		wantKey bool
+		keys    map[string]bool
+		key     string // the key whose value is being read
+		path    string
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonError(err)
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.wantKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+			} else {
+				key, _ := tok.(string)
+				if top.keys[key] {
+					field := strings.TrimPrefix(top.path+"."+key, ".")
+					return apiErr(http.StatusBadRequest, CodeInvalidJSON, field, "key %q appears twice in one object", key)
+				}
+				top.keys[key] = true
+				top.key = key
+				top.wantKey = false
+				continue
+			}
+		} else if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
+			if len(stack) >= maxJSONDepth {
+				return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body is nested deeper than %d levels", maxJSONDepth)
+			}
+			path := ""
+			if top != nil {
+				path = top.path
+				if top.object {
+					path = strings.TrimPrefix(path+"."+top.key, ".")
+				} else {
+					path += "[]"
+				}
+			}
+			stack = append(stack, &frame{object: d == '{', wantKey: d == '{', keys: map[string]bool{}, path: path})
+			continue
+		} else if ok && d == ']' {
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: the enclosing object wants its next key.
+		if len(stack) == 0 {
+			return nil
+		}
+		if t := stack[len(stack)-1]; t.object {
+			t.wantKey = true
+		}
+	}
+}
+
 func jsonError(err error) error {
+	var ae *Error // the body's reader refused it (limits.go)
+	if errors.As(err, &ae) {
+		return ae
+	}
 	var mbe *http.MaxBytesError
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError

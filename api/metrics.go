@@ -13,6 +13,8 @@ type metrics struct {
 	latency   *prometheus.HistogramVec
 	forwarded *prometheus.CounterVec
 	completed prometheus.Counter
+	// rejections counts requests refused by a limit (limits.go).
+	rejections *prometheus.CounterVec
 }
 
 // epochsTimedOut is counted by the leader task, which runs before a Server
@@ -42,8 +44,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Epochs completed by an ack this member proposed as leader.",
 		}),
 	}
+	m.rejections = newRejections()
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.forwarded, m.completed, epochsTimedOut)
+		reg.MustRegister(m.requests, m.latency, m.forwarded, m.completed, epochsTimedOut, m.rejections)
 	}
 	return m
 }

@@ -65,6 +65,10 @@ type Server struct {
 	router  *mux.Router
 	// now is the leader's clock, stamped into commands.
 	now func() time.Time
+
+	// Per-client limits (limits.go); clients is nil when off.
+	clients *clientLimits
+	hosts   hostCache
 }
 
 // New builds the API.
@@ -85,11 +89,12 @@ func New(d Deps) *Server {
 	}
 	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)
+	s.clients = newClientLimits(d.Config.HTTPLimits)
 	return s
 }
 
 // Handler is the root handler.
-func (s *Server) Handler() http.Handler { return s.router }
+func (s *Server) Handler() http.Handler { return s.limit(s.router) }
 
 // kind says where a route is served.
 type kind int

@@ -109,7 +109,7 @@ func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader,
 		retry, moveOn := false, false
 		var ae *APIError
 		if errors.As(err, &ae) {
-			retry = ae.Retryable || ae.Status >= 500
+			retry = ae.Retryable || ae.Status >= 500 || ae.Status == http.StatusTooManyRequests
 			moveOn = ae.Status == http.StatusBadGateway || ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusGatewayTimeout
 			if retry && outcomeUnknownAnswer(ae) {
 				unknown = true
@@ -147,7 +147,11 @@ func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader,
 			endpoint, _ = c.current()
 		}
 		c.logger.Debug("metastore client: retrying upload", "key", slot.Key, "attempt", attempt, "err", err)
-		if err := c.backoff(ctx, attempt); err != nil {
+		var after time.Duration
+		if ae != nil {
+			after = ae.RetryAfter
+		}
+		if err := c.backoff(ctx, attempt, after); err != nil {
 			return fmt.Errorf("metastore: %s %s: %w (last failure: %v)", method, u.Path, err, last)
 		}
 	}
@@ -182,7 +186,9 @@ func (c *Client) putOnce(ctx context.Context, method, u string, header http.Head
 		return timeoutErr(err, actx, ctx)
 	}
 	if resp.StatusCode/100 != 2 {
-		return decodeError(resp.StatusCode, raw, method, req.URL.Path)
+		ae := decodeError(resp.StatusCode, raw, method, req.URL.Path)
+		ae.RetryAfter = retryAfter(resp.Header)
+		return ae
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -379,7 +380,8 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 		rotate, retry := false, false
 		switch {
 		case errors.As(err, &ae):
-			retry = ae.Retryable || ae.Status == http.StatusBadGateway || ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusGatewayTimeout
+			retry = ae.Retryable || ae.Status == http.StatusBadGateway || ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusGatewayTimeout ||
+				ae.Status == http.StatusTooManyRequests
 			rotate = ae.Status == http.StatusBadGateway || ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusGatewayTimeout
 			if r.mutation() && retry && outcomeUnknownAnswer(ae) {
 				unknown = true
@@ -425,7 +427,11 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 		}
 		c.logger.Debug("metastore client: retrying", "method", r.method, "path", r.path, "attempt", attempt, "next", base, "err", err)
 		if wait {
-			if err := c.backoff(ctx, attempt); err != nil {
+			var after time.Duration
+			if ae != nil {
+				after = ae.RetryAfter
+			}
+			if err := c.backoff(ctx, attempt, after); err != nil {
 				if r.mutation() && unknown {
 					return nil, &RetryError{Method: r.method, Path: r.path, Attempts: attempt, Unknown: true, Last: err}
 				}
@@ -473,14 +479,16 @@ func lastValue(vs []string) string {
 	return vs[len(vs)-1]
 }
 
-// backoff waits before attempt n+1.
-func (c *Client) backoff(ctx context.Context, n int) error {
+// backoff waits before attempt n+1, at least atLeast (a member's
+// Retry-After, capped at maxRetryAfter).
+func (c *Client) backoff(ctx context.Context, n int, atLeast time.Duration) error {
 	d := c.cfg.BackoffBase
 	for i := 1; i < n && d < c.cfg.BackoffMax; i++ {
 		d *= 2
 	}
 	d = min(d, c.cfg.BackoffMax)
 	d = d/2 + rand.N(d/2+1)
+	d = max(d, min(atLeast, maxRetryAfter))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -544,9 +552,23 @@ func (c *Client) attempt(ctx context.Context, base string, r *request) (*result,
 		return nil, timeoutErr(err, actx, ctx)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, decodeError(resp.StatusCode, raw, r.method, r.path)
+		ae := decodeError(resp.StatusCode, raw, r.method, r.path)
+		ae.RetryAfter = retryAfter(resp.Header)
+		return nil, ae
 	}
 	return &result{resp: resp, body: raw}, nil
+}
+
+// maxRetryAfter caps the wait a member's Retry-After may impose on a call.
+const maxRetryAfter = time.Minute
+
+// retryAfter reads a Retry-After header given in seconds (0 when absent).
+func retryAfter(h http.Header) time.Duration {
+	secs, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
+	if err != nil || secs <= 0 {
+		return 0
+	}
+	return time.Duration(min(secs, int(maxRetryAfter/time.Second))) * time.Second
 }
 
 // timeoutErr names an attempt's own timeout as such (the caller's context
@@ -591,7 +613,8 @@ func decodeError(status int, raw []byte, method, path string) *APIError {
 	}
 	return &APIError{
 		Status: status, Code: fmt.Sprintf("http_%d", status), Message: msg, Method: method, Path: path,
-		Retryable: status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout,
+		Retryable: status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout ||
+			status == http.StatusTooManyRequests,
 	}
 }
 

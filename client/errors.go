@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/metastore/metastore/fsm"
 )
@@ -89,6 +90,12 @@ const (
 	CodeInternal         = "internal"
 	CodeUnauthenticated  = "unauthenticated"
 	CodeForbidden        = "forbidden"
+	// CodeRateLimited: the member refused the request because this client
+	// exceeded its rate or its requests in flight (429); nothing was done,
+	// and the call retries after the Retry-After the member asked for.
+	CodeRateLimited = "rate_limited"
+	// CodeRequestTimeout: the request body did not arrive in time (408).
+	CodeRequestTimeout = "request_timeout"
 )
 
 // codeSentinel maps each API code to its sentinel. Codes not listed
@@ -128,6 +135,7 @@ var codeSentinel = map[string]error{
 	CodeUnavailable: ErrUnavailable,
 	CodeNotReady:    ErrUnavailable,
 	CodeTimeout:     ErrUnavailable,
+	CodeRateLimited: ErrUnavailable,
 
 	CodeOutcomeUnknown: ErrOutcomeUnknown,
 
@@ -145,6 +153,8 @@ type APIError struct {
 	Field     string `json:"field,omitempty"`
 	Message   string `json:"message"`
 	Retryable bool   `json:"retryable"`
+	// RetryAfter is the wait the member asked for (Retry-After), if any.
+	RetryAfter time.Duration `json:"-"`
 	// Method and Path name the request that failed.
 	Method string `json:"-"`
 	Path   string `json:"-"`

@@ -140,6 +140,8 @@ type Config struct {
 	// margin lets writes already in flight, snapshots and Raft's term and
 	// vote records finish (node/disk.go).
 	MinFreeDisk int64
+	// HTTP server limits and per-client rate limits (api/limits.go).
+	HTTPLimits
 
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
@@ -188,6 +190,7 @@ func DefaultConfig() Config {
 		AuthObjectURLTTL:   time.Hour,
 		LogLevel:           "info",
 		LogFormat:          "text",
+		HTTPLimits:         DefaultHTTPLimits(),
 	}
 }
 
@@ -333,6 +336,9 @@ func (c *Config) Validate() error {
 		return bad("auth-object-url-ttl", "%s is below the minimum 1s", c.AuthObjectURLTTL)
 	}
 	if err := c.validateTLS(); err != nil {
+		return err
+	}
+	if err := c.HTTPLimits.validate(); err != nil {
 		return err
 	}
 	switch c.LogLevel {

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,12 +20,9 @@ import (
 // It returns the applied index the snapshot was taken at. dir holds the
 // temporary file.
 func PrepareRestore(r io.Reader, w io.Writer, dir string) (uint64, error) {
-	hdr := make([]byte, len(snapshotMagic)+8)
-	if _, err := io.ReadFull(r, hdr); err != nil {
-		return 0, fmt.Errorf("fsm: backup: read header: %w", err)
-	}
-	if string(hdr[:len(snapshotMagic)]) != string(snapshotMagic) {
-		return 0, errors.New("fsm: backup: not a metastore snapshot")
+	hdr, err := readSnapshotHeader(r)
+	if err != nil {
+		return 0, fmt.Errorf("fsm: backup: %w", err)
 	}
 	tmp, err := os.CreateTemp(dir, "restore-*.db")
 	if err != nil {

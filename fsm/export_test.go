@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -57,4 +58,45 @@ func (f *FSM) CloseAsCrash() error {
 	err := f.db.Close()
 	f.db = nil
 	return err
+}
+
+// Trial is the outcome of TryApply.
+type Trial struct {
+	// Result is the command's result; Err a fatal error (the node would
+	// stop, its transaction rolled back).
+	Result *Result
+	Err    error
+	// Before and After are the state hashes around the command (After is
+	// meaningless when Err is set: the transaction is rolled back).
+	Before, After string
+	// Fsck checks the state the command left (when Err is nil).
+	Fsck *FsckReport
+}
+
+// TryApply applies data as the next log entry through the path ApplyBatch
+// takes, inside a write transaction it always rolls back: the state
+// machine is the same after the call, whatever data holds.
+func TryApply(f *FSM, data []byte) (tr Trial, err error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	tx, err := f.db.Begin(true)
+	if err != nil {
+		return tr, err
+	}
+	defer tx.Rollback()
+	t := &txn{tx: tx}
+	index := t.appliedIndex() + 1
+	if tr.Before, err = t.stateHash(); err != nil {
+		return tr, err
+	}
+	t.index = index
+	tr.Result, tr.Err = applyEntry(t, &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data})
+	if tr.Err != nil {
+		return tr, nil
+	}
+	if tr.After, err = t.stateHash(); err != nil {
+		return tr, err
+	}
+	tr.Fsck = &FsckReport{Mismatches: []RefMismatch{}, Problems: []string{}}
+	return tr, t.fsck(tr.Fsck)
 }

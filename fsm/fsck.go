@@ -37,68 +37,71 @@ func (r *FsckReport) OK() bool { return len(r.Mismatches) == 0 && len(r.Problems
 // difference, with other inconsistencies of the blob indexes.
 func (f *FSM) Fsck() (*FsckReport, error) {
 	rep := &FsckReport{Mismatches: []RefMismatch{}, Problems: []string{}}
-	idx, err := f.view(func(t *txn) error {
-		counts := map[string]uint64{}
-		err := t.scan(bucketRecords, nil, func(k, _ []byte) (bool, error) {
-			if len(k) < 9 {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("record key %q is too short", k))
-				return true, nil
-			}
-			ref, ok := parseRefSuffix(k[9:])
-			if !ok {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("record key %q is malformed", k))
-				return true, nil
-			}
-			rep.Records++
-			counts[ref.Key]++
-			return true, nil
-		})
-		if err != nil {
-			return err
-		}
-		if err := t.scan(bucketLineages, nil, func(_, _ []byte) (bool, error) { rep.Lineages++; return true, nil }); err != nil {
-			return err
-		}
-		candidates := map[string]bool{}
-		if err := t.scan(bucketGCCandidates, nil, func(k, _ []byte) (bool, error) {
-			candidates[string(k[8:])] = true
-			return true, nil
-		}); err != nil {
-			return err
-		}
-		err = t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
-			var b Blob
-			if err := json.Unmarshal(v, &b); err != nil {
-				return false, err
-			}
-			rep.Blobs++
-			n := counts[b.Key]
-			delete(counts, b.Key)
-			if n != b.Refs {
-				rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: b.Key, State: b.State, Stored: b.Refs, Recounted: n})
-			}
-			if n > 0 && b.State != BlobLive {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is %s but %d records reference it", b.Key, b.State, n))
-			}
-			wantCandidate := (b.State == BlobLive || b.State == BlobExpired) && b.Refs == 0
-			if wantCandidate != candidates[b.Key] {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s (%s, %d refs): candidate index says %v", b.Key, b.State, b.Refs, candidates[b.Key]))
-			}
-			return true, nil
-		})
-		if err != nil {
-			return err
-		}
-		for key, n := range counts {
-			rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: key, Recounted: n})
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%d records reference blob %s, which has no record", n, key))
-		}
-		return nil
-	})
+	idx, err := f.view(func(t *txn) error { return t.fsck(rep) })
 	rep.Index = idx
 	sort.Slice(rep.Mismatches, func(i, j int) bool { return rep.Mismatches[i].Key < rep.Mismatches[j].Key })
 	sort.Strings(rep.Problems)
 	return rep, err
+}
+
+// fsck fills rep with the check of the state visible in t.
+func (t *txn) fsck(rep *FsckReport) error {
+	counts := map[string]uint64{}
+	err := t.scan(bucketRecords, nil, func(k, _ []byte) (bool, error) {
+		if len(k) < 9 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("record key %q is too short", k))
+			return true, nil
+		}
+		ref, ok := parseRefSuffix(k[9:])
+		if !ok {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("record key %q is malformed", k))
+			return true, nil
+		}
+		rep.Records++
+		counts[ref.Key]++
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := t.scan(bucketLineages, nil, func(_, _ []byte) (bool, error) { rep.Lineages++; return true, nil }); err != nil {
+		return err
+	}
+	candidates := map[string]bool{}
+	if err := t.scan(bucketGCCandidates, nil, func(k, _ []byte) (bool, error) {
+		candidates[string(k[8:])] = true
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	err = t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
+		var b Blob
+		if err := json.Unmarshal(v, &b); err != nil {
+			return false, err
+		}
+		rep.Blobs++
+		n := counts[b.Key]
+		delete(counts, b.Key)
+		if n != b.Refs {
+			rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: b.Key, State: b.State, Stored: b.Refs, Recounted: n})
+		}
+		if n > 0 && b.State != BlobLive {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is %s but %d records reference it", b.Key, b.State, n))
+		}
+		wantCandidate := (b.State == BlobLive || b.State == BlobExpired) && b.Refs == 0
+		if wantCandidate != candidates[b.Key] {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s (%s, %d refs): candidate index says %v", b.Key, b.State, b.Refs, candidates[b.Key]))
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for key, n := range counts {
+		rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: key, Recounted: n})
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records reference blob %s, which has no record", n, key))
+	}
+	return nil
 }
 
 // BlobRef is one reference from a retained checkpoint to a blob.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -369,16 +370,28 @@ func (f *FSM) applyBatch(logs []*raft.Log) ([]any, uint64, error) {
 }
 
 func (f *FSM) applyOne(t *txn, l *raft.Log) *Result {
+	r, err := applyEntry(t, l)
+	if err != nil {
+		panic(err.Error())
+	}
+	return r
+}
+
+// applyEntry decodes and applies one command entry in t: it returns the
+// command's Result (a value or a rule violation, which wrote nothing), or
+// a fatal error (an entry that cannot be decoded, a failed write) after
+// which t must be rolled back.
+func applyEntry(t *txn, l *raft.Log) (*Result, error) {
 	c, err := Decode(l.Data)
 	if err != nil {
-		panic(fmt.Sprintf("fsm: entry %d: %v", l.Index, err))
+		return nil, fmt.Errorf("fsm: entry %d: %w", l.Index, err)
 	}
 	v, err := handlers[c.Type].apply(t, c)
 	r, err := result(l.Index, v, err)
 	if err != nil {
-		panic(fmt.Sprintf("fsm: entry %d (%s): %v", l.Index, c.Type, err))
+		return nil, fmt.Errorf("fsm: entry %d (%s): %w", l.Index, c.Type, err)
 	}
-	return r
+	return r, nil
 }
 
 // result turns a handler's answer into the command's result: its value, or
@@ -458,15 +471,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 // writes the file beside the current one, syncs it, checks it opens, then
 // swaps it in under the exclusive lock so no reader sees a mix.
 func (f *FSM) RestoreFrom(r io.Reader) error {
-	hdr := make([]byte, len(snapshotMagic)+8)
-	if _, err := io.ReadFull(r, hdr); err != nil {
-		return fmt.Errorf("fsm: restore: read header: %w", err)
-	}
-	if string(hdr[:len(snapshotMagic)]) != string(snapshotMagic) {
-		return errors.New("fsm: restore: not a metastore snapshot")
-	}
-	if v := binary.BigEndian.Uint64(hdr[len(snapshotMagic):]); v > SchemaVersion {
-		return fmt.Errorf("fsm: restore: snapshot schema version %d; this build reads up to %d", v, SchemaVersion)
+	if _, err := readSnapshotHeader(r); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
 	}
 	tmp := f.path + restoreSuffix
 	if err := writeSynced(tmp, r); err != nil {
@@ -526,18 +532,50 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	return nil
 }
 
+// readSnapshotHeader reads and checks a snapshot's header: the magic and a
+// schema version this build reads. It returns the header.
+func readSnapshotHeader(r io.Reader) ([]byte, error) {
+	hdr := make([]byte, len(snapshotMagic)+8)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return nil, fmt.Errorf("read header: %w", err)
+	}
+	if string(hdr[:len(snapshotMagic)]) != string(snapshotMagic) {
+		return nil, errors.New("not a metastore snapshot")
+	}
+	if v := binary.BigEndian.Uint64(hdr[len(snapshotMagic):]); v > SchemaVersion {
+		return nil, fmt.Errorf("snapshot schema version %d; this build reads up to %d", v, SchemaVersion)
+	}
+	return hdr, nil
+}
+
 // checkSnapshotFile checks that path holds a whole state machine file
 // before anything opens it for writing: bbolt turns an empty file into a
 // new, empty database, and maps the missing pages of a truncated one and
-// faults (SIGBUS, fatal) when it walks them. A read-only open reads only
-// the meta pages, which say how large the file must be.
-func checkSnapshotFile(path string) error {
+// faults (SIGBUS, fatal) when it walks them, and panics in a goroutine of
+// its own on a damaged page when it opens a file for writing. The pages
+// are checked first by plain reads (checkPages); then a read-only open
+// reads every bucket, key and value (walkFile).
+//
+// bbolt trusts its pages: a damaged one makes it panic (an invalid page
+// id, type or count) or read outside the mapped file (a fault). The check
+// turns both into errors. It reads a file no one else uses through a
+// read-only mapping, which such a failure leaves unharmed.
+func checkSnapshotFile(path string) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("damaged file: %v", p)
+		}
+	}()
 	info, err := os.Stat(path)
 	if err != nil {
 		return err
 	}
 	if info.Size() == 0 {
 		return errors.New("empty snapshot body")
+	}
+	if err := checkPages(path); err != nil {
+		return err
 	}
 	opts := boltOptions()
 	opts.ReadOnly = true
@@ -552,6 +590,35 @@ func checkSnapshotFile(path string) error {
 		}
 		if m := tx.Bucket(bucketMeta); m == nil || m.Get(metaSchema) == nil {
 			return errors.New("not a metastore state machine file")
+		}
+		return walkFile(tx)
+	})
+}
+
+// walkFile reads every bucket, key and value of the file.
+func walkFile(tx *bolt.Tx) error {
+	var walk func(b *bolt.Bucket, depth int) error
+	walk = func(b *bolt.Bucket, depth int) error {
+		if depth > 8 {
+			return errors.New("damaged file: buckets nested too deep")
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if v == nil {
+				sub := b.Bucket(k)
+				if sub == nil {
+					return fmt.Errorf("damaged file: key %q has no value and is not a bucket", k)
+				}
+				if err := walk(sub, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+		if err := walk(b, 0); err != nil {
+			return fmt.Errorf("bucket %q: %w", name, err)
 		}
 		return nil
 	})

@@ -427,26 +427,34 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 // index, which it returns beside the digest. Two members at the same index
 // must have the same digest.
 func (f *FSM) StateHash() (uint64, string, error) {
-	h := sha256.New()
+	var sum string
 	idx, err := f.view(func(t *txn) error {
-		for _, name := range allBuckets {
-			h.Write(name)
-			h.Write([]byte{0})
-			err := t.scan(name, nil, func(k, v []byte) (bool, error) {
-				if bytes.Equal(name, bucketMeta) && bytes.Equal(k, metaAppliedIndex) {
-					return true, nil
-				}
-				h.Write(u64(uint64(len(k))))
-				h.Write(k)
-				h.Write(u64(uint64(len(v))))
-				h.Write(v)
-				return true, nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		sum, err = t.stateHash()
+		return err
 	})
-	return idx, hex.EncodeToString(h.Sum(nil)), err
+	return idx, sum, err
+}
+
+// stateHash digests every record visible in t except the applied index.
+func (t *txn) stateHash() (string, error) {
+	h := sha256.New()
+	for _, name := range allBuckets {
+		h.Write(name)
+		h.Write([]byte{0})
+		err := t.scan(name, nil, func(k, v []byte) (bool, error) {
+			if bytes.Equal(name, bucketMeta) && bytes.Equal(k, metaAppliedIndex) {
+				return true, nil
+			}
+			h.Write(u64(uint64(len(k))))
+			h.Write(k)
+			h.Write(u64(uint64(len(v))))
+			h.Write(v)
+			return true, nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -26,14 +26,9 @@ import (
 	"github.com/metastore/metastore/node"
 )
 
-// HTTP server limits. A blocking query waits up to api.MaxWait (5 minutes)
-// before it answers, so the write timeout leaves a minute beyond that.
+// The HTTP server's limits are settings (config.HTTPLimits), applied by
+// api.NewHTTPServer and per route by the API's handler.
 const (
-	readHeaderTimeout = 10 * time.Second
-	readTimeout       = time.Minute
-	writeTimeout      = api.MaxWait + time.Minute
-	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 64 << 10
 	// drainGrace is how long in-flight requests may finish on their own
 	// during shutdown before their contexts are cancelled, which ends
 	// blocking queries (capped at half the remaining shutdown budget).
@@ -182,16 +177,8 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	// ends blocking queries instead of waiting them out.
 	reqCtx, cancelRequests := context.WithCancel(context.Background())
 	defer cancelRequests()
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-	}
+	srv := api.NewHTTPServer(cfg, handler, slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn))
+	srv.BaseContext = func(net.Listener) context.Context { return reqCtx }
 	serveErr := make(chan error, 1)
 	if material != nil {
 		srv.TLSConfig = material.ServerConfig()

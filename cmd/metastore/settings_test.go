@@ -297,9 +297,9 @@ func TestEveryFieldHasASetting(t *testing.T) {
 		}
 		var changed []string
 		dv, cv := reflect.ValueOf(def), reflect.ValueOf(cfg)
-		for i := range fields.NumField() {
-			if !reflect.DeepEqual(dv.Field(i).Interface(), cv.Field(i).Interface()) {
-				changed = append(changed, fields.Field(i).Name)
+		for _, f := range leafFields(fields) {
+			if !reflect.DeepEqual(dv.FieldByIndex(f.Index).Interface(), cv.FieldByIndex(f.Index).Interface()) {
+				changed = append(changed, f.Name)
 			}
 		}
 		if len(changed) != 1 {
@@ -311,11 +311,23 @@ func TestEveryFieldHasASetting(t *testing.T) {
 		}
 		boundBy[changed[0]] = s.name
 	}
-	for i := range fields.NumField() {
-		if name := fields.Field(i).Name; boundBy[name] == "" {
-			t.Errorf("config.Config.%s has no setting", name)
+	for _, f := range leafFields(fields) {
+		if boundBy[f.Name] == "" {
+			t.Errorf("config.Config.%s has no setting", f.Name)
 		}
 	}
+}
+
+// leafFields are the fields of t with the fields of embedded structs (a
+// group of settings, such as config.HTTPLimits) in place of the struct.
+func leafFields(t reflect.Type) []reflect.StructField {
+	var out []reflect.StructField
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.Anonymous {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func TestEnvName(t *testing.T) {

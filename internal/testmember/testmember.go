@@ -38,7 +38,10 @@ type Member struct {
 	GC    *gc.Collector
 	// URL is the base URL of the member's HTTP API.
 	URL string
-	srv *http.Server
+	// Handler is the API's root handler (what the HTTP server serves), for
+	// tests that call it without a connection.
+	Handler func() http.Handler
+	srv     *http.Server
 }
 
 // FreeAddr returns a listener on a free loopback port and its address.
@@ -141,7 +144,8 @@ func StartLogged(t testing.TB, cfg config.Config, l net.Listener, blobDir string
 	}
 	ref.set(m.Node)
 	srv := api.New(api.Deps{Config: cfg, Node: m.Node, FSM: f, Store: m.Store, GC: m.GC, Registry: prometheus.NewRegistry(), Logger: logger})
-	m.srv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	m.Handler = srv.Handler
+	m.srv = api.NewHTTPServer(cfg, srv.Handler(), nil)
 	go m.srv.Serve(l)
 	t.Cleanup(m.Stop)
 	return m
@@ -169,10 +173,20 @@ func (m *Member) Running() bool { return m.srv != nil }
 // must not race with that write).
 func StartSingle(t testing.TB) *Member {
 	t.Helper()
+	return StartSingleWith(t, nil)
+}
+
+// StartSingleWith is StartSingle with the configuration passed through
+// tweak (when not nil) first.
+func StartSingleWith(t testing.TB, tweak func(*config.Config)) *Member {
+	t.Helper()
 	l, addr := FreeAddr(t)
 	cfg := Config(t, "n1")
 	cfg.HTTPAddr = addr
 	cfg.RaftAddr = FreePort(t)
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	m := Start(t, cfg, l, "")
 	WaitFor(t, 10*time.Second, "leader", func() bool { return m.Node.IsLeader() })
 	WaitFor(t, 10*time.Second, "ready", func() bool { return m.Node.Ready() == nil })
