@@ -5,64 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/smallfs"
 )
 
-// smallFS mounts a tmpfs of size bytes on a fresh directory, unmounted at
-// cleanup. It skips the test unless it runs as root. tmpfs reports ENOSPC
-// at the write that needs a page, as ext4 does for bbolt's pwrite writes
-// (bbolt extends its file with ftruncate, which allocates nothing on
-// either), so it stands for a full disk here.
-func smallFS(t *testing.T, size int64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small file system needs root")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fillFS writes a filler file until the file system is full, leaving
-// about keep bytes free, and returns its path.
+// fillFS fills dir's file system up to about keep free bytes with a file
+// named filler, whose path it returns.
 func fillFS(t *testing.T, dir string, keep int64) string {
 	t.Helper()
 	path := filepath.Join(dir, "filler")
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := int64(st.Bavail) * st.Bsize
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for n := free - keep; n > 0; n -= int64(len(buf)) {
-		if _, err := f.Write(buf[:min(int64(len(buf)), n)]); err != nil {
-			if errors.Is(err, syscall.ENOSPC) {
-				break
-			}
-			t.Fatal(err)
-		}
-	}
+	smallfs.Fill(t, path, keep)
 	return path
 }
 
@@ -72,7 +30,7 @@ func fillFS(t *testing.T, dir string, keep int64) string {
 // state machine that never ran out of space. At shutdown the wait ends and
 // the unapplied batch is applied again from the log at restart.
 func TestApplyWaitsForSpace(t *testing.T) {
-	mnt := smallFS(t, 24<<20)
+	mnt := smallfs.Mount(t, 24<<20)
 	h := &harness{t: t, path: filepath.Join(mnt, "fsm.db"), now: t0}
 	h.f = openFSM(t, h.path)
 	defer func() { h.f.Close() }()

@@ -3,78 +3,17 @@ package main
 import (
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/metastore/metastore/internal/smallfs"
 )
-
-// mountSmallFS mounts a tmpfs of size bytes on a fresh directory, unmounted
-// at cleanup (after the processes using it are killed: cleanups run last
-// in, first out, so call it before starting them). It skips the test unless
-// it runs as root.
-//
-// tmpfs rather than a loop-mounted ext4 image: bbolt (the Raft log and the
-// state machine) extends its files with ftruncate, which allocates nothing
-// on either file system, and writes pages with pwrite, which fails with
-// ENOSPC on both at the write that needs a block; it never writes through
-// its read-only mmap, so a full tmpfs cannot SIGBUS it. ext4's delayed
-// allocation reserves blocks at write time, so it too reports ENOSPC at
-// the write, not at a later fsync. A tmpfs needs no loop device and no
-// mkfs, which CI containers often lack.
-func mountSmallFS(t *testing.T, size int64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small file system needs root")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-func freeBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	return int64(st.Bavail) * st.Bsize
-}
-
-// fill appends zeros to the file at path until about keep bytes remain
-// free on its file system (or the file system is full).
-func fill(t *testing.T, path string, keep int64) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for n := freeBytes(t, filepath.Dir(path)) - keep; n > 0; n -= int64(len(buf)) {
-		if _, err := f.Write(buf[:min(int64(len(buf)), n)]); err != nil {
-			if errors.Is(err, syscall.ENOSPC) {
-				return
-			}
-			t.Fatal(err)
-		}
-	}
-}
 
 type errorBody struct {
 	Error struct {
@@ -105,7 +44,7 @@ func TestDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a metastore process; skipped in -short mode")
 	}
-	mnt := mountSmallFS(t, 64<<20)
+	mnt := smallfs.Mount(t, 64<<20)
 	const minFree = 12 << 20
 	p := &clProc{id: "n1", httpAddr: freeAddr(t), raftAddr: freeAddr(t), dataDir: filepath.Join(mnt, "data")}
 	p.args = append([]string{"serve", "--node-id", "n1", "--data-dir", p.dataDir, "--http-addr", p.httpAddr,
@@ -131,7 +70,7 @@ func TestDiskFull(t *testing.T) {
 
 	// Leave a few MiB above the guard's minimum, then ack until refused.
 	filler := filepath.Join(mnt, "filler")
-	fill(t, filler, minFree+6<<20)
+	smallfs.Fill(t, filler, minFree+6<<20)
 
 	acked := map[string]string{} // task -> content hash
 	var mu sync.Mutex
@@ -203,7 +142,7 @@ func TestDiskFull(t *testing.T) {
 	// Now fill the disk completely: a snapshot (here, a backup's) meets
 	// ENOSPC and fails cleanly; Raft's own snapshot attempts fail the same
 	// way in the background. The member stays up and consistent.
-	fill(t, filler, 0)
+	smallfs.Fill(t, filler, 0)
 	status, body := clDo("GET", p.url("/v1/snapshot"), nil)
 	if err := json.Unmarshal(body, &ae); status != http.StatusInsufficientStorage || err != nil || ae.Error.Code != "insufficient_storage" {
 		t.Fatalf("backup on a full disk: %d %.300s, want 507 insufficient_storage", status, body)
@@ -288,7 +227,7 @@ func TestDiskFullWithoutGuard(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a metastore process; skipped in -short mode")
 	}
-	mnt := mountSmallFS(t, 64<<20)
+	mnt := smallfs.Mount(t, 64<<20)
 	p := &clProc{id: "n1", httpAddr: freeAddr(t), raftAddr: freeAddr(t), dataDir: filepath.Join(mnt, "data")}
 	p.args = append([]string{"serve", "--node-id", "n1", "--data-dir", p.dataDir, "--http-addr", p.httpAddr,
 		"--raft-addr", p.raftAddr, "--min-free-disk", "0", "--apply-timeout", "3s"}, clRaftFlags...)
@@ -310,7 +249,7 @@ func TestDiskFullWithoutGuard(t *testing.T) {
 	c.send("POST", "/v1/jobs/big/attempts", map[string]any{"attempt_id": "a1", "tasks": specs})
 	c.send("POST", "/v1/jobs/big/epochs", map[string]any{"generation": 1, "epoch": 1})
 	filler := filepath.Join(mnt, "filler")
-	fill(t, filler, 4<<20)
+	smallfs.Fill(t, filler, 4<<20)
 
 	acked := map[string]string{}
 	ack := func(i int) (int, []byte) {
