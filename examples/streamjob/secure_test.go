@@ -1,18 +1,11 @@
 package main
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/metastore/metastore/api"
 )
 
 // TestSecureCluster runs the example job on a three-member cluster with TLS
@@ -44,11 +37,7 @@ func TestSecureCluster(t *testing.T) {
 	mustRun("certs", "ca", "--out", rogueCerts)
 	mustRun("certs", "member", "--ca-dir", rogueCerts, "--name", "n4", "--ip", "127.0.0.1", "--dns", "localhost")
 
-	opFile := filepath.Join(dir, "operator-token")
-	op := api.GenerateToken()
-	if err := os.WriteFile(opFile, []byte(op+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	op, opFile := operatorToken(t)
 	hc := caClient(t, caFile)
 	ms := serveWith(t, msBin, 3, func(m *member) []string {
 		m.scheme = "https"
@@ -64,22 +53,8 @@ func TestSecureCluster(t *testing.T) {
 	}
 
 	// The operator makes the jobs' worker tokens with the CLI over https.
-	create := func(job string) string {
-		var out struct {
-			Secret string `json:"secret"`
-		}
-		poll(t, 30*time.Second, "tokens create "+job, func() error {
-			p := start(t, "tokens create", msBin, "tokens", "create", "--role", "worker", "--job", job, "--json",
-				"--addr", ms[0].url(""), "--ca-file", caFile, "--token-file", opFile)
-			if code := p.wait(t, time.Minute); code != 0 {
-				return fmt.Errorf("exit %d: %s", code, p.stderr)
-			}
-			return json.Unmarshal([]byte(p.stdout.String()), &out)
-		})
-		return out.Secret
-	}
-	worker := create("demo")
-	create("other")
+	worker := workerToken(t, msBin, ms[0], opFile, "demo", "--ca-file", caFile)
+	workerToken(t, msBin, ms[0], opFile, "other", "--ca-file", caFile)
 
 	// The example job runs, crashes and resumes with a changed topology,
 	// over https, on its worker token.
@@ -92,34 +67,7 @@ func TestSecureCluster(t *testing.T) {
 
 	// The worker token cannot reach job "other", the collector, the
 	// members or the tokens, through any member; without a token, 401.
-	for _, m := range ms {
-		for _, c := range []struct {
-			method, path string
-			want         int
-		}{
-			{"GET", "/v1/jobs/other", 403},
-			{"PUT", "/v1/jobs/other", 403},
-			{"POST", "/v1/jobs/other/attempts", 403},
-			{"POST", "/v1/jobs/other/epochs", 403},
-			{"GET", "/v1/jobs/other/tasks/agg-0/restore", 403},
-			{"POST", "/v1/jobs/other/uploads", 403},
-			{"POST", "/v1/gc/run", 403},
-			{"GET", "/v1/gc", 403},
-			{"POST", "/v1/members", 403},
-			{"DELETE", "/v1/members/n1", 403},
-			{"POST", "/v1/leader/transfer", 403},
-			{"GET", "/v1/tokens", 403},
-			{"GET", "/v1/snapshot", 403},
-			{"GET", "/v1/jobs/demo", 200},
-		} {
-			if got := statusWith(t, hc, c.method, m.url(c.path), worker); got != c.want {
-				t.Errorf("%s: worker token %s %s: %d, want %d", m.id, c.method, c.path, got, c.want)
-			}
-			if got := statusWith(t, hc, c.method, m.url(c.path), ""); got != http.StatusUnauthorized {
-				t.Errorf("%s: no token %s %s: %d, want 401", m.id, c.method, c.path, got)
-			}
-		}
-	}
+	checkWorkerScope(t, ms, hc, worker)
 
 	// A member without the cluster's CA cannot join: its join request fails
 	// the TLS check before any token is looked at. (It runs without --auth
@@ -170,40 +118,5 @@ func TestSecureCluster(t *testing.T) {
 	}
 
 	// No member logged a token secret.
-	for _, m := range append(ms, rogue) {
-		if logs := m.stderr.String(); strings.Contains(logs, op) || strings.Contains(logs, worker) {
-			t.Errorf("%s logged a token secret", m.id)
-		}
-	}
-}
-
-// caClient is an HTTP client that trusts the CA in caFile.
-func caClient(t *testing.T, caFile string) *http.Client {
-	t.Helper()
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		t.Fatalf("%s holds no certificate", caFile)
-	}
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-}
-
-func statusWith(t *testing.T, hc *http.Client, method, u, token string) int {
-	t.Helper()
-	req, err := http.NewRequest(method, u, strings.NewReader("{}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	noSecretsLogged(t, append(ms, rogue), op, worker)
 }
