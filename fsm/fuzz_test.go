@@ -162,7 +162,7 @@ func FuzzApply(f *testing.F) {
 func FuzzRestore(f *testing.F) {
 	h := newHarness(f)
 	fuzzState(h)
-	valid := snapshotBytes(f, h.f)
+	valid := snapshotOf(f, h.f)
 	f.Add(valid)
 	f.Add(valid[:len(valid)/2])
 	f.Add(valid[:40])
@@ -211,21 +211,6 @@ func FuzzRestore(f *testing.F) {
 	})
 }
 
-// snapshotBytes is a snapshot of f as Raft's Persist writes it.
-func snapshotBytes(t testing.TB, f *fsm.FSM) []byte {
-	t.Helper()
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Release()
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	return sink.Bytes()
-}
-
 // TestRestoreAcceptsLargeSnapshots: the page check refuses no file bbolt
 // writes, here one with branch pages several levels deep, reshaped by
 // deletions (members added, then most removed).
@@ -241,7 +226,7 @@ func TestRestoreAcceptsLargeSnapshots(t *testing.T) {
 			h.mustApply(fsm.CmdMemberRemove, fsm.MemberRemove{ID: fmt.Sprintf("member-%05d-%s", i, strings.Repeat("x", 40))})
 		}
 	}
-	snap := snapshotBytes(t, h.f)
+	snap := snapshotOf(t, h.f)
 	other := openFSM(t, filepath.Join(t.TempDir(), "other.db"))
 	defer other.Close()
 	if err := other.RestoreFrom(bytes.NewReader(snap)); err != nil {

@@ -136,7 +136,7 @@ func (s *memSink) Cancel() error { s.cancelled = true; return nil }
 var _ raft.SnapshotSink = (*memSink)(nil)
 
 // snapshotOf persists a snapshot of f and returns its bytes.
-func snapshotOf(t *testing.T, f *fsm.FSM) []byte {
+func snapshotOf(t testing.TB, f *fsm.FSM) []byte {
 	t.Helper()
 	snap, err := f.Snapshot()
 	if err != nil {
