@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -42,6 +43,15 @@ func PrepareRestore(r io.Reader, w io.Writer, dir string) (uint64, error) {
 		return 0, fmt.Errorf("fsm: backup: snapshot content: %w", err)
 	}
 	applied := readApplied(db)
+	// The file is whole; its content must also be a state this build can
+	// run on: every member applies the same entries to it, and a state that
+	// breaks an invariant would stop them all at the first entry that meets
+	// it. The consistency check (fsck) covers the manifest records, the
+	// blobs, their reference counts and the GC indexes.
+	if err := checkBackupContent(db); err != nil {
+		db.Close()
+		return 0, fmt.Errorf("fsm: backup: snapshot content: %w", err)
+	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketMeta).Delete(metaAppliedIndex); err != nil {
 			return err
@@ -70,4 +80,28 @@ func PrepareRestore(r io.Reader, w io.Writer, dir string) (uint64, error) {
 		return 0, err
 	}
 	return applied, nil
+}
+
+// checkBackupContent runs the consistency check on db and answers its
+// findings as an error.
+func checkBackupContent(db *bolt.DB) error {
+	rep := &FsckReport{}
+	if err := db.View(func(tx *bolt.Tx) error { return (&txn{tx: tx}).fsck(rep) }); err != nil {
+		return fmt.Errorf("consistency check: %w", err)
+	}
+	if rep.OK() {
+		return nil
+	}
+	sort.Slice(rep.Mismatches, func(i, j int) bool { return rep.Mismatches[i].Key < rep.Mismatches[j].Key })
+	sort.Strings(rep.Problems)
+	var first string
+	switch {
+	case len(rep.Problems) > 0:
+		first = rep.Problems[0]
+	default:
+		m := rep.Mismatches[0]
+		first = fmt.Sprintf("blob %q has reference count %d, its records make %d", m.Key, m.Stored, m.Recounted)
+	}
+	return fmt.Errorf("consistency check failed: %d problems and %d reference count mismatches; first: %s",
+		len(rep.Problems), len(rep.Mismatches), first)
 }

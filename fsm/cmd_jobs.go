@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"sort"
 	"strconv"
 	"time"
@@ -176,6 +177,9 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 	}
 	hash := p.contentHash()
 	if raw := t.b(bucketAttemptIDs).Get(append(jobPrefix(p.Job), p.AttemptID...)); raw != nil {
+		if len(raw) != 8 {
+			return nil, &corruptError{fmt.Sprintf("generation of attempt %q of job %q", p.AttemptID, p.Job)}
+		}
 		gen := binary.BigEndian.Uint64(raw)
 		if gen != j.Generation {
 			return nil, ruleErr(CodeFenced, "attempt_id", "attempt %q (generation %d) was superseded by generation %d", p.AttemptID, gen, j.Generation)
@@ -287,8 +291,12 @@ func pruneAttempts(t *txn, j *Job) error {
 		keep[e.Generation] = true
 	}
 	var drop []uint64
-	err := t.scan(bucketAttempts, jobPrefix(j.ID), func(k, _ []byte) (bool, error) {
-		if gen := binary.BigEndian.Uint64(k[len(k)-8:]); !keep[gen] {
+	prefix := jobPrefix(j.ID)
+	err := t.scan(bucketAttempts, prefix, func(k, _ []byte) (bool, error) {
+		if len(k) != len(prefix)+8 {
+			return false, &corruptError{fmt.Sprintf("attempt key %q", k)}
+		}
+		if gen := binary.BigEndian.Uint64(k[len(prefix):]); !keep[gen] {
 			drop = append(drop, gen)
 		}
 		return true, nil

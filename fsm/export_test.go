@@ -29,6 +29,14 @@ func DumpBuckets(f *FSM) (Dump, error) {
 	return out, err
 }
 
+// RawUpdate runs fn in a write transaction on f's file, bypassing the
+// commands: tests use it to plant what no command writes.
+func RawUpdate(f *FSM, fn func(tx *bolt.Tx) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.db.Update(fn)
+}
+
 // BucketNames lists the buckets the schema declares.
 func BucketNames() []string {
 	out := make([]string, 0, len(allBuckets))

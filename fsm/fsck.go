@@ -69,6 +69,10 @@ func (t *txn) fsck(rep *FsckReport) error {
 	}
 	candidates := map[string]bool{}
 	if err := t.scan(bucketGCCandidates, nil, func(k, _ []byte) (bool, error) {
+		if len(k) < 8 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("gc candidate key %q is too short", k))
+			return true, nil
+		}
 		candidates[string(k[8:])] = true
 		return true, nil
 	}); err != nil {

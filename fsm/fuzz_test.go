@@ -158,10 +158,13 @@ func FuzzApply(f *testing.F) {
 // FuzzRestore hands arbitrary bytes, and mutations of a valid snapshot, to
 // the snapshot reader (Raft's Restore) and to the backup reader
 // (PrepareRestore). Each must answer an error or a usable state, never
-// panic; a refused snapshot leaves the running state untouched.
+// panic; a refused snapshot leaves the running state untouched; on an
+// accepted one the readers and the commands of every type run without a
+// panic (a corrupt state may make a command fail, as it would stop a
+// member, but not crash it).
 func FuzzRestore(f *testing.F) {
 	h := newHarness(f)
-	fuzzState(h)
+	cmds := fuzzState(h)
 	valid := snapshotOf(f, h.f)
 	f.Add(valid)
 	f.Add(valid[:len(valid)/2])
@@ -178,6 +181,14 @@ func FuzzRestore(f *testing.F) {
 	dir := f.TempDir()
 	before, beforeIdx := h.dump(), h.f.AppliedIndex()
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// One state machine serves every input, so each input starts by
+		// checking it holds the fuzz state: a failure that left another
+		// state behind must not be blamed on the next input (the next
+		// refused snapshot would look as if it changed the state, and the
+		// fuzzer would save that innocent input).
+		if d := diffDumps(before, dumpOf(t, h.f)); d != "" {
+			t.Fatalf("the state differs from the fuzz state before this input was given: an earlier input left it changed:\n%s", d)
+		}
 		err := h.f.RestoreFrom(bytes.NewReader(data))
 		if err != nil {
 			after, derr := fsm.DumpBuckets(h.f)
@@ -191,14 +202,14 @@ func FuzzRestore(f *testing.F) {
 				t.Fatalf("a refused snapshot (%v) changed the applied index to %d", err, got)
 			}
 		} else {
-			// Accepted: the state is readable and consistent, or at
-			// least every read answers an error rather than panic.
-			_, _, _ = h.f.StateHash()
-			_, _ = h.f.Fsck()
-			_, _, _ = h.f.Jobs()
-			if err := h.f.RestoreFrom(bytes.NewReader(valid)); err != nil {
-				t.Fatalf("restoring the valid snapshot again: %v", err)
-			}
+			// Accepted: whatever happens next, the fuzz state comes back
+			// before the next input.
+			defer func() {
+				if err := h.f.RestoreFrom(bytes.NewReader(valid)); err != nil {
+					t.Errorf("restoring the valid snapshot again: %v", err)
+				}
+			}()
+			exerciseState(t, h.f, cmds)
 		}
 		var out bytes.Buffer
 		if _, err := fsm.PrepareRestore(bytes.NewReader(data), &out, dir); err == nil {
@@ -209,6 +220,37 @@ func FuzzRestore(f *testing.F) {
 			}
 		}
 	})
+}
+
+// exerciseState runs the readers and a command of every type (in trial
+// transactions, rolled back) on a state that may be corrupt: each must
+// answer, with an error if it must, and not panic.
+func exerciseState(t *testing.T, f *fsm.FSM, cmds [][]byte) {
+	t.Helper()
+	_, _, _ = f.StateHash()
+	_, _ = f.Fsck()
+	_, _ = fsm.DumpBuckets(f)
+	jobs, _, _ := f.Jobs()
+	for _, j := range jobs {
+		_, _, _ = f.Epochs(j.ID, "")
+	}
+	for _, job := range []string{"inc", "plain"} {
+		_, _, _ = f.PlanRestore(fsm.RestoreRequest{Job: job, Task: "t0"})
+		_, _, _ = f.PlanRestore(fsm.RestoreRequest{Job: job, Task: "p0"})
+	}
+	for _, cmd := range cmds {
+		_, _ = fsm.TryApply(f, cmd)
+	}
+}
+
+// dumpOf reads every bucket of f.
+func dumpOf(t *testing.T, f *fsm.FSM) fsm.Dump {
+	t.Helper()
+	d, err := fsm.DumpBuckets(f)
+	if err != nil {
+		t.Fatalf("dump: %v", err)
+	}
+	return d
 }
 
 // TestRestoreAcceptsLargeSnapshots: the page check refuses no file bbolt

@@ -89,6 +89,15 @@ func parseRefSuffix(b []byte) (manifests.Ref, bool) {
 	return manifests.Ref{Key: string(b[:i]), Offset: binary.BigEndian.Uint64(b[i+1:])}, true
 }
 
+// parseRecordKey parses the reference of a records key (lineage id, kind
+// byte, reference); false if the key is not one.
+func parseRecordKey(k []byte) (manifests.Ref, bool) {
+	if len(k) < 9 {
+		return manifests.Ref{}, false
+	}
+	return parseRefSuffix(k[9:])
+}
+
 func recKey(lid uint64, kind byte, ref manifests.Ref) []byte {
 	return append(append(u64(lid), kind), refSuffix(ref)...)
 }
@@ -168,6 +177,9 @@ func (v lineageView) SegmentsBefore(seq uint64, fn func(manifests.Segment) error
 		// Present segments are indexed by last sequence number.
 		var refs []manifests.Ref
 		err := v.t.scan(bucketRecSeq, u64(v.lid), func(k, _ []byte) (bool, error) {
+			if len(k) < 16 {
+				return false, &corruptError{"rec_seq key"}
+			}
 			if binary.BigEndian.Uint64(k[8:16]) >= seq {
 				return false, nil
 			}
@@ -223,7 +235,7 @@ func (v lineageView) each(kind byte, fn func(manifests.Ref, *record) error) erro
 		if !v.present(&r) {
 			return true, nil
 		}
-		ref, ok := parseRefSuffix(k[9:])
+		ref, ok := parseRecordKey(k)
 		if !ok {
 			return false, &corruptError{"record key"}
 		}
@@ -831,7 +843,7 @@ func copyManifest(t *txn, src *Lineage, at uint64, dst *Lineage) error {
 		if !r.presentAt(at) {
 			return true, nil
 		}
-		ref, ok := parseRefSuffix(k[9:])
+		ref, ok := parseRecordKey(k)
 		if !ok {
 			return false, &corruptError{"record key"}
 		}
@@ -873,7 +885,7 @@ func deleteLineage(t *txn, l *Lineage, now time.Time) error {
 		if err := json.Unmarshal(v, &r); err != nil {
 			return false, err
 		}
-		ref, ok := parseRefSuffix(k[9:])
+		ref, ok := parseRecordKey(k)
 		if !ok {
 			return false, &corruptError{"record key"}
 		}
