@@ -221,7 +221,7 @@ func applyEpochBegin(t *txn, c Command) (any, error) {
 	if len(j.Pending) >= MaxPendingEpochs {
 		return nil, ruleErr(CodeTooManyPending, "epoch", "job %q already has %d pending epochs", p.Job, len(j.Pending))
 	}
-	a, err := t.attempt(p.Job, p.Generation)
+	a, err := t.attemptRef(p.Job, p.Generation)
 	if err != nil {
 		return nil, err
 	}
@@ -502,7 +502,7 @@ func applyEpochPin(t *txn, c Command) (any, error) {
 	}
 	if p.Name != "" {
 		for _, n := range j.Retained {
-			other, err := t.epoch(p.Job, n)
+			other, err := t.epochRef(p.Job, n)
 			if err != nil {
 				return nil, err
 			}

@@ -184,7 +184,7 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 		if gen != j.Generation {
 			return nil, ruleErr(CodeFenced, "attempt_id", "attempt %q (generation %d) was superseded by generation %d", p.AttemptID, gen, j.Generation)
 		}
-		a, err := t.attempt(p.Job, gen)
+		a, err := t.attemptRef(p.Job, gen)
 		if err != nil {
 			return nil, err
 		}
@@ -238,7 +238,7 @@ func applyRetention(t *txn, j *Job, now time.Time) error {
 	var subsume []uint64
 	for i := len(j.Retained) - 1; i >= 0; i-- {
 		n := j.Retained[i]
-		e, err := t.epoch(j.ID, n)
+		e, err := t.epochRef(j.ID, n)
 		if err != nil {
 			return err
 		}
@@ -284,7 +284,7 @@ func applyRetention(t *txn, j *Job, now time.Time) error {
 func pruneAttempts(t *txn, j *Job) error {
 	keep := map[uint64]bool{j.Generation: true}
 	for _, n := range j.Retained {
-		e, err := t.epoch(j.ID, n)
+		e, err := t.epochRef(j.ID, n)
 		if err != nil {
 			return err
 		}

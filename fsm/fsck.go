@@ -105,7 +105,38 @@ func (t *txn) fsck(rep *FsckReport) error {
 		rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: key, Recounted: n})
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records reference blob %s, which has no record", n, key))
 	}
-	return nil
+	return t.fsckJobs(rep)
+}
+
+// fsckJobs checks that every epoch and attempt a job names (its retained,
+// pending and latest completed epochs, its current generation) has its
+// record.
+func (t *txn) fsckJobs(rep *FsckReport) error {
+	return t.scan(bucketJobs, nil, func(_, v []byte) (bool, error) {
+		var j Job
+		if err := json.Unmarshal(v, &j); err != nil {
+			return false, err
+		}
+		names := append(append([]uint64{}, j.Retained...), j.Pending...)
+		if j.LatestCompleted != 0 {
+			names = append(names, j.LatestCompleted)
+		}
+		for _, n := range names {
+			if e, err := t.epoch(j.ID, n); err != nil {
+				return false, err
+			} else if e == nil {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("job %q names epoch %d, which has no record", j.ID, n))
+			}
+		}
+		if j.Generation != 0 {
+			if a, err := t.attempt(j.ID, j.Generation); err != nil {
+				return false, err
+			} else if a == nil {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("job %q is at attempt generation %d, which has no record", j.ID, j.Generation))
+			}
+		}
+		return true, nil
+	})
 }
 
 // BlobRef is one reference from a retained checkpoint to a blob.
@@ -128,7 +159,7 @@ func (f *FSM) ReferencedBlobs(job string) ([]BlobRef, uint64, error) {
 			return err
 		}
 		for _, n := range j.Retained {
-			e, err := t.epoch(job, n)
+			e, err := t.epochRef(job, n)
 			if err != nil {
 				return err
 			}

@@ -187,9 +187,9 @@ func (c *pageChecker) node(buf []byte, name string, first, max []byte, depth int
 	if pageHeader+count*elemSize > len(buf) {
 		return fmt.Errorf("%s: %d elements do not fit", name, count)
 	}
-	slice := func(i int, pos, n uint32) ([]byte, error) {
+	slice := func(i int, pos uint32, n uint64) ([]byte, error) {
 		start := uint64(pageHeader+i*elemSize) + uint64(pos)
-		if start+uint64(n) > uint64(len(buf)) {
+		if start+n > uint64(len(buf)) {
 			return nil, fmt.Errorf("%s: element %d points past the page", name, i)
 		}
 		return buf[start : start+uint64(n)], nil
@@ -199,6 +199,11 @@ func (c *pageChecker) node(buf []byte, name string, first, max []byte, depth int
 	}
 	var prev []byte
 	inRange := func(i int, k []byte) error {
+		if len(k) == 0 {
+			// bbolt writes no empty key (Put and CreateBucket refuse
+			// one) and asserts when a write meets one.
+			return fmt.Errorf("%s: key %d is empty", name, i)
+		}
 		if prev != nil && bytes.Compare(k, prev) <= 0 {
 			return fmt.Errorf("%s: key %d is not above the one before", name, i)
 		}
@@ -219,7 +224,7 @@ func (c *pageChecker) node(buf []byte, name string, first, max []byte, depth int
 		keys := make([][]byte, count)
 		for i := range count {
 			e := buf[pageHeader+i*elemSize:]
-			k, err := slice(i, native.Uint32(e), native.Uint32(e[4:]))
+			k, err := slice(i, native.Uint32(e), uint64(native.Uint32(e[4:])))
 			if err != nil {
 				return err
 			}
@@ -242,7 +247,7 @@ func (c *pageChecker) node(buf []byte, name string, first, max []byte, depth int
 	case flags&leafFlag != 0:
 		for i := range count {
 			e := buf[pageHeader+i*elemSize:]
-			kv, err := slice(i, native.Uint32(e[4:]), native.Uint32(e[8:])+native.Uint32(e[12:]))
+			kv, err := slice(i, native.Uint32(e[4:]), uint64(native.Uint32(e[8:]))+uint64(native.Uint32(e[12:])))
 			if err != nil {
 				return err
 			}

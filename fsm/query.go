@@ -342,7 +342,7 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 	switch {
 	case req.Pin != "":
 		for _, n := range src.Retained {
-			c, err := t.epoch(srcJob, n)
+			c, err := t.epochRef(srcJob, n)
 			if err != nil {
 				return nil, err
 			}
@@ -368,7 +368,7 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 		}
 		return plan, nil
 	default:
-		if e, err = t.epoch(srcJob, src.LatestCompleted); err != nil {
+		if e, err = t.epochRef(srcJob, src.LatestCompleted); err != nil {
 			return nil, err
 		}
 	}

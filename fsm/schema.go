@@ -159,6 +159,27 @@ func (t *txn) epoch(job string, n uint64) (*Epoch, error) {
 	return &e, nil
 }
 
+// epochRef reads an epoch another record names (a job's retained or
+// latest completed epoch): a missing one means the state is corrupt, not
+// that the caller asked for something absent.
+func (t *txn) epochRef(job string, n uint64) (*Epoch, error) {
+	e, err := t.epoch(job, n)
+	if err == nil && e == nil {
+		err = &corruptError{fmt.Sprintf("job %q names epoch %d, which has no record", job, n)}
+	}
+	return e, err
+}
+
+// attemptRef reads an attempt another record names (a job's generation,
+// an attempt id's): missing means the state is corrupt.
+func (t *txn) attemptRef(job string, gen uint64) (*Attempt, error) {
+	a, err := t.attempt(job, gen)
+	if err == nil && a == nil {
+		err = &corruptError{fmt.Sprintf("job %q names attempt generation %d, which has no record", job, gen)}
+	}
+	return a, err
+}
+
 func (t *txn) putEpoch(e *Epoch) error { return t.putJSON(bucketEpochs, jobNumKey(e.Job, e.Epoch), e) }
 
 func (t *txn) attempt(job string, gen uint64) (*Attempt, error) {
