@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/metastore/metastore/manifests"
@@ -351,6 +352,9 @@ func applyBlobsPurge(t *txn, c Command) (any, error) {
 		}
 		if b == nil || b.State != BlobGone {
 			continue
+		}
+		if b.GoneAt == nil {
+			return nil, &corruptError{fmt.Sprintf("blob %q is gone without the time it went", k)}
 		}
 		if err := t.del(bucketGCGone, timeKey(*b.GoneAt, k)); err != nil {
 			return nil, err

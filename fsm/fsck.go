@@ -25,7 +25,8 @@ type FsckReport struct {
 	Lineages   int           `json:"lineages"`
 	Mismatches []RefMismatch `json:"mismatches"`
 	// Problems lists other inconsistencies (a record without its blob, a
-	// referenced blob that is not live, a broken index).
+	// referenced blob that is not live, a broken index, an epoch or attempt
+	// a job names without its record).
 	Problems []string `json:"problems"`
 }
 
@@ -93,6 +94,14 @@ func (t *txn) fsck(rep *FsckReport) error {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is %s but %d records reference it", b.Key, b.State, n))
 		}
 		wantCandidate := (b.State == BlobLive || b.State == BlobExpired) && b.Refs == 0
+		switch {
+		case b.State == BlobIntent && b.LeaseUntil == nil:
+			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is an upload intent without a lease", b.Key))
+		case b.State == BlobGone && b.GoneAt == nil:
+			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is gone without the time it went", b.Key))
+		case wantCandidate && b.UnreferencedAt == nil:
+			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is unreferenced without the time it became so", b.Key))
+		}
 		if wantCandidate != candidates[b.Key] {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s (%s, %d refs): candidate index says %v", b.Key, b.State, b.Refs, candidates[b.Key]))
 		}

@@ -654,8 +654,14 @@ func commitBlob(t *txn, bc BlobCommit, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	if b == nil {
+		return &corruptError{fmt.Sprintf("blob %q passed the commit check but has no record", bc.Key)}
+	}
 	if b.State == BlobLive {
 		return nil
+	}
+	if b.LeaseUntil == nil {
+		return &corruptError{fmt.Sprintf("blob %q is an upload intent without a lease", bc.Key)}
 	}
 	if err := t.del(bucketBlobLeases, timeKey(*b.LeaseUntil, b.Key)); err != nil {
 		return err
