@@ -82,12 +82,19 @@ func Config(t testing.TB, id string) config.Config {
 // a directory of its own).
 func Start(t testing.TB, cfg config.Config, l net.Listener, blobDir string) *Member {
 	t.Helper()
-	return StartLogged(t, cfg, l, blobDir, nil)
+	return start(t, cfg, l, blobDir, nil, true)
 }
 
 // StartLogged is Start with every component (state machine, node, Raft,
 // API, collector, auth bootstrap) logging to logger; nil discards.
 func StartLogged(t testing.TB, cfg config.Config, l net.Listener, blobDir string, logger *slog.Logger) *Member {
+	t.Helper()
+	return start(t, cfg, l, blobDir, logger, true)
+}
+
+// start starts a member; without leaderTasks its leader runs no background
+// task (epoch timeouts, GC runs, auth bootstrap).
+func start(t testing.TB, cfg config.Config, l net.Listener, blobDir string, logger *slog.Logger, leaderTasks bool) *Member {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -138,6 +145,9 @@ func StartLogged(t testing.TB, cfg config.Config, l net.Listener, blobDir string
 		}
 		tasks["auth-bootstrap"] = api.AuthBootstrapTask(f, ref.apply, logger, boot)
 	}
+	if !leaderTasks {
+		tasks = nil
+	}
 	m.Node, err = node.New(cfg, node.Deps{FSM: f, LeaderTasks: tasks, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +190,19 @@ func StartSingle(t testing.TB) *Member {
 // tweak (when not nil) first.
 func StartSingleWith(t testing.TB, tweak func(*config.Config)) *Member {
 	t.Helper()
+	return startSingle(t, tweak, true)
+}
+
+// StartSingleQuiet is StartSingle without the leader's background tasks
+// (epoch ack timeouts, the garbage collector's runs): a test that compares
+// the state before and after a request sees the request's changes only.
+func StartSingleQuiet(t testing.TB) *Member {
+	t.Helper()
+	return startSingle(t, nil, false)
+}
+
+func startSingle(t testing.TB, tweak func(*config.Config), leaderTasks bool) *Member {
+	t.Helper()
 	l, addr := FreeAddr(t)
 	cfg := Config(t, "n1")
 	cfg.HTTPAddr = addr
@@ -187,7 +210,7 @@ func StartSingleWith(t testing.TB, tweak func(*config.Config)) *Member {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	m := Start(t, cfg, l, "")
+	m := start(t, cfg, l, "", nil, leaderTasks)
 	WaitFor(t, 10*time.Second, "leader", func() bool { return m.Node.IsLeader() })
 	WaitFor(t, 10*time.Second, "ready", func() bool { return m.Node.Ready() == nil })
 	WaitFor(t, 10*time.Second, "member record", func() bool {
