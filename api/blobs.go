@@ -305,11 +305,14 @@ func (s *Server) jobVerify(r *http.Request) (any, uint64, error) {
 }
 
 // snapshotSave streams a backup of the whole replicated state: one JSON
-// line (index, term, size, SHA-256), then the snapshot.
+// line (index, term, size, SHA-256), then the snapshot, with its
+// Content-Length (the snapshot is spooled and hashed before the first
+// byte is sent), so a client can tell a cut-short download.
 func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="metastore.backup"`)
-	if _, err := s.node.WriteBackup(r.Context(), w); err != nil {
+	sized := func(total int64) { w.Header().Set("Content-Length", strconv.FormatInt(total, 10)) }
+	if _, err := s.node.WriteBackup(r.Context(), w, sized); err != nil {
 		// Nothing is written before the snapshot is taken and open, so an
 		// error here is still a clean JSON answer unless the copy failed.
 		if ww, ok := w.(interface{ Written() bool }); !ok || !ww.Written() {

@@ -27,6 +27,9 @@ func TestBackupAndRestore(t *testing.T) {
 	if backup.status != http.StatusOK || !bytes.HasPrefix(backup.body, []byte(`{"format":"metastore-backup"`)) {
 		t.Fatalf("backup: %d %.200s", backup.status, backup.body)
 	}
+	if got := backup.header.Get("Content-Length"); got != fmt.Sprint(len(backup.body)) {
+		t.Fatalf("backup Content-Length %q, body %d bytes", got, len(backup.body))
+	}
 
 	dst := startSingle(t)
 	before := stateHash(t, dst)

@@ -42,8 +42,9 @@ type BackupInfo struct {
 var ErrBadBackup = errors.New("node: bad backup")
 
 // WriteBackup takes a snapshot of the replicated state and writes it to w
-// as a backup file.
-func (n *Node) WriteBackup(ctx context.Context, w io.Writer) (_ *BackupInfo, err error) {
+// as a backup file. sized, when not nil, learns the backup's total length
+// before its first byte is written.
+func (n *Node) WriteBackup(ctx context.Context, w io.Writer, sized func(total int64)) (_ *BackupInfo, err error) {
 	defer func() {
 		// The snapshot or the spool file could not be written: the data
 		// directory is full.
@@ -91,6 +92,9 @@ func (n *Node) WriteBackup(ctx context.Context, w io.Writer) (_ *BackupInfo, err
 	line, err := json.Marshal(info)
 	if err != nil {
 		return nil, err
+	}
+	if sized != nil {
+		sized(int64(len(line)) + 1 + size)
 	}
 	if _, err := w.Write(append(line, '\n')); err != nil {
 		return nil, err

@@ -126,7 +126,7 @@ func TestReadsAfterUserRestoreDoNotWaitForOldEntries(t *testing.T) {
 	before := f.AppliedIndex()
 
 	var backup bytes.Buffer
-	if _, err := n.WriteBackup(ctx, &backup); err != nil {
+	if _, err := n.WriteBackup(ctx, &backup, nil); err != nil {
 		t.Fatalf("backup: %v", err)
 	}
 	br := bufio.NewReader(&backup)
