@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -47,7 +46,8 @@ func PrepareRestore(r io.Reader, w io.Writer, dir string) (uint64, error) {
 	// run on: every member applies the same entries to it, and a state that
 	// breaks an invariant would stop them all at the first entry that meets
 	// it. The consistency check (fsck) covers the manifest records, the
-	// blobs, their reference counts and the GC indexes.
+	// blobs, their reference counts and the GC indexes, and the epochs and
+	// attempts the jobs name.
 	if err := checkBackupContent(db); err != nil {
 		db.Close()
 		return 0, fmt.Errorf("fsm: backup: snapshot content: %w", err)
@@ -92,8 +92,6 @@ func checkBackupContent(db *bolt.DB) error {
 	if rep.OK() {
 		return nil
 	}
-	sort.Slice(rep.Mismatches, func(i, j int) bool { return rep.Mismatches[i].Key < rep.Mismatches[j].Key })
-	sort.Strings(rep.Problems)
 	var first string
 	switch {
 	case len(rep.Problems) > 0:

@@ -40,13 +40,16 @@ func (f *FSM) Fsck() (*FsckReport, error) {
 	rep := &FsckReport{Mismatches: []RefMismatch{}, Problems: []string{}}
 	idx, err := f.view(func(t *txn) error { return t.fsck(rep) })
 	rep.Index = idx
-	sort.Slice(rep.Mismatches, func(i, j int) bool { return rep.Mismatches[i].Key < rep.Mismatches[j].Key })
-	sort.Strings(rep.Problems)
 	return rep, err
 }
 
-// fsck fills rep with the check of the state visible in t.
+// fsck fills rep with the check of the state visible in t, its findings
+// sorted.
 func (t *txn) fsck(rep *FsckReport) error {
+	defer func() {
+		sort.Slice(rep.Mismatches, func(i, j int) bool { return rep.Mismatches[i].Key < rep.Mismatches[j].Key })
+		sort.Strings(rep.Problems)
+	}()
 	counts := map[string]uint64{}
 	err := t.scan(bucketRecords, nil, func(k, _ []byte) (bool, error) {
 		if len(k) < 9 {
