@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -52,11 +53,7 @@ func (t *txn) fsck(rep *FsckReport) error {
 	}()
 	counts := map[string]uint64{}
 	err := t.scan(bucketRecords, nil, func(k, _ []byte) (bool, error) {
-		if len(k) < 9 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("record key %q is too short", k))
-			return true, nil
-		}
-		ref, ok := parseRefSuffix(k[9:])
+		ref, ok := parseRecordKey(k)
 		if !ok {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("record key %q is malformed", k))
 			return true, nil
@@ -124,6 +121,16 @@ func (t *txn) fsck(rep *FsckReport) error {
 // pending and latest completed epochs, its current generation) has its
 // record.
 func (t *txn) fsckJobs(rep *FsckReport) error {
+	// A missing record is a problem to report; any other error ends the
+	// check.
+	problem := func(err error) error {
+		var ce *corruptError
+		if errors.As(err, &ce) {
+			rep.Problems = append(rep.Problems, ce.msg)
+			return nil
+		}
+		return err
+	}
 	return t.scan(bucketJobs, nil, func(_, v []byte) (bool, error) {
 		var j Job
 		if err := json.Unmarshal(v, &j); err != nil {
@@ -134,17 +141,13 @@ func (t *txn) fsckJobs(rep *FsckReport) error {
 			names = append(names, j.LatestCompleted)
 		}
 		for _, n := range names {
-			if e, err := t.epoch(j.ID, n); err != nil {
+			if _, err := t.epochRef(j.ID, n); problem(err) != nil {
 				return false, err
-			} else if e == nil {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("job %q names epoch %d, which has no record", j.ID, n))
 			}
 		}
 		if j.Generation != 0 {
-			if a, err := t.attempt(j.ID, j.Generation); err != nil {
+			if _, err := t.attemptRef(j.ID, j.Generation); problem(err) != nil {
 				return false, err
-			} else if a == nil {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("job %q is at attempt generation %d, which has no record", j.ID, j.Generation))
 			}
 		}
 		return true, nil
