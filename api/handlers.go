@@ -295,6 +295,11 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
+	if unsafeDropAcks {
+		if res, idx, ok := s.unsafeDropAck(&p); ok {
+			return res, idx, nil
+		}
+	}
 	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, &p)
 	if res, ok := v.(*fsm.AckResult); ok && res.Completed {
 		s.metrics.completed.Inc()

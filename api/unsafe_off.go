@@ -2,6 +2,13 @@
 
 package api
 
-// unsafeStaleReads is false in production builds, so the compiler removes
-// the positive control it guards (see unsafe_on.go).
-const unsafeStaleReads = false
+import "github.com/metastore/metastore/fsm"
+
+// The positive controls of the consistency suite (see unsafe_on.go) are
+// constants in production builds, so the compiler removes what they guard.
+const (
+	unsafeStaleReads = false
+	unsafeDropAcks   = false
+)
+
+func (s *Server) unsafeDropAck(*fsm.TaskAck) (*fsm.AckResult, uint64, bool) { return nil, 0, false }

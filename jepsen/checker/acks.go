@@ -12,7 +12,9 @@ import (
 // Acks checks, against the history and the final state:
 //
 //   - no lost acknowledged write: every ack answered ok is, at the end, in
-//     an epoch the store still remembers, and if that epoch is a retained
+//     an epoch the store still remembers, which holds an ack record of that
+//     task with the content hash the ok answer gave, whatever the epoch's
+//     state (pending, aborted, subsumed or completed); if that epoch is a retained
 //     or pinned checkpoint the store holds exactly the acked payload and
 //     manifest; an ok ack may only have vanished with its epoch being
 //     aborted (by the workload, by a newer attempt, by the completion of a
@@ -177,6 +179,9 @@ func Acks(in *Input) Verdict {
 			if (e.State == "completed") && e.Acked != e.Expected {
 				p.addf("job %s: epoch %d completed with %d of %d expected acks", job, e.Epoch, e.Acked, e.Expected)
 			}
+			if e.Acked != len(e.Acks) {
+				p.addf("job %s: epoch %d (%s) counts %d acks but holds %d ack records", job, e.Epoch, e.State, e.Acked, len(e.Acks))
+			}
 			if e.State == "pending" && e.Generation != jf.Generation {
 				p.addf("job %s: epoch %d of superseded generation %d still pending (current %d)", job, e.Epoch, e.Generation, jf.Generation)
 			}
@@ -211,6 +216,15 @@ func Acks(in *Input) Verdict {
 				if !ok {
 					p.addf("lost ack: job %s epoch %d task %s was acknowledged (ok at %s) but the store does not remember the epoch", job, o.Epoch, o.Task, at(t0, o.Complete))
 					continue
+				}
+				// Whatever became of the epoch, the store keeps its ack
+				// records until it forgets the epoch.
+				rec, held := e.Acks[o.Task]
+				switch {
+				case !held:
+					p.addf("lost ack: job %s epoch %d (%s) task %s was acknowledged ok at %s but the store holds no ack of it", job, o.Epoch, e.State, o.Task, at(t0, o.Complete))
+				case o.Hash != "" && rec.Hash != o.Hash:
+					p.addf("lost ack: job %s epoch %d (%s) task %s holds an ack of content %s, but content %s was acknowledged ok at %s", job, o.Epoch, e.State, o.Task, short(rec.Hash), short(o.Hash), at(t0, o.Complete))
 				}
 				if o.Completed && e.State != "completed" && e.State != "subsumed" {
 					p.addf("lost completion: job %s epoch %d was completed by the ack of %s (ok at %s) but ended %s", job, o.Epoch, o.Task, at(t0, o.Complete), e.State)

@@ -91,6 +91,14 @@ type EpochFinal struct {
 	// checkpoint (restore of that epoch); for pending epochs the state
 	// manifests acknowledged so far.
 	Tasks map[string]TaskCheckpoint `json:"tasks,omitempty"`
+	// Acks are the ack records the store holds for the epoch, whatever
+	// its state (GET /v1/jobs/{job}/epochs/{epoch}), by task.
+	Acks map[string]AckRecord `json:"acks"`
+}
+
+// AckRecord is the store's record of one task's ack of an epoch.
+type AckRecord struct {
+	Hash string `json:"hash"`
 }
 
 // JobFinal is a job at the end of the run.

@@ -114,6 +114,7 @@ func TestAcksLostAckAndValueNeverWritten(t *testing.T) {
 	final := &Final{Jobs: map[string]*JobFinal{"j": {Generation: 1, LatestCompleted: 1, Epochs: []EpochFinal{{
 		Epoch: 1, Generation: 1, State: "completed", Expected: 2, Acked: 2,
 		Tasks: map[string]TaskCheckpoint{"agg-0": {Value: "a1"}, "src-0": {Value: "forged"}},
+		Acks:  map[string]AckRecord{"agg-0": {}, "src-0": {}},
 	}}}}}
 	v := Acks(&Input{Ops: b.ops, Final: final})
 	if v.OK {
@@ -130,6 +131,44 @@ func TestAcksLostAckAndValueNeverWritten(t *testing.T) {
 	final.Jobs["j"].Epochs[0].State = "aborted"
 	if v := Acks(&Input{Ops: b.ops, Final: final}); v.OK {
 		t.Fatal("a completion acknowledged and then aborted was accepted")
+	}
+}
+
+// An ok ack whose epoch did not complete is still the store's to keep:
+// an epoch left pending or aborted one ack short must not hide a lost ack.
+func TestAcksLostAckInEpochThatDidNotComplete(t *testing.T) {
+	for _, state := range []string{"pending", "aborted", "subsumed"} {
+		t.Run(state, func(t *testing.T) {
+			b := newHB()
+			a := ack("j", 1, "agg-0", "a1", false)
+			a.Hash = "h-agg"
+			b.add(a, 0, 10)
+			s := ack("j", 1, "sink-0", "k1", false)
+			s.Hash = "h-sink"
+			b.add(s, 0, 10)
+			final := func(acks map[string]AckRecord) *Final {
+				return &Final{Jobs: map[string]*JobFinal{"j": {Generation: 1, Epochs: []EpochFinal{{
+					Epoch: 1, Generation: 1, State: state, Expected: 3, Acked: len(acks), Acks: acks,
+				}}}}}
+			}
+			whole := map[string]AckRecord{"agg-0": {Hash: "h-agg"}, "sink-0": {Hash: "h-sink"}}
+			if v := Acks(&Input{Ops: b.ops, Final: final(whole)}); !v.OK {
+				t.Fatalf("every ok ack held, refused: %v", v.Problems)
+			}
+			v := Acks(&Input{Ops: b.ops, Final: final(map[string]AckRecord{"agg-0": {Hash: "h-agg"}})})
+			if v.OK || !strings.Contains(v.Summary, "lost ack") || !strings.Contains(v.Summary, "sink-0") || !strings.Contains(v.Summary, "holds no ack") {
+				t.Fatalf("an ok ack the store does not hold was accepted: %s", v.Summary)
+			}
+			v = Acks(&Input{Ops: b.ops, Final: final(map[string]AckRecord{"agg-0": {Hash: "h-agg"}, "sink-0": {Hash: "other"}})})
+			if v.OK || !strings.Contains(v.Summary, "content") {
+				t.Fatalf("an ack held with other content was accepted: %s", v.Summary)
+			}
+			f := final(whole)
+			f.Jobs["j"].Epochs[0].Acked = 1
+			if v := Acks(&Input{Ops: b.ops, Final: f}); v.OK {
+				t.Fatal("an epoch counting fewer acks than it holds was accepted")
+			}
+		})
 	}
 }
 

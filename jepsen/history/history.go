@@ -91,6 +91,10 @@ type Op struct {
 	// Completed is an ack's completed_by_this_ack, or an await that saw
 	// the epoch completed.
 	Completed bool `json:"completed,omitempty"`
+	// Hash is the content hash of an ok ack as the store answered it: the
+	// ack record the store must hold for that slot until it forgets the
+	// epoch.
+	Hash string `json:"hash,omitempty"`
 	// State is an await's or abort's observed epoch state.
 	State string `json:"state,omitempty"`
 
