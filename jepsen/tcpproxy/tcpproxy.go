@@ -22,6 +22,13 @@
 //     retransmit); new connections are held the same way. Lifting the
 //     blackhole delivers what waited, unless a side gave up meanwhile.
 //
+// Hold does what Blackhole does for one direction of one source's
+// connections, apart from the link faults (so a partition and a slow
+// link can be in force together): holding FromTarget for source B on
+// member A's proxy drops what A answers on the connections B opened to
+// A, the half of a one-way cut A->B that a filter on A's own outgoing
+// connections does not reach.
+//
 // A Link change applies at once to open connections.
 package tcpproxy
 
@@ -75,6 +82,7 @@ type Proxy struct {
 	mu       sync.Mutex
 	def      Link
 	bySource map[string]Link // source host -> link
+	held     map[string]Direction
 	conns    map[*conn]struct{}
 	// changed is closed and replaced when a link changes, to wake held
 	// writers.
@@ -93,7 +101,7 @@ func Listen(listenAddr, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, bySource: map[string]Link{}, conns: map[*conn]struct{}{}, changed: make(chan struct{})}
+	p := &Proxy{ln: ln, target: target, bySource: map[string]Link{}, held: map[string]Direction{}, conns: map[*conn]struct{}{}, changed: make(chan struct{})}
 	p.wg.Add(1)
 	go p.acceptLoop()
 	return p, nil
@@ -126,7 +134,43 @@ func (p *Proxy) SetSource(host string, l Link) {
 	p.mu.Unlock()
 }
 
-// Clear removes every fault: default and per-source links.
+// Direction is a direction of forwarding, as a set.
+type Direction uint8
+
+// Directions.
+const (
+	// ToTarget is what the connecting source sends.
+	ToTarget Direction = 1 << iota
+	// FromTarget is what the target answers.
+	FromTarget
+)
+
+// Hold stops forwarding in directions d (added to those already held) on
+// every connection from host, open or new, until Release.
+func (p *Proxy) Hold(host string, d Direction) {
+	p.mu.Lock()
+	p.held[host] |= d
+	p.notifyLocked()
+	p.mu.Unlock()
+}
+
+// Release lifts every Hold; what waited is delivered.
+func (p *Proxy) Release() {
+	p.mu.Lock()
+	clear(p.held)
+	p.notifyLocked()
+	p.mu.Unlock()
+}
+
+// Held returns the directions held for host.
+func (p *Proxy) Held(host string) Direction {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held[host]
+}
+
+// Clear removes every link fault: default and per-source links (not the
+// holds).
 func (p *Proxy) Clear() {
 	p.mu.Lock()
 	p.def = Link{}
@@ -272,7 +316,7 @@ func (p *Proxy) serve(client net.Conn, host string) {
 	}()
 
 	// A blackhole holds new connections before they reach the target.
-	if !p.waitOpen(c, host) {
+	if !p.waitOpen(c, host, ToTarget) {
 		c.reset()
 		return
 	}
@@ -294,23 +338,24 @@ func (p *Proxy) serve(client net.Conn, host string) {
 
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(c, host, client, server, &p.toTarget) }()
-	go func() { defer wg.Done(); p.pipe(c, host, server, client, &p.fromTarget) }()
+	go func() { defer wg.Done(); p.pipe(c, host, ToTarget, client, server, &p.toTarget) }()
+	go func() { defer wg.Done(); p.pipe(c, host, FromTarget, server, client, &p.fromTarget) }()
 	wg.Wait()
 	c.closeGracefully()
 }
 
-// waitOpen blocks while host's link is a blackhole; false if the connection
-// or proxy closed meanwhile.
-func (p *Proxy) waitOpen(c *conn, host string) bool {
+// waitOpen blocks while host's link is a blackhole or direction dir of
+// its connections is held; false if the connection or proxy closed
+// meanwhile.
+func (p *Proxy) waitOpen(c *conn, host string, dir Direction) bool {
 	for {
 		p.mu.Lock()
-		l, ch, closed := p.linkLocked(host), p.changed, p.closed
+		l, held, ch, closed := p.linkLocked(host), p.held[host], p.changed, p.closed
 		p.mu.Unlock()
 		if closed {
 			return false
 		}
-		if !l.Blackhole {
+		if !l.Blackhole && held&dir == 0 {
 			return true
 		}
 		select {
@@ -329,7 +374,7 @@ type chunk struct {
 // pipe copies src to dst through a queue that holds each chunk until it is
 // due and while the link is a blackhole. It returns when either side fails
 // or the connection is reset; at EOF of src it half-closes dst.
-func (p *Proxy) pipe(c *conn, host string, src, dst net.Conn, counter *atomic.Int64) {
+func (p *Proxy) pipe(c *conn, host string, dir Direction, src, dst net.Conn, counter *atomic.Int64) {
 	queue := make(chan chunk, 256)
 	readerDone := make(chan struct{})
 	var readErr error
@@ -373,7 +418,7 @@ func (p *Proxy) pipe(c *conn, host string, src, dst net.Conn, counter *atomic.In
 					return
 				}
 			}
-			if p.waitOpen(c, host) {
+			if p.waitOpen(c, host, dir) {
 				break
 			}
 			return

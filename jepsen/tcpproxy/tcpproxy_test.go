@@ -122,3 +122,87 @@ func TestForwardDelayBlackholeReset(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// recordingServer echoes every line and sends what it received on got.
+func recordingServer(t *testing.T, got chan<- string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					got <- line
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A hold of FromTarget lets the source's data through and keeps the
+// target's answers, on open and new connections, apart from the link
+// faults; Release delivers them.
+func TestHoldOneDirection(t *testing.T) {
+	got := make(chan string, 16)
+	p, err := Listen("127.0.0.1:0", recordingServer(t, got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if _, err := roundTrip(t, c, r, "before"); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+
+	p.Hold("10.0.0.9", FromTarget) // another source: no effect
+	if _, err := roundTrip(t, c, r, "other"); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+
+	p.Hold("127.0.0.1", FromTarget)
+	p.Clear() // clears link faults only
+	if p.Held("127.0.0.1") != FromTarget {
+		t.Fatalf("held %v after Clear", p.Held("127.0.0.1"))
+	}
+	if _, err := c.Write([]byte("one-way\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line := <-got; line != "one-way\n" {
+		t.Fatalf("target got %q", line)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if line, err := r.ReadString('\n'); err == nil {
+		t.Fatalf("the target's answer %q passed a hold of FromTarget", line)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+
+	p.Release()
+	r = bufio.NewReader(c)
+	if line, err := r.ReadString('\n'); err != nil || line != "one-way\n" {
+		t.Fatalf("after the release: %q %v", line, err)
+	}
+}
