@@ -507,7 +507,14 @@ func (c *Cluster) Partition(ctx context.Context, g Grudge) error {
 			}
 		}
 	}
+	// A cut from->to drops everything from sends to to, on connections
+	// either of them opened: packets to to's address (HTTP, both ways),
+	// from's Raft connections to to's proxy, and, held in from's own
+	// proxy, what from answers on the Raft connections to opened.
 	var errs []error
+	for _, m := range c.members {
+		m.proxy.Release()
+	}
 	for _, m := range c.members {
 		var rules [][]string
 		tos := append([]string(nil), g[m.ID]...)
@@ -516,9 +523,10 @@ func (c *Cluster) Partition(ctx context.Context, g Grudge) error {
 			t := c.Member(to)
 			_, port, _ := net.SplitHostPort(t.RaftAdvertise)
 			rules = append(rules,
-				[]string{"-d", t.IP + "/32", "-m", "conntrack", "--ctdir", "ORIGINAL", "-j", "DROP"},
+				[]string{"-d", t.IP + "/32", "-j", "DROP"},
 				[]string{"-d", c.net.bridgeIP() + "/32", "-p", "tcp", "--dport", port, "-m", "conntrack", "--ctdir", "ORIGINAL", "-j", "DROP"},
 			)
+			m.proxy.Hold(t.IP, tcpproxy.FromTarget)
 		}
 		if err := c.net.setRules(ctx, m.ID, rules); err != nil {
 			errs = append(errs, err)

@@ -176,6 +176,40 @@ func TestClusterNetworkAndProxies(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A one-way cut f->leader drops f's answers too: the leader cannot
+	// open a connection to f's API (f's SYN-ACK is dropped), f's proxy
+	// holds what f answers on the Raft connections the leader opened, and
+	// the majority goes on.
+	leader, err = c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = c.Followers(leader)[0]
+	if err := c.Partition(ctx, OneWay(f.ID, leader.ID)); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.CommandContext(ctx, "ip", "netns", "exec", leader.NS, "bash", "-c",
+		fmt.Sprintf("timeout 2 bash -c 'exec 3<>/dev/tcp/%s/%d' && echo open || echo blocked", f.IP, HTTPPort)).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "blocked") {
+		t.Fatalf("%s answered %s through a one-way cut %s->%s: %s %v", f.ID, leader.ID, f.ID, leader.ID, out, err)
+	}
+	if got := f.Proxy().Held(leader.IP); got != tcpproxy.FromTarget {
+		t.Fatalf("%s's proxy holds %v for %s, want its answers held", f.ID, got, leader.ID)
+	}
+	if got := leader.Proxy().Held(f.IP); got != 0 {
+		t.Fatalf("%s's proxy holds %v for %s: the cut is one-way", leader.ID, got, f.ID)
+	}
+	write(t, c, "j2b")
+	if err := c.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Proxy().Held(leader.IP); got != 0 {
+		t.Fatalf("heal left %v held", got)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	// Delay every Raft link by 100ms: writes still work, slower.
 	c.SetLinks(tcpproxy.Link{Delay: 100 * time.Millisecond})
 	start := time.Now()

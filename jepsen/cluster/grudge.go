@@ -93,8 +93,9 @@ func Bridge(bridge string, left, right []string) Grudge {
 	return g
 }
 
-// OneWay drops what from sends to to (on the connections from opens);
-// to can still open connections to from and get answers.
+// OneWay drops everything from sends to to, on the connections from
+// opens and on those to opens: what to sends reaches from, no answer
+// comes back.
 func OneWay(from, to string) Grudge {
 	g := Grudge{}
 	g.add(from, to)

@@ -20,14 +20,22 @@
 //
 //	kill-leader, kill-follower,   SIGKILL of the member's process; heal
 //	kill-random                   restarts it from its data directory
+//	kill-majority, kill-all       SIGKILL of a majority (the leader among
+//	                              them) or of every member at once; heal
+//	                              restarts them
 //	pause-leader                  SIGSTOP of the leader until the others
 //	                              have elected a new one (at least
 //	                              2x the election timeout); heal SIGCONTs
+//	pause-follower                SIGSTOP of a follower (at least 2x the
+//	                              election timeout); heal SIGCONTs
 //	partition-isolate-leader,     iptables DROP rules in the members'
 //	partition-isolate-follower,   namespaces (cluster.Partition); heal
 //	partition-majority-minority,  removes them. bridge: one member sees
 //	partition-bridge,             both sides, the sides not each other.
-//	partition-one-way-*           one-way: only one direction dropped
+//	partition-one-way-*           one-way: everything one member sends to
+//	                              the other is dropped, answers on the
+//	                              other's connections included (iptables
+//	                              and a hold in the Raft proxy)
 //	link-delay, link-loss,        the userspace Raft proxies
 //	link-blackhole-leader         (cluster.SetLinks): latency with jitter,
 //	                              random connection resets and refusals,
@@ -53,12 +61,15 @@
 //	                              heal restarts it
 //	point-ACTION-POINT-TARGET     (ArmPoint, not in Catalog) any fault point
 //	                              armed with any action for the hold
+//	A&B                           (Together, not in Catalog) faults in
+//	                              force at once, healed in reverse order
 package nemesis
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/metastore/metastore/jepsen/cluster"
@@ -240,7 +251,8 @@ func durationOr(d, def time.Duration) time.Duration {
 func Catalog() []Fault {
 	return []Fault{
 		Kill(Leader), Kill(Follower), Kill(Random),
-		PauseLeader(),
+		KillMajority(), KillAll(),
+		PauseLeader(), PauseFollower(),
 		Partition(IsolateLeader), Partition(IsolateFollower), Partition(MajorityMinority),
 		Partition(BridgePartition), Partition(OneWayLeaderToFollower), Partition(OneWayFollowerToLeader),
 		LinkDelay(50*time.Millisecond, 50*time.Millisecond), LinkLoss(0.02, 0.1), LinkBlackholeLeader(),
@@ -249,4 +261,64 @@ func Catalog() []Fault {
 		S3Errors(0.3), S3Timeouts(2*time.Second, 0.3), S3LostReply(LostPut), S3LostReply(LostDelete),
 		GCCrashAfterMark(), SnapshotPersistCrash(),
 	}
+}
+
+// togetherFault is several faults in force at once.
+type togetherFault struct {
+	faults   []Fault
+	injected int
+}
+
+// Together returns the fault that injects each of faults in turn (each
+// while the ones before are in force: a partition while a member is dead,
+// a kill while a member is removed) and heals them in the reverse order.
+func Together(faults ...Fault) Fault { return &togetherFault{faults: faults} }
+
+func (f *togetherFault) Name() string {
+	names := make([]string, len(f.faults))
+	for i, x := range f.faults {
+		names[i] = x.Name()
+	}
+	return strings.Join(names, "&")
+}
+
+func (f *togetherFault) Describe() string {
+	var parts []string
+	for _, x := range f.faults[:f.injected] {
+		if d, ok := x.(Describer); ok && d.Describe() != "" {
+			parts = append(parts, d.Describe())
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (f *togetherFault) MinHold(c *cluster.Cluster) time.Duration {
+	var d time.Duration
+	for _, x := range f.faults {
+		if mh, ok := x.(MinHolder); ok {
+			d = max(d, mh.MinHold(c))
+		}
+	}
+	return d
+}
+
+func (f *togetherFault) Inject(ctx context.Context, c *cluster.Cluster) error {
+	f.injected = 0
+	for _, x := range f.faults {
+		f.injected++
+		if err := x.Inject(ctx, c); err != nil {
+			return fmt.Errorf("%s: %w", x.Name(), err)
+		}
+	}
+	return nil
+}
+
+func (f *togetherFault) Heal(ctx context.Context, c *cluster.Cluster) error {
+	var errs []error
+	for i := f.injected - 1; i >= 0; i-- {
+		if err := f.faults[i].Heal(ctx, c); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.faults[i].Name(), err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -84,8 +84,9 @@ func (f *killFault) Heal(ctx context.Context, c *cluster.Cluster) error {
 	return f.victim.Start(ctx)
 }
 
-// pauseFault is SIGSTOP of the leader.
+// pauseFault is SIGSTOP of a member.
 type pauseFault struct {
+	target Target
 	victim *cluster.Member
 	detail string
 }
@@ -94,9 +95,14 @@ type pauseFault struct {
 // stopped until the other members have elected a new leader (and at least
 // twice the election timeout); Heal SIGCONTs it, and it must rejoin as a
 // follower of the new term.
-func PauseLeader() Fault { return &pauseFault{} }
+func PauseLeader() Fault { return &pauseFault{target: Leader} }
 
-func (f *pauseFault) Name() string     { return "pause-leader" }
+// PauseFollower returns the fault that SIGSTOPs a follower (for at least
+// twice the election timeout, so the leader's appends to it time out);
+// Heal SIGCONTs it and it must catch up.
+func PauseFollower() Fault { return &pauseFault{target: Follower} }
+
+func (f *pauseFault) Name() string     { return "pause-" + string(f.target) }
 func (f *pauseFault) Describe() string { return f.detail }
 
 func (f *pauseFault) MinHold(c *cluster.Cluster) time.Duration {
@@ -104,7 +110,7 @@ func (f *pauseFault) MinHold(c *cluster.Cluster) time.Duration {
 }
 
 func (f *pauseFault) Inject(ctx context.Context, c *cluster.Cluster) error {
-	m, err := c.Leader(ctx)
+	m, isLeader, err := pick(ctx, c, f.target)
 	if err != nil {
 		return err
 	}
@@ -112,7 +118,10 @@ func (f *pauseFault) Inject(ctx context.Context, c *cluster.Cluster) error {
 	if err := m.Pause(); err != nil {
 		return err
 	}
-	f.detail = fmt.Sprintf("paused leader %s", m.ID)
+	f.detail = fmt.Sprintf("paused %s (%s)", m.ID, role(isLeader))
+	if !isLeader {
+		return nil
+	}
 	// The rest elect a new leader: longer than the election timeout, for
 	// sure.
 	start := time.Now()
@@ -131,4 +140,64 @@ func (f *pauseFault) Heal(ctx context.Context, c *cluster.Cluster) error {
 		return nil
 	}
 	return f.victim.Resume()
+}
+
+// killManyFault is kill -9 of several members at once.
+type killManyFault struct {
+	name    string
+	count   func(serving int) int
+	victims []*cluster.Member
+	detail  string
+}
+
+// KillMajority returns the fault that SIGKILLs a majority of the serving
+// members at once, the leader among them: the cluster has no quorum until
+// Heal restarts them from their data directories.
+func KillMajority() Fault {
+	return &killManyFault{name: "kill-majority", count: func(n int) int { return n/2 + 1 }}
+}
+
+// KillAll returns the fault that SIGKILLs every serving member at once,
+// as a power loss of the whole cluster does; Heal restarts them all.
+func KillAll() Fault {
+	return &killManyFault{name: "kill-all", count: func(n int) int { return n }}
+}
+
+func (f *killManyFault) Name() string     { return f.name }
+func (f *killManyFault) Describe() string { return f.detail }
+
+func (f *killManyFault) Inject(ctx context.Context, c *cluster.Cluster) error {
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	serving := c.Serving()
+	rest := c.Followers(leader)
+	rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	f.victims = append([]*cluster.Member{leader}, rest[:f.count(len(serving))-1]...)
+	var ids []string
+	var errs []error
+	for _, m := range f.victims {
+		ids = append(ids, m.ID)
+		if err := m.Kill(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	f.detail = fmt.Sprintf("killed %v of %d (leader %s among them)", ids, len(serving), leader.ID)
+	return errors.Join(errs...)
+}
+
+func (f *killManyFault) Heal(ctx context.Context, c *cluster.Cluster) error {
+	var errs []error
+	for _, m := range f.victims {
+		if !m.Running() {
+			if err := m.Start(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(f.victims) > 0 {
+		f.detail += ", restarted"
+	}
+	return errors.Join(errs...)
 }

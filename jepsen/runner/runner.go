@@ -1,12 +1,12 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -49,19 +49,42 @@ type Options struct {
 	Jobs int
 	// ReuseSameRef: see workload.Config.ReuseSameRef.
 	ReuseSameRef bool
+	// ReuseProb and ReuseHold override every scenario's when set.
+	ReuseProb float64
+	ReuseHold time.Duration
+	// KeepAll keeps the artifacts of passed scenarios too.
+	KeepAll bool
 }
 
 // ScenarioResult is the outcome of one scenario.
 type ScenarioResult struct {
-	Name     string
-	Faults   []nemesis.Result
-	Counts   history.Counts
+	Name   string
+	Faults []nemesis.Result
+	Counts history.Counts
+	// Duration is the workload's; FaultTime is how much of it faults were
+	// in force (from each Inject's return to its Heal's return).
+	Duration time.Duration
+	// Reuses counts the acks answered ok that referenced again a blob the
+	// store recorded as a GC candidate.
+	Reuses   int
 	Verdicts []checker.Verdict
 	// Err is set when the scenario could not run (the cluster did not
 	// start, say): a failure too.
 	Err  error
 	Dir  string
 	Took time.Duration
+}
+
+// FaultTime is how long faults were in force: the sum, over the fault
+// runs whose Inject succeeded, of the time from Inject to Heal.
+func (r *ScenarioResult) FaultTime() time.Duration {
+	var d time.Duration
+	for _, f := range r.Faults {
+		if !f.Injected.IsZero() && f.Healed.After(f.Injected) {
+			d += f.Healed.Sub(f.Injected)
+		}
+	}
+	return d
 }
 
 // Passed reports whether the scenario ran and every checker passed.
@@ -146,9 +169,11 @@ func (r *Runner) report(res *ScenarioResult) {
 	}
 	if len(res.Faults) == 0 && res.Err == nil {
 		r.printf("  fault: none injected\n")
+	} else if res.Duration > 0 {
+		r.printf("  faults in force %s of the workload's %s (%.0f%%)\n", res.FaultTime().Round(100*time.Millisecond), res.Duration, 100*res.FaultTime().Seconds()/res.Duration.Seconds())
 	}
 	c := res.Counts
-	r.printf("  operations: %d (ok %d, fail %d, unknown %d)\n", c.Total, c.OK, c.Fail, c.Unknown)
+	r.printf("  operations: %d (ok %d, fail %d, unknown %d); %d acks referenced GC candidates again\n", c.Total, c.OK, c.Fail, c.Unknown, res.Reuses)
 	for _, v := range res.Verdicts {
 		mark := "PASS"
 		if !v.OK {
@@ -224,7 +249,8 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 			members[m.ID] = "http://" + m.HTTPAddr
 		}
 	}
-	wcfg := workload.Config{Members: members, Duration: sc.Duration, Jobs: r.opts.Jobs, Readers: sc.ReadersPerMember, ReuseSameRef: r.opts.ReuseSameRef, Logf: r.logf}
+	wcfg := workload.Config{Members: members, Duration: sc.Duration, Jobs: r.opts.Jobs, Readers: sc.ReadersPerMember,
+		ReuseProb: cmp.Or(r.opts.ReuseProb, sc.ReuseProb), ReuseHold: cmp.Or(r.opts.ReuseHold, sc.ReuseHold), ReuseSameRef: r.opts.ReuseSameRef, GCGrace: c.Options().GCGrace, GCInterval: c.Options().GCInterval, Logf: r.logf}
 	wl, err := workload.New(wcfg, h)
 	if err != nil {
 		res.Err = err
@@ -241,9 +267,10 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 	go func() { defer wg.Done(); wres, werr = wl.Run(wctx) }()
 	var faults []nemesis.Result
 	if len(sc.Faults) > 0 {
+		hold := durationOr(sc.Hold, 5*time.Second)
 		nr := &nemesis.Runner{
 			Cluster: c,
-			Hold:    durationOr(sc.Hold, 3*time.Second),
+			Hold:    hold,
 			Logf:    r.logf,
 			OnEvent: func(e nemesis.Event) {
 				he := history.Event{Time: e.Time, Fault: e.Fault, Phase: string(e.Phase), Detail: e.Detail}
@@ -253,20 +280,28 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 				h.AddEvent(he)
 			},
 		}
+		// Faults back to back from the first second, while a whole hold
+		// still fits before the workload ends.
 		deadline := time.Now().Add(sc.Duration)
-		sleepCtx(sctx, 3*time.Second)
-		for i := 0; time.Until(deadline) > 8*time.Second && sctx.Err() == nil; i++ {
+		sleepCtx(sctx, time.Second)
+		for i := 0; time.Until(deadline) > hold && sctx.Err() == nil; i++ {
 			f := sc.Faults[i%len(sc.Faults)]()
 			fr := nr.Run(sctx, f)
 			faults = append(faults, fr)
-			sleepCtx(sctx, time.Second)
+			sleepCtx(sctx, 200*time.Millisecond)
 		}
 	}
 	wg.Wait()
 	h.End = time.Now()
 	res.Faults = faults
+	res.Duration = sc.Duration
 	ops := h.Snapshot()
 	res.Counts = history.Count(ops)
+	for _, o := range ops {
+		if o.Kind == history.KindAck && o.Outcome == history.OK && strings.HasPrefix(o.Note, workload.NoteReuse) {
+			res.Reuses++
+		}
+	}
 	if werr != nil {
 		res.Err = fmt.Errorf("workload: %w", werr)
 	}
@@ -279,7 +314,7 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 	res.Verdicts = append(res.Verdicts, checker.Check(in)...)
 	res.Verdicts = append(res.Verdicts, nemesisVerdict(faults))
 
-	if !res.Passed() {
+	if !res.Passed() || r.opts.KeepAll {
 		keep = true
 		if err := r.saveArtifacts(dir, c, h, final, res); err != nil {
 			r.printf("  (saving artifacts: %v)\n", err)
@@ -410,7 +445,7 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		}
 		var b fsm.Blob
 		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := c.Send(bctx, "GET", "/v1/blobs/"+escapeKey(k), nil, &b)
+		_, err := c.Send(bctx, "GET", workload.BlobPath(k), nil, &b)
 		cancel()
 		rec := checker.BlobRecord{State: string(b.State), Refs: b.Refs, LeaseUntil: b.LeaseUntil}
 		if err != nil {
@@ -463,17 +498,9 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 	return f
 }
 
-func escapeKey(k string) string {
-	parts := strings.Split(k, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
-}
-
 // collect reads the final state of every job through linearizable reads:
-// every remembered epoch, and for retained, pinned and pending ones what
-// each task holds.
+// every remembered epoch with its ack records, and for retained, pinned
+// and pending ones what each task holds.
 func collect(ctx context.Context, cl *client.Client, wres *workload.Result, f *checker.Final) error {
 	var errs []error
 	for ji, job := range wres.Jobs {
@@ -488,9 +515,21 @@ func collect(ctx context.Context, cl *client.Client, wres *workload.Result, f *c
 			continue
 		}
 		jf := &checker.JobFinal{Generation: j.Generation, LatestCompleted: j.LatestCompleted}
-		for _, e := range eps {
+		for _, listed := range eps {
+			// One read gives the epoch with its ack records (the list and
+			// this read may straddle an ack timeout).
+			d, err := cl.Epoch(ctx, job, listed.Epoch)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("epoch %d of %s: %w", listed.Epoch, job, err))
+				continue
+			}
+			e := d.Epoch
 			ef := checker.EpochFinal{Epoch: e.Epoch, Generation: e.Generation, State: string(e.State), Pinned: e.Pinned,
-				Expected: e.Expected, Acked: e.Acked, CompletedAt: e.CompletedAt, Tasks: map[string]checker.TaskCheckpoint{}}
+				Expected: e.Expected, Acked: e.Acked, CompletedAt: e.CompletedAt, Tasks: map[string]checker.TaskCheckpoint{},
+				Acks: map[string]checker.AckRecord{}}
+			for _, a := range d.Acks {
+				ef.Acks[a.Task] = checker.AckRecord{Hash: a.ContentHash}
+			}
 			for _, t := range workload.Tasks(ji) {
 				caps, _ := fsm.ParseCaps(t.Caps)
 				if !caps.Expected() {

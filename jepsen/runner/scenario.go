@@ -26,13 +26,18 @@ type Scenario struct {
 	Faults []func() nemesis.Fault
 	// Duration of the workload.
 	Duration time.Duration
-	// Hold is how long each fault stays in force (default 3s).
+	// Hold is how long each fault stays in force (default 5s).
 	Hold time.Duration
 	// Env is added to every member's environment (the positive
 	// controls' unsafe switches).
 	Env []string
 	// ReadersPerMember overrides the workload's readers per member.
 	ReadersPerMember int
+	// ReuseProb overrides the workload's chance, per ack of a state
+	// task, of referencing again a blob the collector may be deleting.
+	ReuseProb float64
+	// ReuseHold: see workload.Config.ReuseHold.
+	ReuseHold time.Duration
 }
 
 // catalogFault returns a constructor of the catalog's fault named name.
@@ -54,24 +59,51 @@ func FaultNames() []string {
 	return out
 }
 
-// ShortTier is the CI tier: ten scenarios of 30 seconds, each with one
-// fault of a different family.
+// ShortTier is the CI tier: twelve scenarios of 30 seconds. Faults are in
+// force for most of each (a hold of 5s, cycles back to back), several at
+// once in half of them (Together), followers paused as well as leaders,
+// and one-way cuts that drop answers too.
 func ShortTier() []Scenario {
 	d := 30 * time.Second
 	one := func(name string) Scenario {
 		return Scenario{Name: name, Faults: []func() nemesis.Fault{catalogFault(name)}, Duration: d}
 	}
+	seq := func(names ...string) Scenario {
+		sc := Scenario{Name: strings.Join(names, "+"), Duration: d}
+		for _, n := range names {
+			sc.Faults = append(sc.Faults, catalogFault(n))
+		}
+		return sc
+	}
 	return []Scenario{
 		one("kill-leader"),
+		seq("kill-majority", "kill-all"),
 		one("pause-leader"),
+		{Name: "pause-follower&link-delay", Faults: []func() nemesis.Fault{together("pause-follower", "link-delay")}, Duration: d},
 		one("partition-isolate-leader"),
-		one("partition-majority-minority"),
+		{Name: "partition-majority-minority&kill-random", Faults: []func() nemesis.Fault{together("partition-majority-minority", "kill-random")}, Duration: d},
 		one("partition-one-way-follower-to-leader"),
-		{Name: "link-delay+link-loss", Faults: []func() nemesis.Fault{catalogFault("link-delay"), catalogFault("link-loss")}, Duration: d},
+		seq("link-delay", "link-loss"),
 		one("snapshot-install"),
-		{Name: "member-rejoin+leader-transfer", Faults: []func() nemesis.Fault{catalogFault("member-rejoin"), catalogFault("leader-transfer")}, Duration: d},
-		{Name: "s3-errors+s3-lost-replies", Faults: []func() nemesis.Fault{catalogFault("s3-errors"), catalogFault("s3-lost-delete"), catalogFault("s3-lost-put")}, Duration: d, Hold: 2 * time.Second},
+		{Name: "member-rejoin&kill-random+leader-transfer", Faults: []func() nemesis.Fault{together("member-rejoin", "kill-random"), catalogFault("leader-transfer")}, Duration: d},
+		{Name: "s3-errors+s3-lost-replies", Faults: []func() nemesis.Fault{catalogFault("s3-errors"), catalogFault("s3-lost-delete"), catalogFault("s3-lost-put")}, Duration: d, Hold: 3 * time.Second},
 		one("gc-crash-after-mark"),
+	}
+}
+
+// together returns a constructor of the catalog's faults named names in
+// force at once (nemesis.Together).
+func together(names ...string) func() nemesis.Fault {
+	makers := make([]func() nemesis.Fault, len(names))
+	for i, n := range names {
+		makers[i] = catalogFault(n)
+	}
+	return func() nemesis.Fault {
+		fs := make([]nemesis.Fault, len(makers))
+		for i, m := range makers {
+			fs[i] = m()
+		}
+		return nemesis.Together(fs...)
 	}
 }
 

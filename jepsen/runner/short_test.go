@@ -93,8 +93,19 @@ func TestPositiveControls(t *testing.T) {
 			checker: "linearizable", reasons: []string{"stale read"},
 		},
 		{
+			name: "acks answered ok and not applied",
+			sc: Scenario{Name: "control-drop-acks", Duration: 20 * time.Second,
+				Env: []string{"METASTORE_UNSAFE_DROP_ACKS=1"}},
+			checker: "acks", reasons: []string{"holds no ack"},
+		},
+		{
 			name: "GC without the deleting mark",
-			sc: Scenario{Name: "control-gc-skip-mark", Duration: 20 * time.Second,
+			// Every ack of a state task references again a blob the
+			// store records as a GC candidate, at a random age past the
+			// grace period (not only before the collector lists it),
+			// and keeps it in its manifest for longer than the unsafe
+			// window.
+			sc: Scenario{Name: "control-gc-skip-mark", Duration: 20 * time.Second, ReuseProb: 1, ReuseHold: 4 * time.Second,
 				Env: []string{"METASTORE_UNSAFE_GC_SKIP_MARK=1"}},
 			// A delete of a protected blob, or a GET of a referenced
 			// blob answered 404, whichever the run shows first.

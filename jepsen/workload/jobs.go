@@ -3,8 +3,11 @@ package workload
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -296,6 +299,8 @@ type worker struct {
 	seq    uint64
 	left   []leftBlob
 	reused *manifests.Ref
+	// reusedAt is when a blob was last referenced again.
+	reusedAt time.Time
 	// reuses counts, per blob key, the times it was referenced again.
 	reuses map[string]int
 	// broken: the worker's state is uncertain (an ack whose outcome stayed
@@ -307,6 +312,11 @@ type leftBlob struct {
 	key  string
 	size uint64
 	at   time.Time
+	// after is how long past the grace period a worker waits before it
+	// references the blob again, drawn once from [0, GC interval + 1s):
+	// workers look often, and without it would nearly always take a
+	// candidate before the collector's next cycle has listed it.
+	after time.Duration
 }
 
 // reset starts the worker in a new attempt: it restores from the latest
@@ -366,6 +376,9 @@ func (wk *worker) ack(ctx context.Context, gen, e uint64) {
 	uncertain := false
 	for try := 0; try < 6 && ctx.Err() == nil; try++ {
 		op := &history.Op{Client: wk.cid, Kind: history.KindAck, Job: wk.j.name, Task: wk.spec.ID, Gen: gen, Epoch: e, Value: string(payloads[main])}
+		if wk.reused != nil {
+			op.Note = NoteReuse + wk.reused.Key
+		}
 		req := client.AckRequest{Payloads: payloads}
 		if wk.ts != nil {
 			req.Manifest = wk.ts.Manifest()
@@ -383,6 +396,9 @@ func (wk *worker) ack(ctx context.Context, gen, e uint64) {
 		cancel()
 		if err == nil {
 			op.Completed = res.Completed
+			if res.Ack != nil {
+				op.Hash = res.Ack.ContentHash
+			}
 		}
 		w.h.Finish(op, err, true)
 		switch op.Outcome {
@@ -434,7 +450,8 @@ func (wk *worker) noteLeft(prev, next manifests.Manifest) {
 	for _, k := range prev.Blobs() {
 		if !slices.Contains(nk, k) {
 			if v, ok := wk.j.w.contents.Load(k); ok {
-				wk.left = append(wk.left, leftBlob{key: k, size: uint64(len(v.([]byte))), at: now})
+				after := time.Duration(wk.j.w.rnd.IntN(int((wk.j.w.cfg.GCInterval+time.Second)/time.Millisecond))) * time.Millisecond
+				wk.left = append(wk.left, leftBlob{key: k, size: uint64(len(v.([]byte))), at: now, after: after})
 			}
 		}
 	}
@@ -453,6 +470,8 @@ func (wk *worker) mutate(ctx context.Context, gen, e uint64) {
 		}
 	}
 	switch r := w.rnd.Float64(); {
+	case time.Since(wk.reusedAt) < w.cfg.ReuseHold:
+		// A blob referenced again stays in the manifest a while.
 	case r < 0.15:
 		if key, size, ok := wk.upload(ctx, gen, e); ok {
 			if ts.AddBlob(key, size, "") == nil {
@@ -466,31 +485,103 @@ func (wk *worker) mutate(ctx context.Context, gen, e uint64) {
 		}
 	}
 	if w.rnd.Float64() < w.cfg.ReuseProb {
-		// A blob that left the manifest long enough ago that the
-		// collector may be at it.
-		for i, l := range wk.left {
-			if time.Since(l.at) < 3*time.Second {
-				break
-			}
-			// The same blob at a new offset, unless SameRef: the store
-			// then sees the very segment it dropped come back.
-			off := uint64(0)
-			if !w.cfg.ReuseSameRef {
-				wk.reuses[l.key]++
-				off = uint64(wk.reuses[l.key])
-			}
-			ref := manifests.Ref{Key: l.key, Offset: off}
-			wk.left = slices.Delete(wk.left, i, i+1)
-			if off >= l.size || ts.Has(ref) {
-				break
-			}
-			if ts.AddSegment(l.key, off, l.size-off, wk.seq, wk.seq+9) == nil {
-				wk.seq += 10
-				wk.reused = &ref
-			}
-			break
+		wk.reuse(ctx)
+	}
+}
+
+// NoteReuse starts the note of an ack that references again a blob the
+// store recorded as a GC candidate.
+const NoteReuse = "references again a GC candidate: "
+
+// reuse references again a blob that left the task's manifest: one the
+// store records as a GC candidate now (live, no reference for at least
+// the grace period), so the collector may be between listing it and
+// deleting it. The mark's re-check must then keep it.
+func (wk *worker) reuse(ctx context.Context) {
+	w := wk.j.w
+	// Up to three lookups among the blobs that left long enough ago, at
+	// random: some stay referenced for long (a pinned savepoint's).
+	var old []int
+	for i, l := range wk.left {
+		if time.Since(l.at) >= w.cfg.GCGrace {
+			old = append(old, i)
 		}
 	}
+	var gone []int
+	defer func() {
+		slices.Sort(gone)
+		for _, i := range slices.Backward(gone) {
+			wk.left = slices.Delete(wk.left, i, i+1)
+		}
+	}()
+	for n := 0; n < 3 && len(old) > 0; n++ {
+		pick := w.rnd.IntN(len(old))
+		i := old[pick]
+		old = slices.Delete(old, pick, pick+1)
+		l := wk.left[i]
+		rec, err := w.blobRecord(ctx, l.key)
+		if err != nil {
+			continue
+		}
+		if rec.State != fsm.BlobLive {
+			gone = append(gone, i) // deleting or gone: it will not come back
+			continue
+		}
+		if rec.Refs > 0 || rec.UnreferencedAt == nil || time.Since(*rec.UnreferencedAt) < w.cfg.GCGrace+l.after {
+			continue // still referenced by a retained checkpoint, or too young
+		}
+		// The same blob at a new offset, unless SameRef: the store then
+		// sees the very segment it dropped come back.
+		off := uint64(0)
+		if !w.cfg.ReuseSameRef {
+			wk.reuses[l.key]++
+			off = uint64(wk.reuses[l.key])
+		}
+		ref := manifests.Ref{Key: l.key, Offset: off}
+		gone = append(gone, i)
+		if off >= l.size || wk.ts.Has(ref) {
+			return
+		}
+		if wk.ts.AddSegment(l.key, off, l.size-off, wk.seq, wk.seq+9) == nil {
+			wk.seq += 10
+			wk.reused = &ref
+			wk.reusedAt = time.Now()
+		}
+		return
+	}
+}
+
+// BlobPath is the API path of blob key's record, each segment of the key
+// escaped.
+func BlobPath(key string) string {
+	parts := strings.Split(key, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return "/v1/blobs/" + strings.Join(parts, "/")
+}
+
+// blobRecord reads the store's record of blob key (a linearizable read,
+// through any member; not recorded: it decides what to do, it checks
+// nothing).
+func (w *Workload) blobRecord(ctx context.Context, key string) (*fsm.Blob, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	base := w.all[w.rnd.IntN(len(w.all))]
+	req, err := http.NewRequestWithContext(ctx, "GET", base+BlobPath(key), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := w.probe.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/blobs/%s: %s", key, resp.Status)
+	}
+	var b fsm.Blob
+	return &b, json.NewDecoder(resp.Body).Decode(&b)
 }
 
 // upload uploads a new blob of unique content and returns its key.

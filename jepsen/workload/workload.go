@@ -58,6 +58,16 @@ type Config struct {
 	// manifest_mismatch); by default the blob comes back at a new offset,
 	// which exercises the collector just as well.
 	ReuseSameRef bool
+	// ReuseHold is how long a task neither materializes nor drops a
+	// segment after it referenced a blob again (default 0), so the
+	// reference outlives the collector's next deletion.
+	ReuseHold time.Duration
+	// GCGrace is the members' GC grace period (default 2s): a blob
+	// unreferenced for that long is one the collector may delete, the
+	// kind the workers reference again.
+	GCGrace time.Duration
+	// GCInterval is the members' GC cycle interval (default 2s).
+	GCInterval time.Duration
 	// OpTimeout bounds one operation (default 15s).
 	OpTimeout time.Duration
 	// Logf receives progress lines (nil: discarded).
@@ -88,6 +98,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReuseProb == 0 {
 		c.ReuseProb = 0.25
+	}
+	if c.GCGrace == 0 {
+		c.GCGrace = 2 * time.Second
+	}
+	if c.GCInterval == 0 {
+		c.GCInterval = 2 * time.Second
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = 15 * time.Second
@@ -156,6 +172,8 @@ type Workload struct {
 
 	// contents holds the bytes of every blob uploaded, by key.
 	contents sync.Map
+	// probe reads blob records for the workers' choices (blobRecord).
+	probe *http.Client
 
 	jobs []*jobRun
 }
@@ -196,7 +214,7 @@ func New(cfg Config, h *history.History) (*Workload, error) {
 	if len(cfg.Members) == 0 {
 		return nil, errors.New("workload: no members")
 	}
-	w := &Workload{cfg: cfg, h: h, rnd: &lockedRand{r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}}
+	w := &Workload{cfg: cfg, h: h, rnd: &lockedRand{r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}, probe: &http.Client{}}
 	for _, u := range cfg.Members {
 		w.all = append(w.all, u)
 	}
