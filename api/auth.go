@@ -22,6 +22,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/clock"
 	"github.com/metastore/metastore/node"
 )
 
@@ -504,7 +505,7 @@ func AuthBootstrapTask(f *fsm.FSM, apply func(context.Context, []byte) (*fsm.Res
 		logger = slog.New(slog.DiscardHandler)
 	}
 	propose := func(ctx context.Context, t fsm.CommandType, p any) (*fsm.Result, error) {
-		cmd, err := fsm.Encode(t, time.Now(), p)
+		cmd, err := fsm.Encode(t, clock.Now(), p)
 		if err != nil {
 			return nil, err
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/internal/clock"
 	"github.com/metastore/metastore/internal/mtls"
 	"github.com/metastore/metastore/node"
 )
@@ -85,7 +86,7 @@ func New(d Deps) *Server {
 		gc:      d.GC,
 		logger:  logger,
 		metrics: newMetrics(d.Registry),
-		now:     time.Now,
+		now:     clock.Now,
 	}
 	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)

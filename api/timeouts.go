@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/clock"
 )
 
 // maxTimeoutBatch bounds the epochs aborted by one command.
@@ -30,7 +31,7 @@ func EpochTimeoutTask(f *fsm.FSM, apply func(ctx context.Context, cmd []byte) (*
 				return
 			case <-timer.C:
 			}
-			now := time.Now()
+			now := clock.Now()
 			expired, err := f.ExpiredEpochs(now, maxTimeoutBatch)
 			if err != nil {
 				logger.Error("reading ack deadlines", "err", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/clock"
 )
 
 // Bounds of the lists the collector holds in memory.
@@ -104,7 +105,7 @@ func New(cfg Config, d Deps) (*Collector, error) {
 	}
 	c.log = c.log.With("component", "gc")
 	if c.now == nil {
-		c.now = time.Now
+		c.now = clock.Now
 	}
 	if cfg.Rate > 0 {
 		// Spread deletions: a call carries at most one second's worth.

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/clock"
 )
 
 // leaderSession is one term of leadership on this node: the barrier, the
@@ -152,7 +153,7 @@ func (n *Node) ensureOwnRecord(ctx context.Context, log *slog.Logger) {
 		if ok, err := n.hasRecord(want); err == nil && ok {
 			return
 		}
-		cmd, err := fsm.Encode(fsm.CmdMemberUpsert, time.Now(), fsm.MemberUpsert{ID: want.ID, RaftAddr: want.RaftAddr, HTTPAddr: want.HTTPAddr})
+		cmd, err := fsm.Encode(fsm.CmdMemberUpsert, clock.Now(), fsm.MemberUpsert{ID: want.ID, RaftAddr: want.RaftAddr, HTTPAddr: want.HTTPAddr})
 		if err != nil {
 			log.Error("encode own member record", "err", err)
 			return

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/clock"
 )
 
 // AddVoter adds (or confirms) server id at raftAddr as a voter, and records
@@ -149,7 +150,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 // applyMember applies a member command and turns a rule violation into an
 // error.
 func (n *Node) applyMember(ctx context.Context, t fsm.CommandType, payload any) error {
-	cmd, err := fsm.Encode(t, time.Now(), payload)
+	cmd, err := fsm.Encode(t, clock.Now(), payload)
 	if err != nil {
 		return err
 	}

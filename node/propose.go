@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/clock"
 )
 
 // Group commit. Commands proposed while the leader is busy writing the
@@ -135,7 +135,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 			cmds[i] = p.cmd
 		}
 		var err error
-		if data, err = fsm.EncodeBatch(time.Now(), cmds); err != nil {
+		if data, err = fsm.EncodeBatch(clock.Now(), cmds); err != nil {
 			failAll(batch, fmt.Errorf("node: %w", err))
 			return
 		}

@@ -35,7 +35,9 @@ import (
 //     generation had been answered ok; zombie acks are never ok.
 //
 // clockSlack is how far apart two proposals' clocks may be stamped out
-// of log order (concurrent proposals stamp before they are sequenced).
+// of log order (concurrent proposals stamp before they are sequenced),
+// with every member's clock right; twice Input.ClockSkew is added when
+// the run set clocks off.
 const clockSlack = 2 * time.Second
 
 func Acks(in *Input) Verdict {
@@ -171,7 +173,7 @@ func Acks(in *Input) Verdict {
 			}
 			prevGen = max(prevGen, e.Generation)
 			if e.CompletedAt != nil {
-				if prevDone != nil && prevDone.CompletedAt != nil && e.CompletedAt.Before(prevDone.CompletedAt.Add(-clockSlack)) {
+				if prevDone != nil && prevDone.CompletedAt != nil && e.CompletedAt.Before(prevDone.CompletedAt.Add(-clockSlack-2*in.ClockSkew)) {
 					p.addf("job %s: epoch %d completed at %s, before the older epoch %d (%s)", job, e.Epoch, e.CompletedAt.Format(time.RFC3339Nano), prevDone.Epoch, prevDone.CompletedAt.Format(time.RFC3339Nano))
 				}
 				prevDone = &eps[i]

@@ -164,6 +164,9 @@ type Input struct {
 	S3Prefix string
 	// OutDir receives artifacts (the linearizability visualization).
 	OutDir string
+	// ClockSkew is the largest amount by which a member's clock was set
+	// off the machine's during the run (0: clocks right).
+	ClockSkew time.Duration
 	// LinearizabilityTimeout bounds porcupine (default 2 minutes); a
 	// timeout is a failure.
 	LinearizabilityTimeout time.Duration

@@ -45,7 +45,12 @@ const intentMargin = time.Second
 //   - pin: from the answer of an ok pin of an epoch to the invocation of its
 //     unpin (or the end), for the keys of the epoch's manifests read after
 //     the pin.
-func Protections(ops []history.Op) map[string][]interval {
+//
+// skew is the largest amount by which the clocks of the members were set
+// off the machine's during the run: a lease stamped by one leader's clock
+// may be judged by another's, so an intent's end is taken that much
+// earlier.
+func Protections(ops []history.Op, skew time.Duration) map[string][]interval {
 	out := map[string][]interval{}
 	add := func(k string, iv interval) { out[k] = append(out[k], iv) }
 
@@ -64,7 +69,7 @@ func Protections(ops []history.Op) map[string][]interval {
 		if o.Kind != history.KindUpload || o.Key == "" || o.Expires == nil || o.Complete.IsZero() {
 			continue
 		}
-		end := o.Expires.Add(-intentMargin)
+		end := o.Expires.Add(-intentMargin - skew)
 		if t, ok := firstCommit[o.Key]; ok && t.Before(end) {
 			end = t
 		}
@@ -164,7 +169,7 @@ func protectedDuring(ivs []interval, a, b time.Time) (interval, bool) {
 func GCSafety(in *Input) Verdict {
 	start := time.Now()
 	var p problems
-	prot := Protections(in.Ops)
+	prot := Protections(in.Ops, in.ClockSkew)
 	t0 := time.Time{}
 	if len(in.Ops) > 0 {
 		t0 = in.Ops[0].Invoke

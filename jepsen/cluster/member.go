@@ -2,17 +2,20 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/metastore/metastore/internal/clock"
 	"github.com/metastore/metastore/jepsen/faultpoint"
 	"github.com/metastore/metastore/jepsen/tcpproxy"
 )
@@ -239,7 +242,31 @@ func (m *Member) env() []string {
 	}
 	env = append(env, s3Env()...)
 	env = append(env, faultpoint.EnvAddr+"="+m.FaultAddr)
+	env = append(env, clock.EnvSkewFile+"="+m.clockFile())
 	return append(env, m.c.opts.Env...)
+}
+
+// clockFile holds the skew of the member's clock (outside the data
+// directory, so a wipe keeps it).
+func (m *Member) clockFile() string {
+	return filepath.Join(filepath.Dir(m.DataDir), m.ID+".clock-skew")
+}
+
+// SetClockSkew sets how far the member's clock is off the machine's
+// (faultinject builds read it within 20ms: internal/clock); 0 removes the
+// skew.
+func (m *Member) SetClockSkew(d time.Duration) error {
+	if d == 0 {
+		if err := os.Remove(m.clockFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	tmp := m.clockFile() + ".tmp"
+	if err := os.WriteFile(tmp, []byte(d.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, m.clockFile())
 }
 
 func (m *Member) start(ctx context.Context, join bool) error {
