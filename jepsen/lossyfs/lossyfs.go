@@ -1,0 +1,387 @@
+// Package lossyfs is a FUSE file system over a directory that can forget,
+// on demand, every write not yet made durable by fsync: what a crash of the
+// machine (power loss, kernel panic) does to data still in the page cache.
+// The consistency suite puts each member's data directory on one
+// (cluster.Options.LossyDisk) to test the state machine file, which is
+// written without fsync on purpose (fsm/durability.go).
+//
+// Writes go through to the backing directory at once, so the running
+// process reads what it wrote. For every file, the first write to each
+// 4 KiB page after the file's last fsync (or after it was first opened)
+// keeps the page's content from before (its pre-image), and the size the
+// file had is remembered. Fsync and fdatasync of the file drop both. Crash
+// then, with the writer dead, writes every pre-image back and truncates each
+// file to its synced size (Lose), or does so for a random half of the pages
+// only (Tear: a torn write, some unsynced pages reached the disk and others
+// did not), and remounts, so no page of the kernel's cache survives.
+//
+// Limits, written down because they bound what a run proves:
+//
+//   - Only file contents are lossy. Directory operations (create, rename,
+//     unlink) are durable at once, as if every one were followed by an
+//     fsync of its directory; the store syncs its directory after each
+//     rename that matters, so this hides nothing it relies on, but it
+//     would hide a missing directory fsync.
+//   - Pages are 4 KiB and a page's pre-image is taken at its first write;
+//     the real page cache may write pages back at any time before the
+//     crash, which Tear models only as "some pages reached the disk".
+//   - Writes through a shared writable mapping are not seen (bbolt maps
+//     its file read-only and writes with pwrite).
+//   - O_SYNC and O_DSYNC writes are treated like any other until an fsync.
+package lossyfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+const pageSize = 4096
+
+// Mode is what Crash forgets.
+type Mode int
+
+const (
+	// Lose forgets every write not synced.
+	Lose Mode = iota
+	// Tear forgets a random half of the pages written and not synced.
+	Tear
+)
+
+// FS is a mounted lossy file system.
+type FS struct {
+	backing, mountpoint string
+
+	mu     sync.Mutex
+	server *fuse.Server
+	files  map[fileID]*fileState
+}
+
+type fileID struct{ dev, ino uint64 }
+
+// fileState is what a crash would undo in one file.
+type fileState struct {
+	path       string // a backing path of the file, for Crash
+	syncedSize int64
+	pre        map[int64][]byte // page index -> content before the first unsynced write
+}
+
+// Mount mounts a lossy view of the directory backing at mountpoint (both
+// must exist). It needs root or fusermount.
+func Mount(backing, mountpoint string) (*FS, error) {
+	l := &FS{backing: backing, mountpoint: mountpoint, files: map[fileID]*fileState{}}
+	if err := l.mount(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *FS) mount() error {
+	root := &fs.LoopbackRoot{Path: l.backing}
+	root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+		return &node{LoopbackNode: fs.LoopbackNode{RootData: rd}, l: l}
+	}
+	rootNode := root.NewNode(root, nil, "", nil)
+	root.RootNode = rootNode
+	zero := time.Duration(0)
+	srv, err := fs.Mount(l.mountpoint, rootNode, &fs.Options{
+		// No attribute or entry caching: sizes change behind the kernel's
+		// back at a crash.
+		AttrTimeout:  &zero,
+		EntryTimeout: &zero,
+		MountOptions: fuse.MountOptions{
+			AllowOther:  true,
+			FsName:      "lossyfs",
+			Name:        "lossyfs",
+			DirectMount: true,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("lossyfs: mount %s on %s: %w", l.backing, l.mountpoint, err)
+	}
+	l.mu.Lock()
+	l.server = srv
+	l.mu.Unlock()
+	return nil
+}
+
+// Unmount unmounts the file system (no process may hold a file open).
+func (l *FS) Unmount() error {
+	l.mu.Lock()
+	srv := l.server
+	l.server = nil
+	l.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.Unmount()
+}
+
+// Unsynced reports how many pages and files a crash would undo now.
+func (l *FS) Unsynced() (pages, files int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, st := range l.files {
+		if len(st.pre) > 0 {
+			files++
+			pages += len(st.pre)
+		}
+	}
+	return pages, files
+}
+
+// Crash undoes the unsynced writes (all of them, or a random half of the
+// pages under Tear) in the backing files and remounts. Every process that
+// wrote through the mount must be dead. It returns the pages undone.
+func (l *FS) Crash(mode Mode) (int, error) {
+	if err := l.Unmount(); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	files := l.files
+	l.files = map[fileID]*fileState{}
+	l.mu.Unlock()
+	undone := 0
+	var errs []error
+	for _, st := range files {
+		n, err := st.undo(mode)
+		undone += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := l.mount(); err != nil {
+		errs = append(errs, err)
+	}
+	return undone, errors.Join(errs...)
+}
+
+func (st *fileState) undo(mode Mode) (int, error) {
+	f, err := os.OpenFile(st.path, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil // unlinked since: directory operations are durable
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	undone := 0
+	for page, data := range st.pre {
+		if mode == Tear && rand.IntN(2) == 0 {
+			continue
+		}
+		if _, err := f.WriteAt(data, page*pageSize); err != nil {
+			return undone, err
+		}
+		undone++
+	}
+	if mode == Lose {
+		if err := f.Truncate(st.syncedSize); err != nil {
+			return undone, err
+		}
+	}
+	return undone, f.Sync()
+}
+
+// state returns the crash state of the file open as fd, creating it with
+// the file's current size as its synced size.
+func (l *FS) state(fd int, path string) (*fileState, error) {
+	var s syscall.Stat_t
+	if err := syscall.Fstat(fd, &s); err != nil {
+		return nil, err
+	}
+	id := fileID{uint64(s.Dev), s.Ino}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.files[id]
+	if !ok {
+		st = &fileState{path: path, syncedSize: s.Size, pre: map[int64][]byte{}}
+		l.files[id] = st
+	}
+	st.path = path
+	return st, nil
+}
+
+// before keeps the pre-images of the pages [off, off+n) not yet kept.
+func (l *FS) before(fd int, st *fileState, off, n int64) syscall.Errno {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for page := off / pageSize; page*pageSize < off+n; page++ {
+		if _, ok := st.pre[page]; ok || page*pageSize >= st.syncedSize {
+			continue // kept already, or beyond the synced size (truncated at a crash)
+		}
+		buf := make([]byte, pageSize)
+		m, err := syscall.Pread(fd, buf, page*pageSize)
+		if err != nil {
+			return fs.ToErrno(err)
+		}
+		st.pre[page] = buf[:m]
+	}
+	return 0
+}
+
+func (l *FS) synced(fd int, st *fileState) syscall.Errno {
+	var s syscall.Stat_t
+	if err := syscall.Fstat(fd, &s); err != nil {
+		return fs.ToErrno(err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st.syncedSize = s.Size
+	clear(st.pre)
+	return 0
+}
+
+// node is a loopback node whose files are lossy.
+type node struct {
+	fs.LoopbackNode
+	l *FS
+}
+
+func (n *node) backingPath() string {
+	return filepath.Join(n.RootData.Path, n.Path(n.Root()))
+}
+
+func (n *node) wrap(fh fs.FileHandle, path string) (fs.FileHandle, syscall.Errno) {
+	lf, ok := fh.(*fs.LoopbackFile)
+	if !ok {
+		return fh, 0
+	}
+	fd, ok := lf.PassthroughFd()
+	if !ok {
+		return nil, syscall.EBADF
+	}
+	st, err := n.l.state(fd, path)
+	if err != nil {
+		lf.Release(context.Background())
+		return nil, fs.ToErrno(err)
+	}
+	return &file{LoopbackFile: lf, fd: fd, st: st, l: n.l}, 0
+}
+
+var _ = (fs.NodeOpener)((*node)(nil))
+var _ = (fs.NodeCreater)((*node)(nil))
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_TRUNC != 0 {
+		// Keep what the truncation throws away.
+		if errno := n.keepAll(); errno != 0 {
+			return nil, 0, errno
+		}
+	}
+	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	w, errno := n.wrap(fh, n.backingPath())
+	return w, fl, errno
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ch, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	// The child is not linked under n yet: its path is n's and name.
+	w, errno := n.wrap(fh, filepath.Join(n.backingPath(), name))
+	return ch, w, fl, errno
+}
+
+// keepAll keeps the pre-image of every page of the file (before it is
+// truncated by path or at open).
+func (n *node) keepAll() syscall.Errno {
+	f, err := os.Open(n.backingPath())
+	if err != nil {
+		return 0 // nothing to keep: it is being created
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	st, err := n.l.state(fd, n.backingPath())
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	return n.l.before(fd, st, 0, st.syncedSize)
+}
+
+var _ = (fs.NodeSetattrer)((*node)(nil))
+
+func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if f, ok := fh.(*file); ok {
+		return f.Setattr(ctx, in, out)
+	}
+	if _, ok := in.GetSize(); ok {
+		if errno := n.keepAll(); errno != 0 {
+			return errno
+		}
+	}
+	return n.LoopbackNode.Setattr(ctx, fh, in, out)
+}
+
+// file is an open lossy file.
+type file struct {
+	*fs.LoopbackFile
+	fd int
+	st *fileState
+	l  *FS
+}
+
+// PassthroughFd is refused: the kernel would write to the backing file
+// directly, past the pre-images.
+func (f *file) PassthroughFd() (int, bool) { return 0, false }
+
+func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if errno := f.l.before(f.fd, f.st, off, int64(len(data))); errno != 0 {
+		return 0, errno
+	}
+	return f.LoopbackFile.Write(ctx, data, off)
+}
+
+func (f *file) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+	if errno := f.l.before(f.fd, f.st, int64(off), int64(size)); errno != 0 {
+		return errno
+	}
+	return f.LoopbackFile.Allocate(ctx, off, size, mode)
+}
+
+func (f *file) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if size, ok := in.GetSize(); ok {
+		var s syscall.Stat_t
+		if err := syscall.Fstat(f.fd, &s); err != nil {
+			return fs.ToErrno(err)
+		}
+		if int64(size) < s.Size {
+			if errno := f.l.before(f.fd, f.st, int64(size), s.Size-int64(size)); errno != 0 {
+				return errno
+			}
+		}
+	}
+	return f.LoopbackFile.Setattr(ctx, in, out)
+}
+
+func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if errno := f.LoopbackFile.Fsync(ctx, flags); errno != 0 {
+		return errno
+	}
+	return f.l.synced(f.fd, f.st)
+}
+
+var (
+	_ = (fs.FileWriter)((*file)(nil))
+	_ = (fs.FileAllocater)((*file)(nil))
+	_ = (fs.FileSetattrer)((*file)(nil))
+	_ = (fs.FileFsyncer)((*file)(nil))
+	_ = (fs.FilePassthroughFder)((*file)(nil))
+	_ = (fs.FileReader)((*file)(nil))
+	_ = (fs.FileGetlker)((*file)(nil))
+	_ = (fs.FileFlusher)((*file)(nil))
+	_ = (fs.FileReleaser)((*file)(nil))
+)
