@@ -49,9 +49,11 @@ type Options struct {
 	Jobs int
 	// ReuseSameRef: see workload.Config.ReuseSameRef.
 	ReuseSameRef bool
-	// ReuseProb and ReuseHold override every scenario's when set.
-	ReuseProb float64
-	ReuseHold time.Duration
+	// ReuseProb, ReuseHold and GCInterval override every scenario's when
+	// set.
+	ReuseProb  float64
+	ReuseHold  time.Duration
+	GCInterval time.Duration
 	// KeepAll keeps the artifacts of passed scenarios too.
 	KeepAll bool
 }
@@ -218,12 +220,13 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 		// clean-up of leftovers never touches a scenario's cluster. The
 		// members' object-store prefix is taken from Prefix; the same value
 		// for S3Prefix keeps Bucket and S3KeyPrefix in step.
-		Prefix:   Prefix,
-		Subnet:   Subnet,
-		S3Prefix: Prefix,
-		Binary:   r.binary,
-		Env:      append(append([]string(nil), r.opts.Env...), sc.Env...),
-		Logf:     r.logf,
+		Prefix:     Prefix,
+		Subnet:     Subnet,
+		S3Prefix:   Prefix,
+		Binary:     r.binary,
+		GCInterval: cmp.Or(r.opts.GCInterval, sc.GCInterval),
+		Env:        append(append([]string(nil), r.opts.Env...), sc.Env...),
+		Logf:       r.logf,
 	}
 	sctx, cancel := context.WithTimeout(ctx, sc.Duration+10*time.Minute)
 	defer cancel()
@@ -309,6 +312,9 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 	// Heal whatever is left, wait for health, collect the final state.
 	final := r.finish(sctx, c, wres)
 	in := &checker.Input{Ops: ops, Workload: wres, Final: final, S3: c.S3.Requests(), S3Prefix: c.S3KeyPrefix()}
+	for _, f := range faults {
+		in.ClockSkew = max(in.ClockSkew, f.ClockSkew)
+	}
 	dir := filepath.Join(r.opts.OutDir, fmt.Sprintf("%s-%s", time.Now().Format("20060102-150405"), sanitize(sc.Name)))
 	in.OutDir = dir
 	res.Verdicts = append(res.Verdicts, checker.Check(in)...)

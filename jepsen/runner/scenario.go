@@ -38,6 +38,8 @@ type Scenario struct {
 	ReuseProb float64
 	// ReuseHold: see workload.Config.ReuseHold.
 	ReuseHold time.Duration
+	// GCInterval overrides the members' GC cycle interval.
+	GCInterval time.Duration
 }
 
 // catalogFault returns a constructor of the catalog's fault named name.
@@ -61,8 +63,10 @@ func FaultNames() []string {
 
 // ShortTier is the CI tier: twelve scenarios of 30 seconds. Faults are in
 // force for most of each (a hold of 5s, cycles back to back), several at
-// once in half of them (Together), followers paused as well as leaders,
-// and one-way cuts that drop answers too.
+// once in half of them (Together): crashes of one member, a majority and
+// the whole cluster, followers paused as well as leaders, clocks set
+// apart while the leadership moves, one-way cuts that drop answers too,
+// a member killed while another is out of the configuration.
 func ShortTier() []Scenario {
 	d := 30 * time.Second
 	one := func(name string) Scenario {
@@ -78,7 +82,7 @@ func ShortTier() []Scenario {
 	return []Scenario{
 		one("kill-leader"),
 		seq("kill-majority", "kill-all"),
-		one("pause-leader"),
+		{Name: "clock-skew&pause-leader", Faults: []func() nemesis.Fault{together("clock-skew", "pause-leader")}, Duration: d},
 		{Name: "pause-follower&link-delay", Faults: []func() nemesis.Fault{together("pause-follower", "link-delay")}, Duration: d},
 		one("partition-isolate-leader"),
 		{Name: "partition-majority-minority&kill-random", Faults: []func() nemesis.Fault{together("partition-majority-minority", "kill-random")}, Duration: d},

@@ -299,8 +299,9 @@ type worker struct {
 	seq    uint64
 	left   []leftBlob
 	reused *manifests.Ref
-	// reusedAt is when a blob was last referenced again.
-	reusedAt time.Time
+	// lastReused is the last blob referenced again, at reusedAt.
+	lastReused *manifests.Ref
+	reusedAt   time.Time
 	// reuses counts, per blob key, the times it was referenced again.
 	reuses map[string]int
 	// broken: the worker's state is uncertain (an ack whose outcome stayed
@@ -469,9 +470,11 @@ func (wk *worker) mutate(ctx context.Context, gen, e uint64) {
 			wk.seq += 10
 		}
 	}
+	// A blob referenced again stays in the manifest for ReuseHold: no
+	// materialization (it truncates the changelog) and no drop of it.
+	holding := time.Since(wk.reusedAt) < w.cfg.ReuseHold
 	switch r := w.rnd.Float64(); {
-	case time.Since(wk.reusedAt) < w.cfg.ReuseHold:
-		// A blob referenced again stays in the manifest a while.
+	case r < 0.15 && holding:
 	case r < 0.15:
 		if key, size, ok := wk.upload(ctx, gen, e); ok {
 			if ts.AddBlob(key, size, "") == nil {
@@ -481,7 +484,10 @@ func (wk *worker) mutate(ctx context.Context, gen, e uint64) {
 	case r < 0.35:
 		cur := ts.Current()
 		if len(cur.Segments) > 1 {
-			_ = ts.DropSegment(cur.Segments[w.rnd.IntN(len(cur.Segments))].ID())
+			id := cur.Segments[w.rnd.IntN(len(cur.Segments))].ID()
+			if !holding || wk.lastReused == nil || id != *wk.lastReused {
+				_ = ts.DropSegment(id)
+			}
 		}
 	}
 	if w.rnd.Float64() < w.cfg.ReuseProb {
@@ -544,7 +550,7 @@ func (wk *worker) reuse(ctx context.Context) {
 		}
 		if wk.ts.AddSegment(l.key, off, l.size-off, wk.seq, wk.seq+9) == nil {
 			wk.seq += 10
-			wk.reused = &ref
+			wk.reused, wk.lastReused = &ref, &ref
 			wk.reusedAt = time.Now()
 		}
 		return

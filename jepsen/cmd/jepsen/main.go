@@ -60,6 +60,7 @@ func main() {
 	sameRef := fs.Bool("reuse-same-ref", false, "re-add the very segment a task dropped when it references a blob again (reproduces a known state-machine panic)")
 	reuseProb := fs.Float64("reuse-prob", 0, "chance per ack of a state task that it references again a blob the store records as a GC candidate (default 0.25)")
 	reuseHold := fs.Duration("reuse-hold", 0, "how long a task keeps a blob it referenced again before it materializes or drops a segment")
+	gcInterval := fs.Duration("gc-interval", 0, "the members' GC cycle interval (default 2s)")
 	keepAll := fs.Bool("keep", false, "keep the artifacts of passed scenarios too")
 	var env multi
 	fs.Var(&env, "env", "KEY=VALUE added to every member's environment (repeatable), e.g. METASTORE_UNSAFE_STALE_READS=1")
@@ -124,7 +125,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, KeepAll: *keepAll})
+	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, GCInterval: *gcInterval, KeepAll: *keepAll})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "jepsen: %v\n", err)
 		os.Exit(2)
