@@ -35,6 +35,12 @@ import (
 // Where the boot id cannot be read (not Linux), the file is synced at
 // every commit instead.
 
+// EnvFaultBootIDFile names a file whose content a faultinject build takes
+// as the machine's boot id when the file exists: the consistency suite
+// changes it to stage a crash of the machine (jepsen/lossyfs drops the
+// unsynced writes). Other builds ignore it.
+const EnvFaultBootIDFile = "METASTORE_FAULT_BOOT_ID_FILE"
+
 // markerSuffix names the marker file: the state machine's path plus it.
 const markerSuffix = ".state"
 

@@ -2,13 +2,29 @@
 
 package fsm
 
-import "github.com/metastore/metastore/jepsen/faultpoint"
+import (
+	"os"
+	"strings"
+
+	"github.com/metastore/metastore/jepsen/faultpoint"
+)
 
 // faultInject enables the fault points of this package (see
 // faultinject_off.go for the production build).
 const faultInject = true
 
-func init() { faultpoint.EnableFromEnv() }
+func init() {
+	faultpoint.EnableFromEnv()
+	if path := os.Getenv(EnvFaultBootIDFile); path != "" {
+		machine := bootID
+		bootID = func() string {
+			if b, err := os.ReadFile(path); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+			return machine()
+		}
+	}
+}
 
 // Names of the restore fault points.
 const (

@@ -87,6 +87,10 @@ type Options struct {
 	// spare; negative: none).
 	Members int
 	Spares  int
+	// LossyDisk puts each member's data directory on a jepsen/lossyfs
+	// mount (backed by DataDir+".disk"), so that Member.PowerLoss can drop
+	// the writes not yet fsynced. It needs /dev/fuse.
+	LossyDisk bool
 
 	// Raft settings of every member.
 	HeartbeatTimeout   time.Duration
@@ -369,6 +373,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		if m.proxy, err = tcpproxy.Listen(bridgeIP+":0", m.RaftAddr); err != nil {
 			return nil, err
 		}
+		if opts.LossyDisk {
+			if err := m.mountDisk(); err != nil {
+				return nil, err
+			}
+		}
 		m.RaftAdvertise = m.proxy.Addr()
 		c.members = append(c.members, m)
 	}
@@ -582,6 +591,11 @@ func (c *Cluster) Close() error {
 	for _, m := range c.members {
 		if m.proxy != nil {
 			_ = m.proxy.Close()
+		}
+		if m.disk != nil {
+			if err := m.disk.Unmount(); err != nil {
+				errs = append(errs, fmt.Errorf("cluster: unmount %s: %w", m.DataDir, err))
+			}
 		}
 	}
 	if c.S3 != nil {

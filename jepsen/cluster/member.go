@@ -15,8 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/clock"
 	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/jepsen/lossyfs"
 	"github.com/metastore/metastore/jepsen/tcpproxy"
 )
 
@@ -59,11 +61,14 @@ type Member struct {
 
 	c     *Cluster
 	proxy *tcpproxy.Proxy
+	disk  *lossyfs.FS // Options.LossyDisk
 
 	mu     sync.Mutex
 	proc   *process
 	joined bool // started with --join: restarts use --join too
 	starts int
+	// powerLosses counts PowerLoss calls (a part of each new boot id).
+	powerLosses int
 	// lastExit is the exit status of the last process that ended (-1 for
 	// a signal, as os.ProcessState reports it).
 	lastExit *os.ProcessState
@@ -243,6 +248,7 @@ func (m *Member) env() []string {
 	env = append(env, s3Env()...)
 	env = append(env, faultpoint.EnvAddr+"="+m.FaultAddr)
 	env = append(env, clock.EnvSkewFile+"="+m.clockFile())
+	env = append(env, fsm.EnvFaultBootIDFile+"="+m.bootIDFile())
 	return append(env, m.c.opts.Env...)
 }
 
@@ -459,7 +465,67 @@ func (m *Member) Wipe() error {
 		return fmt.Errorf("cluster: wipe %s: still running", m.ID)
 	}
 	m.c.logf("cluster: wiped %s", m.ID)
-	return os.RemoveAll(m.DataDir)
+	if m.disk == nil {
+		return os.RemoveAll(m.DataDir)
+	}
+	// The data directory is a mount point: empty it.
+	entries, err := os.ReadDir(m.DataDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(m.DataDir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountDisk mounts the member's lossy data directory.
+func (m *Member) mountDisk() error {
+	backing := m.DataDir + ".disk"
+	for _, d := range []string{backing, m.DataDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	disk, err := lossyfs.Mount(backing, m.DataDir)
+	if err != nil {
+		return err
+	}
+	m.disk = disk
+	return nil
+}
+
+// bootIDFile holds the boot id the member's faultinject build takes for
+// the machine's (fsm.EnvFaultBootIDFile).
+func (m *Member) bootIDFile() string {
+	return filepath.Join(filepath.Dir(m.DataDir), m.ID+".boot-id")
+}
+
+// PowerLoss stages a crash of the member's machine: SIGKILL, then every
+// write to its data directory not yet fsynced is dropped (all of them, or
+// a random half of the pages with lossyfs.Tear) and the machine gets a new
+// boot id. It needs Options.LossyDisk. It returns the pages dropped. The
+// member stays down until Start.
+func (m *Member) PowerLoss(mode lossyfs.Mode) (int, error) {
+	if m.disk == nil {
+		return 0, fmt.Errorf("cluster: power loss of %s needs Options.LossyDisk", m.ID)
+	}
+	if err := m.Kill(); err != nil {
+		return 0, err
+	}
+	dropped, err := m.disk.Crash(mode)
+	if err != nil {
+		return dropped, err
+	}
+	m.powerLosses++
+	boot := fmt.Sprintf("jepsen-%s-%d-%d", m.ID, m.powerLosses, time.Now().UnixNano())
+	if err := os.WriteFile(m.bootIDFile(), []byte(boot+"\n"), 0o644); err != nil {
+		return dropped, err
+	}
+	m.c.logf("cluster: power loss of %s: %d unsynced pages dropped, boot id %s", m.ID, dropped, boot)
+	return dropped, nil
 }
 
 // LogSize is the current size of the member's log file: an offset for

@@ -43,6 +43,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 const pageSize = 4096
@@ -114,7 +115,11 @@ func (l *FS) mount() error {
 	return nil
 }
 
-// Unmount unmounts the file system (no process may hold a file open).
+// Unmount unmounts the file system (no process may hold a file open). A
+// process started in another mount namespace while the file system was
+// mounted (ip netns exec makes one) keeps a copy of the mount, and with it
+// the FUSE connection; Unmount then aborts the connection
+// (/sys/fs/fuse/connections, mounted if need be) rather than wait.
 func (l *FS) Unmount() error {
 	l.mu.Lock()
 	srv := l.server
@@ -123,7 +128,33 @@ func (l *FS) Unmount() error {
 	if srv == nil {
 		return nil
 	}
-	return srv.Unmount()
+	var st syscall.Stat_t
+	statErr := syscall.Stat(l.mountpoint, &st)
+	done := make(chan error, 1)
+	go func() { done <- srv.Unmount() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(2 * time.Second):
+	}
+	if statErr != nil {
+		return fmt.Errorf("lossyfs: unmount %s: the FUSE connection stays open and its device is unknown: %w", l.mountpoint, statErr)
+	}
+	if err := abort(unix.Minor(st.Dev)); err != nil {
+		return fmt.Errorf("lossyfs: unmount %s: %w", l.mountpoint, err)
+	}
+	return <-done
+}
+
+// abort aborts the FUSE connection with device minor number minor.
+func abort(minor uint32) error {
+	const dir = "/sys/fs/fuse/connections"
+	if _, err := os.Stat(fmt.Sprintf("%s/%d", dir, minor)); err != nil {
+		if err := syscall.Mount("fusectl", dir, "fusectl", 0, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("mount fusectl on %s: %w", dir, err)
+		}
+	}
+	return os.WriteFile(fmt.Sprintf("%s/%d/abort", dir, minor), []byte("1"), 0o200)
 }
 
 // Unsynced reports how many pages and files a crash would undo now.
@@ -140,12 +171,11 @@ func (l *FS) Unsynced() (pages, files int) {
 }
 
 // Crash undoes the unsynced writes (all of them, or a random half of the
-// pages under Tear) in the backing files and remounts. Every process that
-// wrote through the mount must be dead. It returns the pages undone.
+// pages under Tear) in the backing files. Every process that wrote through
+// the mount must be dead: the next one to open a file reads the disk
+// again (the kernel drops a FUSE file's cached pages at open, and
+// attributes are never cached). It returns the pages undone.
 func (l *FS) Crash(mode Mode) (int, error) {
-	if err := l.Unmount(); err != nil {
-		return 0, err
-	}
 	l.mu.Lock()
 	files := l.files
 	l.files = map[fileID]*fileState{}
@@ -158,9 +188,6 @@ func (l *FS) Crash(mode Mode) (int, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if err := l.mount(); err != nil {
-		errs = append(errs, err)
 	}
 	return undone, errors.Join(errs...)
 }
@@ -265,7 +292,14 @@ func (n *node) wrap(fh fs.FileHandle, path string) (fs.FileHandle, syscall.Errno
 		lf.Release(context.Background())
 		return nil, fs.ToErrno(err)
 	}
-	return &file{LoopbackFile: lf, fd: fd, st: st, l: n.l}, 0
+	// Pre-images are read through a descriptor of its own: the file may
+	// be open for writing only.
+	r, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		lf.Release(context.Background())
+		return nil, fs.ToErrno(err)
+	}
+	return &file{LoopbackFile: lf, fd: fd, rfd: int(r.Fd()), r: r, st: st, l: n.l}, 0
 }
 
 var _ = (fs.NodeOpener)((*node)(nil))
@@ -329,9 +363,16 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // file is an open lossy file.
 type file struct {
 	*fs.LoopbackFile
-	fd int
-	st *fileState
-	l  *FS
+	fd  int      // the handle's descriptor (its access mode)
+	rfd int      // a read-only descriptor of the same file, for pre-images
+	r   *os.File // holds rfd
+	st  *fileState
+	l   *FS
+}
+
+func (f *file) Release(ctx context.Context) syscall.Errno {
+	f.r.Close()
+	return f.LoopbackFile.Release(ctx)
 }
 
 // PassthroughFd is refused: the kernel would write to the backing file
@@ -339,14 +380,14 @@ type file struct {
 func (f *file) PassthroughFd() (int, bool) { return 0, false }
 
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	if errno := f.l.before(f.fd, f.st, off, int64(len(data))); errno != 0 {
+	if errno := f.l.before(f.rfd, f.st, off, int64(len(data))); errno != 0 {
 		return 0, errno
 	}
 	return f.LoopbackFile.Write(ctx, data, off)
 }
 
 func (f *file) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
-	if errno := f.l.before(f.fd, f.st, int64(off), int64(size)); errno != 0 {
+	if errno := f.l.before(f.rfd, f.st, int64(off), int64(size)); errno != 0 {
 		return errno
 	}
 	return f.LoopbackFile.Allocate(ctx, off, size, mode)
@@ -359,7 +400,7 @@ func (f *file) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOu
 			return fs.ToErrno(err)
 		}
 		if int64(size) < s.Size {
-			if errno := f.l.before(f.fd, f.st, int64(size), s.Size-int64(size)); errno != 0 {
+			if errno := f.l.before(f.rfd, f.st, int64(size), s.Size-int64(size)); errno != 0 {
 				return errno
 			}
 		}

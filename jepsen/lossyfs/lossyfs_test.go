@@ -83,6 +83,33 @@ func TestCrashLosesUnsyncedWrites(t *testing.T) {
 	}
 }
 
+// A file opened for writing only and truncated at open (os.WriteFile)
+// comes back with its synced content.
+func TestCrashUndoesTruncateOfWriteOnlyFile(t *testing.T) {
+	l, mnt := mountT(t)
+	path := filepath.Join(mnt, "w")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("synced content")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.WriteFile(path, []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Crash(Lose); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "synced content" {
+		t.Fatalf("after the crash: %q %v", got, err)
+	}
+}
+
 // bbolt without fsync, on the lossy mount, written by another process (a
 // process that maps a file of a FUSE file system it serves itself can
 // deadlock the Go runtime): after a crash the file is the last synced

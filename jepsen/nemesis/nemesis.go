@@ -60,6 +60,12 @@
 //	                              finished the deletion (blob gone)
 //	snapshot-persist-crash        a member crashes inside snapshot persist;
 //	                              heal restarts it
+//	power-loss-leader,            the machine of the leader (or of every
+//	power-loss-all-torn           member) crashes: SIGKILL, every write
+//	                              not fsynced dropped (torn: a random half
+//	                              of the pages dropped) by jepsen/lossyfs,
+//	                              a new boot id; heal restarts (needs
+//	                              cluster.Options.LossyDisk: DiskNeeder)
 //	clock-skew                    every member's clock set off by up to
 //	                              90s (the leader's by 60s or more, an
 //	                              upload lease); heal sets them right
@@ -91,6 +97,12 @@ type Fault interface {
 	// every Inject, even a failed one, and must tolerate a partial
 	// injection.
 	Heal(ctx context.Context, c *cluster.Cluster) error
+}
+
+// DiskNeeder is implemented by faults that need the members' data
+// directories on lossy disks (cluster.Options.LossyDisk).
+type DiskNeeder interface {
+	NeedsLossyDisk() bool
 }
 
 // Describer is implemented by faults that can say what they did
@@ -279,6 +291,7 @@ func Catalog() []Fault {
 		S3Errors(0.3), S3Timeouts(2*time.Second, 0.3), S3LostReply(LostPut), S3LostReply(LostDelete),
 		GCCrashAfterMark(), SnapshotPersistCrash(),
 		ClockSkew(90 * time.Second),
+		PowerLoss(), PowerLossAllTorn(),
 	}
 }
 
@@ -309,6 +322,15 @@ func (f *togetherFault) Describe() string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+func (f *togetherFault) NeedsLossyDisk() bool {
+	for _, x := range f.faults {
+		if dn, ok := x.(DiskNeeder); ok && dn.NeedsLossyDisk() {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *togetherFault) ClockSkew() time.Duration {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/metastore/metastore/jepsen/cluster"
+	"github.com/metastore/metastore/jepsen/lossyfs"
 )
 
 // Target selects the member a fault hits, by its role when the fault is
@@ -188,6 +190,69 @@ func (f *killManyFault) Inject(ctx context.Context, c *cluster.Cluster) error {
 }
 
 func (f *killManyFault) Heal(ctx context.Context, c *cluster.Cluster) error {
+	var errs []error
+	for _, m := range f.victims {
+		if !m.Running() {
+			if err := m.Start(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(f.victims) > 0 {
+		f.detail += ", restarted"
+	}
+	return errors.Join(errs...)
+}
+
+// powerLossFault is a crash of members' machines: the writes they had not
+// fsynced are lost (cluster.Member.PowerLoss).
+type powerLossFault struct {
+	name    string
+	all     bool
+	mode    lossyfs.Mode
+	victims []*cluster.Member
+	detail  string
+}
+
+// PowerLoss returns the fault that crashes the leader's machine: SIGKILL,
+// every write to its data directory not yet fsynced dropped, a new boot id;
+// Heal restarts it. The cluster must run with Options.LossyDisk.
+func PowerLoss() Fault { return &powerLossFault{name: "power-loss-leader", mode: lossyfs.Lose} }
+
+// PowerLossAllTorn returns the fault that crashes every member's machine
+// at once, each keeping a random half of its unsynced pages (torn
+// writes); Heal restarts them all.
+func PowerLossAllTorn() Fault {
+	return &powerLossFault{name: "power-loss-all-torn", all: true, mode: lossyfs.Tear}
+}
+
+func (f *powerLossFault) Name() string         { return f.name }
+func (f *powerLossFault) Describe() string     { return f.detail }
+func (f *powerLossFault) NeedsLossyDisk() bool { return true }
+
+func (f *powerLossFault) Inject(ctx context.Context, c *cluster.Cluster) error {
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	f.victims = []*cluster.Member{leader}
+	if f.all {
+		f.victims = c.Serving()
+	}
+	var parts []string
+	var errs []error
+	for _, m := range f.victims {
+		n, err := m.PowerLoss(f.mode)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s) lost %d unsynced pages", m.ID, role(m == leader), n))
+	}
+	f.detail = "power loss: " + strings.Join(parts, ", ")
+	return errors.Join(errs...)
+}
+
+func (f *powerLossFault) Heal(ctx context.Context, c *cluster.Cluster) error {
 	var errs []error
 	for _, m := range f.victims {
 		if !m.Running() {

@@ -228,6 +228,11 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 		Env:        append(append([]string(nil), r.opts.Env...), sc.Env...),
 		Logf:       r.logf,
 	}
+	for _, mk := range sc.Faults {
+		if dn, ok := mk().(nemesis.DiskNeeder); ok && dn.NeedsLossyDisk() {
+			copts.LossyDisk = true
+		}
+	}
 	sctx, cancel := context.WithTimeout(ctx, sc.Duration+10*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(sctx, copts)
