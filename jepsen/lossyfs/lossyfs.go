@@ -71,7 +71,9 @@ type fileID struct{ dev, ino uint64 }
 
 // fileState is what a crash would undo in one file.
 type fileState struct {
-	path       string // a backing path of the file, for Crash
+	// rw is a descriptor of the file itself (not of a path, which a
+	// rename may have given to another file since), for Crash.
+	rw         *os.File
 	syncedSize int64
 	pre        map[int64][]byte // page index -> content before the first unsynced write
 }
@@ -128,6 +130,12 @@ func (l *FS) Unmount() error {
 	if srv == nil {
 		return nil
 	}
+	l.mu.Lock()
+	for _, fs := range l.files {
+		fs.rw.Close()
+	}
+	clear(l.files)
+	l.mu.Unlock()
 	var st syscall.Stat_t
 	statErr := syscall.Stat(l.mountpoint, &st)
 	done := make(chan error, 1)
@@ -193,13 +201,7 @@ func (l *FS) Crash(mode Mode) (int, error) {
 }
 
 func (st *fileState) undo(mode Mode) (int, error) {
-	f, err := os.OpenFile(st.path, os.O_RDWR, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil // unlinked since: directory operations are durable
-	}
-	if err != nil {
-		return 0, err
-	}
+	f := st.rw
 	defer f.Close()
 	undone := 0
 	for page, data := range st.pre {
@@ -221,7 +223,7 @@ func (st *fileState) undo(mode Mode) (int, error) {
 
 // state returns the crash state of the file open as fd, creating it with
 // the file's current size as its synced size.
-func (l *FS) state(fd int, path string) (*fileState, error) {
+func (l *FS) state(fd int) (*fileState, error) {
 	var s syscall.Stat_t
 	if err := syscall.Fstat(fd, &s); err != nil {
 		return nil, err
@@ -229,12 +231,15 @@ func (l *FS) state(fd int, path string) (*fileState, error) {
 	id := fileID{uint64(s.Dev), s.Ino}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st, ok := l.files[id]
-	if !ok {
-		st = &fileState{path: path, syncedSize: s.Size, pre: map[int64][]byte{}}
-		l.files[id] = st
+	if st, ok := l.files[id]; ok {
+		return st, nil
 	}
-	st.path = path
+	rw, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", fd), os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	st := &fileState{rw: rw, syncedSize: s.Size, pre: map[int64][]byte{}}
+	l.files[id] = st
 	return st, nil
 }
 
@@ -278,7 +283,7 @@ func (n *node) backingPath() string {
 	return filepath.Join(n.RootData.Path, n.Path(n.Root()))
 }
 
-func (n *node) wrap(fh fs.FileHandle, path string) (fs.FileHandle, syscall.Errno) {
+func (n *node) wrap(fh fs.FileHandle) (fs.FileHandle, syscall.Errno) {
 	lf, ok := fh.(*fs.LoopbackFile)
 	if !ok {
 		return fh, 0
@@ -287,7 +292,7 @@ func (n *node) wrap(fh fs.FileHandle, path string) (fs.FileHandle, syscall.Errno
 	if !ok {
 		return nil, syscall.EBADF
 	}
-	st, err := n.l.state(fd, path)
+	st, err := n.l.state(fd)
 	if err != nil {
 		lf.Release(context.Background())
 		return nil, fs.ToErrno(err)
@@ -316,7 +321,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	w, errno := n.wrap(fh, n.backingPath())
+	w, errno := n.wrap(fh)
 	return w, fl, errno
 }
 
@@ -325,8 +330,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	// The child is not linked under n yet: its path is n's and name.
-	w, errno := n.wrap(fh, filepath.Join(n.backingPath(), name))
+	w, errno := n.wrap(fh)
 	return ch, w, fl, errno
 }
 
@@ -339,7 +343,7 @@ func (n *node) keepAll() syscall.Errno {
 	}
 	defer f.Close()
 	fd := int(f.Fd())
-	st, err := n.l.state(fd, n.backingPath())
+	st, err := n.l.state(fd)
 	if err != nil {
 		return fs.ToErrno(err)
 	}

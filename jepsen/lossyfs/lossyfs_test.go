@@ -110,6 +110,47 @@ func TestCrashUndoesTruncateOfWriteOnlyFile(t *testing.T) {
 	}
 }
 
+// A file replaced by the rename of a synced one (write, fsync, rename:
+// how a marker or a snapshot is written) holds the new content after a
+// crash: the undo of the replaced file must not reach the new one.
+func TestCrashAfterRenameOverAFileWithUnsyncedWrites(t *testing.T) {
+	l, mnt := mountT(t)
+	path := filepath.Join(mnt, "marker")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("old, synced")); err != nil {
+		t.Fatal(err)
+	}
+	f.Sync()
+	if _, err := f.WriteAt([]byte("OLD, UNSYNCED AND LONGER"), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	tmp := path + ".tmp"
+	g, err := os.Create(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Write([]byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Crash(Lose); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "new" {
+		t.Fatalf("after the crash: %q %v", got, err)
+	}
+}
+
 // bbolt without fsync, on the lossy mount, written by another process (a
 // process that maps a file of a FUSE file system it serves itself can
 // deadlock the Go runtime): after a crash the file is the last synced

@@ -56,6 +56,9 @@ type Options struct {
 	GCInterval time.Duration
 	// KeepAll keeps the artifacts of passed scenarios too.
 	KeepAll bool
+	// LossyDisk puts every scenario's members on lossy disks
+	// (cluster.Options.LossyDisk), not only those whose faults need it.
+	LossyDisk bool
 }
 
 // ScenarioResult is the outcome of one scenario.
@@ -228,6 +231,7 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 		Env:        append(append([]string(nil), r.opts.Env...), sc.Env...),
 		Logf:       r.logf,
 	}
+	copts.LossyDisk = r.opts.LossyDisk
 	for _, mk := range sc.Faults {
 		if dn, ok := mk().(nemesis.DiskNeeder); ok && dn.NeedsLossyDisk() {
 			copts.LossyDisk = true

@@ -61,6 +61,7 @@ func main() {
 	reuseProb := fs.Float64("reuse-prob", 0, "chance per ack of a state task that it references again a blob the store records as a GC candidate (default 0.25)")
 	reuseHold := fs.Duration("reuse-hold", 0, "how long a task keeps a blob it referenced again before it materializes or drops a segment")
 	gcInterval := fs.Duration("gc-interval", 0, "the members' GC cycle interval (default 2s)")
+	lossyDisk := fs.Bool("lossy-disk", false, "put the members' data directories on lossy disks (jepsen/lossyfs) in every scenario")
 	keepAll := fs.Bool("keep", false, "keep the artifacts of passed scenarios too")
 	var env multi
 	fs.Var(&env, "env", "KEY=VALUE added to every member's environment (repeatable), e.g. METASTORE_UNSAFE_STALE_READS=1")
@@ -125,7 +126,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, GCInterval: *gcInterval, KeepAll: *keepAll})
+	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, GCInterval: *gcInterval, LossyDisk: *lossyDisk, KeepAll: *keepAll})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "jepsen: %v\n", err)
 		os.Exit(2)
