@@ -76,7 +76,7 @@ func checkMarker(path string, logger *slog.Logger) (noSync bool, err error) {
 		// every commit: the file is as trustworthy as its last commit.
 	case err != nil:
 		return false, err
-	case m.State == markerOpen && m.BootID != boot:
+	case m.State == markerOpen && m.BootID != boot && !unsafeKeepUnsynced:
 		if _, serr := os.Stat(path); serr == nil {
 			aside := path + ".discarded"
 			logger.Warn("the machine restarted while the state machine file had unsynced writes; setting it aside to rebuild it from the latest Raft snapshot and log",

@@ -8,6 +8,11 @@ package fsm
 // jepsen/faultpoint.
 const faultInject = false
 
+// unsafeKeepUnsynced is a positive control of the faultinject build
+// (faultinject_on.go); production builds never trust a state machine file
+// after a crash of the machine.
+const unsafeKeepUnsynced = false
+
 // Names of the restore fault points (jepsen/faultpoint declares the same
 // names for the faultinject build).
 const (

@@ -9,6 +9,13 @@ import (
 	"github.com/metastore/metastore/jepsen/faultpoint"
 )
 
+// unsafeKeepUnsynced is a positive control of the consistency suite: with
+// METASTORE_UNSAFE_KEEP_UNSYNCED_STATE=1 the state machine file is trusted
+// after a crash of the machine (checkMarker), although its unsynced
+// writes may be lost or torn. The suite's power-loss faults must then
+// make a member fail.
+var unsafeKeepUnsynced = os.Getenv("METASTORE_UNSAFE_KEEP_UNSYNCED_STATE") == "1"
+
 // faultInject enables the fault points of this package (see
 // faultinject_off.go for the production build).
 const faultInject = true

@@ -281,9 +281,10 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 	if len(sc.Faults) > 0 {
 		hold := durationOr(sc.Hold, 5*time.Second)
 		nr := &nemesis.Runner{
-			Cluster: c,
-			Hold:    hold,
-			Logf:    r.logf,
+			Cluster:       c,
+			Hold:          hold,
+			HealthTimeout: sc.HealthTimeout,
+			Logf:          r.logf,
 			OnEvent: func(e nemesis.Event) {
 				he := history.Event{Time: e.Time, Fault: e.Fault, Phase: string(e.Phase), Detail: e.Detail}
 				if e.Err != nil {
@@ -319,7 +320,7 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 	}
 
 	// Heal whatever is left, wait for health, collect the final state.
-	final := r.finish(sctx, c, wres)
+	final := r.finish(sctx, c, wres, durationOr(sc.HealthTimeout, 2*time.Minute))
 	in := &checker.Input{Ops: ops, Workload: wres, Final: final, S3: c.S3.Requests(), S3Prefix: c.S3KeyPrefix()}
 	for _, f := range faults {
 		in.ClockSkew = max(in.ClockSkew, f.ClockSkew)
@@ -362,7 +363,7 @@ func nemesisVerdict(faults []nemesis.Result) checker.Verdict {
 // finish heals the cluster, waits until it is healthy, reads the final
 // state, runs the final GC cycles after the grace period, lists the bucket
 // and reads every member's hash, fsck and log.
-func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.Result) *checker.Final {
+func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.Result, healthTimeout time.Duration) *checker.Final {
 	f := &checker.Final{Jobs: map[string]*checker.JobFinal{}, Records: map[string]checker.BlobRecord{}}
 	_ = c.Heal(ctx)
 	c.ClearLinks()
@@ -377,7 +378,7 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 			}
 		}
 	}
-	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
 	if err := c.WaitHealthy(hctx); err != nil {
 		f.HealthErr = err.Error()
 	}

@@ -79,11 +79,13 @@ func TestPositiveControls(t *testing.T) {
 	out := &logWriter{t: t}
 	r := newTestRunner(t, out)
 	controls := []struct {
-		name    string
-		sc      Scenario
+		name string
+		sc   Scenario
+		// checker must fail, naming one of reasons; or, when checker is
+		// empty, one of the checkers in any must fail naming its reason.
 		checker string
-		// reasons: the checker's report must name one of them.
 		reasons []string
+		any     map[string]string
 	}{
 		{
 			name: "stale reads",
@@ -97,6 +99,14 @@ func TestPositiveControls(t *testing.T) {
 			sc: Scenario{Name: "control-drop-acks", Duration: 20 * time.Second,
 				Env: []string{"METASTORE_UNSAFE_DROP_ACKS=1"}},
 			checker: "acks", reasons: []string{"holds no ack"},
+		},
+		{
+			name: "state machine file trusted after a power loss",
+			sc: Scenario{Name: "control-keep-unsynced-state", Duration: 15 * time.Second, HealthTimeout: 20 * time.Second,
+				Faults: []func() nemesis.Fault{catalogFault("power-loss-all-torn")},
+				Env:    []string{"METASTORE_UNSAFE_KEEP_UNSYNCED_STATE=1"}},
+			// The torn file does not open, or opens and fails later.
+			any: map[string]string{"nemesis": "is corrupt", "logs": "panic"},
 		},
 		{
 			name: "GC without the deleting mark",
@@ -121,6 +131,15 @@ func TestPositiveControls(t *testing.T) {
 			r.report(res)
 			if res.Err != nil {
 				t.Fatalf("the scenario did not run: %v", res.Err)
+			}
+			if c.checker == "" {
+				for _, v := range res.Verdicts {
+					reason, ok := c.any[v.Name]
+					if ok && !v.OK && strings.Contains(strings.Join(append([]string{v.Summary}, v.Problems...), "\n"), reason) {
+						return
+					}
+				}
+				t.Fatalf("none of the checkers %v failed for its reason with the unsafe switch on", c.any)
 			}
 			for _, v := range res.Verdicts {
 				if v.Name != c.checker {
