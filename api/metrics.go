@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metastore/metastore/internal/buildinfo"
 )
 
 type metrics struct {
@@ -24,7 +26,7 @@ var epochsTimedOut = prometheus.NewCounter(prometheus.CounterOpts{
 	Help: "Epochs aborted by this member, as leader, because their ack timeout passed.",
 })
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, build buildinfo.Info) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metastore_http_requests_total",
@@ -46,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.rejections = newRejections()
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.forwarded, m.completed, epochsTimedOut, m.rejections)
+		reg.MustRegister(m.requests, m.latency, m.forwarded, m.completed, epochsTimedOut, m.rejections, buildinfo.Collector(build))
 	}
 	return m
 }

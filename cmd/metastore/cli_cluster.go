@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/node"
 )
 
@@ -22,11 +23,14 @@ func runStatus(inv *invocation, args []string) int {
 	if o.json {
 		return printJSON(inv.stdout, inv.stderr, body)
 	}
-	var st node.Status
+	var st struct {
+		node.Status
+		Build buildinfo.Info `json:"build"`
+	}
 	if err := decodeJSON(body, &st); err != nil {
 		return inv.fail(fmt.Errorf("status from %s: %w", o.addr, err))
 	}
-	printStatus(inv.stdout, st)
+	printStatus(inv.stdout, st.Status, st.Build)
 	return exitOK
 }
 
@@ -146,9 +150,10 @@ func printMembers(w io.Writer, members []node.MemberStatus) {
 	tw.Flush()
 }
 
-func printStatus(w io.Writer, st node.Status) {
+func printStatus(w io.Writer, st node.Status, build buildinfo.Info) {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "node\t%s\n", st.ID)
+	fmt.Fprintf(tw, "version\t%s\n", describeBuild(build))
 	fmt.Fprintf(tw, "state\t%s\n", orDash(st.State))
 	leader := "none known"
 	if st.LeaderID != "" {
@@ -163,4 +168,19 @@ func printStatus(w io.Writer, st node.Status) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	printMembers(w, st.Members)
+}
+
+// describeBuild is a build in one line: "v1.2.0 (revision 0123abc, go1.26.8)".
+func describeBuild(b buildinfo.Info) string {
+	if b.Version == "" {
+		return "-"
+	}
+	rev := "revision unknown"
+	if b.Revision != "" {
+		rev = "revision " + b.Revision
+		if b.Modified {
+			rev += ", modified"
+		}
+	}
+	return fmt.Sprintf("%s (%s, %s)", b.Version, rev, orDash(b.GoVersion))
 }

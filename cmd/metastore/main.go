@@ -33,9 +33,10 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/metastore/metastore/internal/buildinfo"
 )
 
 // Exit statuses.
@@ -249,16 +250,20 @@ func runVersion(inv *invocation, args []string) int {
 		fmt.Fprintf(inv.stderr, "metastore: version takes no arguments\n")
 		return exitUsage
 	}
-	fmt.Fprintf(inv.stdout, "metastore %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	info := buildinfo.Read(version)
+	fmt.Fprintf(inv.stdout, "metastore %s (%s, %s/%s)\n", info.Version, info.GoVersion, runtime.GOOS, runtime.GOARCH)
+	if info.Revision != "" {
+		modified := ""
+		if info.Modified {
+			modified = ", modified"
+		}
+		fmt.Fprintf(inv.stdout, "revision %s (%s%s)\n", info.Revision, info.Time, modified)
+	} else {
+		fmt.Fprintf(inv.stdout, "revision unknown (not recorded at build time)\n")
+	}
 	return exitOK
 }
 
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
+// buildVersion is the release: set at link time, else the module version,
+// else "devel".
+func buildVersion() string { return buildinfo.Read(version).Version }
