@@ -304,8 +304,8 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, &p)
-	if res, ok := v.(*fsm.AckResult); ok && res.Completed {
-		s.metrics.completed.Inc()
+	if res, ok := v.(*fsm.AckResult); ok && err == nil {
+		s.metrics.observeAck(res)
 	}
 	return v, idx, err
 }

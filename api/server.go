@@ -96,6 +96,9 @@ func New(d Deps) *Server {
 		s.build = buildinfo.Read("")
 	}
 	s.metrics = newMetrics(d.Registry, s.build)
+	if d.Registry != nil && d.FSM != nil {
+		d.Registry.MustRegister(newPendingCollector(d.FSM, time.Now))
+	}
 	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)
 	s.clients = newClientLimits(d.Config.HTTPLimits)
