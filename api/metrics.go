@@ -87,10 +87,10 @@ func (m *metrics) observeAck(res *fsm.AckResult) {
 }
 
 // pendingCollector reports, at each scrape, the pending epochs in the
-// member's replicated state, per job: how many, how many of their expected
-// acks are missing (stragglers), and the age of the oldest. Every member
-// reports the same state (as of its applied index): aggregate with max, not
-// sum.
+// member's replicated state, per job (label job_id: Prometheus owns job):
+// how many, how many of their expected acks are missing (stragglers), and
+// the age of the oldest. Every member reports the same state (as of its
+// applied index): aggregate with max, not sum.
 type pendingCollector struct {
 	fsm                               *fsm.FSM
 	now                               func() time.Time
@@ -102,11 +102,11 @@ func newPendingCollector(f *fsm.FSM, now func() time.Time) *pendingCollector {
 		fsm: f,
 		now: now,
 		pending: prometheus.NewDesc("metastore_epochs_pending",
-			"Pending epochs of a job (jobs without any are not listed).", []string{"job"}, nil),
+			"Pending epochs of a job (jobs without any are not listed).", []string{"job_id"}, nil),
 		stragglers: prometheus.NewDesc("metastore_epoch_stragglers",
-			"Expected acks still missing over a job's pending epochs: tasks that have not acknowledged.", []string{"job"}, nil),
+			"Expected acks still missing over a job's pending epochs: tasks that have not acknowledged.", []string{"job_id"}, nil),
 		oldest: prometheus.NewDesc("metastore_epoch_oldest_pending_age_seconds",
-			"Age of a job's oldest pending epoch, by this member's clock.", []string{"job"}, nil),
+			"Age of a job's oldest pending epoch, by this member's clock.", []string{"job_id"}, nil),
 		fail: prometheus.NewDesc("metastore_epochs_pending_scrape_error",
 			"1 when the pending epochs could not be read from the state machine at this scrape, else 0.", nil, nil),
 	}

@@ -42,8 +42,8 @@ func TestCheckpointMetrics(t *testing.T) {
 
 	before := scrape(t, m.URL)
 	for series, want := range map[string]float64{
-		`metastore_epochs_pending{job="metered"}`:   1,
-		`metastore_epoch_stragglers{job="metered"}`: 2,
+		`metastore_epochs_pending{job_id="metered"}`:   1,
+		`metastore_epoch_stragglers{job_id="metered"}`: 2,
 		`metastore_epochs_pending_scrape_error`:     0,
 		`metastore_epoch_ack_delay_seconds_count`:   0,
 		`metastore_epoch_duration_seconds_count`:    0,
@@ -52,14 +52,14 @@ func TestCheckpointMetrics(t *testing.T) {
 			t.Errorf("after begin: %s = %v (present %v), want %v", series, got, ok, want)
 		}
 	}
-	if age, ok := before[`metastore_epoch_oldest_pending_age_seconds{job="metered"}`]; !ok || age < 0 {
+	if age, ok := before[`metastore_epoch_oldest_pending_age_seconds{job_id="metered"}`]; !ok || age < 0 {
 		t.Errorf("after begin: oldest pending age %v (present %v)", age, ok)
 	}
 
 	j.ack(t, 1, "a", payloadsFor(tasks[0], 1))
 	mid := scrape(t, m.URL)
 	for series, want := range map[string]float64{
-		`metastore_epoch_stragglers{job="metered"}`: 1,
+		`metastore_epoch_stragglers{job_id="metered"}`: 1,
 		`metastore_epoch_ack_delay_seconds_count`:   1,
 		`metastore_epoch_duration_seconds_count`:    0,
 		`metastore_epochs_completed_total`:          0,
@@ -80,7 +80,7 @@ func TestCheckpointMetrics(t *testing.T) {
 			t.Errorf("after the last ack: %s = %v, want %v", series, got, want)
 		}
 	}
-	for _, gone := range []string{`metastore_epochs_pending{job="metered"}`, `metastore_epoch_stragglers{job="metered"}`} {
+	for _, gone := range []string{`metastore_epochs_pending{job_id="metered"}`, `metastore_epoch_stragglers{job_id="metered"}`} {
 		if _, ok := after[gone]; ok {
 			t.Errorf("after completion %s is still reported", gone)
 		}
