@@ -44,9 +44,9 @@ func TestCheckpointMetrics(t *testing.T) {
 	for series, want := range map[string]float64{
 		`metastore_epochs_pending{job_id="metered"}`:   1,
 		`metastore_epoch_stragglers{job_id="metered"}`: 2,
-		`metastore_epochs_pending_scrape_error`:     0,
-		`metastore_epoch_ack_delay_seconds_count`:   0,
-		`metastore_epoch_duration_seconds_count`:    0,
+		`metastore_epochs_pending_scrape_error`:        0,
+		`metastore_epoch_ack_delay_seconds_count`:      0,
+		`metastore_epoch_duration_seconds_count`:       0,
 	} {
 		if got, ok := before[series]; !ok || got != want {
 			t.Errorf("after begin: %s = %v (present %v), want %v", series, got, ok, want)
@@ -60,9 +60,9 @@ func TestCheckpointMetrics(t *testing.T) {
 	mid := scrape(t, m.URL)
 	for series, want := range map[string]float64{
 		`metastore_epoch_stragglers{job_id="metered"}`: 1,
-		`metastore_epoch_ack_delay_seconds_count`:   1,
-		`metastore_epoch_duration_seconds_count`:    0,
-		`metastore_epochs_completed_total`:          0,
+		`metastore_epoch_ack_delay_seconds_count`:      1,
+		`metastore_epoch_duration_seconds_count`:       0,
+		`metastore_epochs_completed_total`:             0,
 	} {
 		if got := mid[series]; got != want {
 			t.Errorf("after one ack: %s = %v, want %v", series, got, want)
