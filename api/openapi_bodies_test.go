@@ -79,7 +79,9 @@ func (r *bodyRecorder) call(id, target string, body []byte) response {
 		}
 		req.Header.Set("Content-Type", ct)
 	}
-	req.Header.Set("Authorization", "Bearer "+r.token)
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		r.t.Fatalf("%s %s: %v", ref.method, target, err)
@@ -211,10 +213,23 @@ func TestOpenAPIResponseBodies(t *testing.T) {
 	r.ok("gc.run", "/v1/gc/run?dry_run=true", nil, nil)
 
 	var created struct {
+		Secret   string `json:"secret"`
 		Accessor string `json:"accessor"`
 	}
 	r.ok("tokens.create", "/v1/tokens", map[string]any{"role": "worker", "job": job, "description": "bodies"}, &created)
 	r.ok("tokens.list", "/v1/tokens", nil, nil)
+	// The refusals of auth: no token, and a worker's token on /metrics
+	// and on an operator route.
+	for _, tok := range []string{"", created.Secret} {
+		r.token = tok
+		if resp := r.call("metrics", "/metrics", nil); resp.status == http.StatusOK {
+			t.Errorf("/metrics with token %q: 200", tok)
+		}
+		if resp := r.call("fsck", "/v1/fsck", nil); resp.status == http.StatusOK {
+			t.Errorf("fsck with token %q: 200", tok)
+		}
+	}
+	r.token = op
 	r.ok("tokens.revoke", "/v1/tokens/"+created.Accessor, nil, nil)
 
 	backup := r.ok("snapshot.save", "/v1/snapshot", nil, nil).body
