@@ -338,6 +338,9 @@ type request struct {
 	// local marks a route any member answers itself (status): its
 	// X-Metastore-Served-By names that member, not the leader.
 	local bool
+	// once marks a mutation that is not idempotent (creating a token):
+	// it is repeated only while no attempt can have landed.
+	once bool
 }
 
 func (r *request) mutation() bool { return r.method != http.MethodGet && r.method != http.MethodHead }
@@ -395,6 +398,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 			}
 		}
 		last = err
+		if r.once && unknown {
+			return nil, &RetryError{Method: r.method, Path: r.path, Attempts: attempt, Unknown: true, Last: err}
+		}
 		if !retry {
 			if unknown && !errors.Is(err, ErrInvalid) {
 				// An earlier attempt may have landed and caused this
