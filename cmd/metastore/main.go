@@ -15,6 +15,7 @@
 //	metastore certs ca|member ...           make TLS certificates for a cluster
 //	metastore epochs abort|pin|unpin ...    act on one epoch
 //	metastore version                       print the version
+//	metastore completion bash|zsh           print the shell completion script
 //
 // serve reads its settings from defaults, then METASTORE_* environment
 // variables, then flags. The client commands reach a node at --addr
@@ -141,6 +142,7 @@ var commands = []*command{
 	{name: "certs ca", flags: "--out DIR [--validity 3650d] [--force]", summary: "make a cluster CA: DIR/ca.crt and DIR/ca.key", run: runCertsCA},
 	{name: "certs member", flags: "--ca-dir DIR --name NAME [--ip IP,...] [--dns NAME,...] [--out DIR] [--validity 365d] [--force]", summary: "make a member certificate signed by the CA in --ca-dir: NAME.crt and NAME.key", run: runCertsMember},
 	{name: "version", summary: "print the version", run: runVersion},
+	{name: "completion", args: "bash|zsh", summary: "print the shell completion script (bash: source <(metastore completion bash))", run: runCompletion},
 	{name: "help", summary: "show this help"}, // run handles it: printUsage reads this table
 }
 
@@ -156,6 +158,8 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	case "help", "-h", "-help", "--help":
 		printUsage(stdout)
 		return exitOK
+	case "__complete": // the completion scripts' callback (completion.go)
+		return runComplete(stdout, rest, getenv)
 	}
 	var group []*command
 	for _, c := range commands {
