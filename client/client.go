@@ -372,6 +372,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 			if c.answered(i, servedBy) && !r.stream {
 				c.refreshMembers(ctx, base)
 			}
+			if dst, ok := ctx.Value(rawAnswerKey{}).(*[]byte); ok && !r.stream {
+				*dst = append((*dst)[:0], res.body...)
+			}
 			if out != nil && !r.stream {
 				if err := json.Unmarshal(res.body, out); err != nil {
 					return nil, fmt.Errorf("metastore: %s %s: decoding the answer: %w", r.method, r.path, err)
@@ -667,4 +670,14 @@ func redactURL(err error) error {
 		}
 	}
 	return err
+}
+
+type rawAnswerKey struct{}
+
+// WithRawAnswer returns a context whose calls copy the body of their
+// successful JSON answer into *dst, as the member sent it: for tools that
+// print the API's answer verbatim (the metastore command's --json) while
+// using the client's calls. Streams (SaveSnapshot) are not copied.
+func WithRawAnswer(ctx context.Context, dst *[]byte) context.Context {
+	return context.WithValue(ctx, rawAnswerKey{}, dst)
 }

@@ -201,19 +201,31 @@ func (c *Client) Fsck(ctx context.Context) (*FsckResult, error) {
 // unchanged. A transfer cut short is an error (the answer's length is
 // known in advance).
 func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
-	res, err := c.do(ctx, &request{method: http.MethodGet, path: "/v1/snapshot", class: classRead, stream: true}, nil)
+	body, size, err := c.SnapshotReader(ctx)
 	if err != nil {
 		return 0, err
 	}
-	defer res.resp.Body.Close()
-	n, err := io.Copy(w, res.resp.Body)
+	defer body.Close()
+	n, err := io.Copy(w, body)
 	if err != nil {
 		return n, fmt.Errorf("metastore: GET /v1/snapshot: after %d bytes: %w", n, err)
 	}
-	if want := res.resp.ContentLength; want >= 0 && n != want {
-		return n, fmt.Errorf("metastore: GET /v1/snapshot: %d of %d bytes", n, want)
+	if size >= 0 && n != size {
+		return n, fmt.Errorf("metastore: GET /v1/snapshot: %d of %d bytes", n, size)
 	}
 	return n, nil
+}
+
+// SnapshotReader starts the download of a backup from the leader and
+// returns its body, to read and close, and its length (-1 if the member did
+// not say). Errors before the first byte (an API answer, no member
+// reachable) come back here; ctx bounds the whole transfer.
+func (c *Client) SnapshotReader(ctx context.Context) (io.ReadCloser, int64, error) {
+	res, err := c.do(ctx, &request{method: http.MethodGet, path: "/v1/snapshot", class: classRead, stream: true}, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	return res.resp.Body, res.resp.ContentLength, nil
 }
 
 // RestoreSnapshot replaces the cluster's whole state with the backup read
@@ -252,6 +264,9 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, size int64) (
 		ae := decodeError(resp.StatusCode, raw, http.MethodPut, "/v1/snapshot")
 		ae.RetryAfter = retryAfter(resp.Header)
 		return nil, ae
+	}
+	if dst, ok := ctx.Value(rawAnswerKey{}).(*[]byte); ok {
+		*dst = append((*dst)[:0], raw...)
 	}
 	var out struct {
 		Restored node.BackupInfo `json:"restored"`

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 
+	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/node"
 )
@@ -16,7 +18,7 @@ func runStatus(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodGet, "/v1/status", nil)
+	body, err := o.call(http.MethodGet, "/v1/status", func(ctx context.Context, c *client.Client) error { _, err := c.Status(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -39,7 +41,7 @@ func runMembersList(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodGet, "/v1/members", nil)
+	body, err := o.call(http.MethodGet, "/v1/members", func(ctx context.Context, c *client.Client) error { _, err := c.Members(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -64,10 +66,9 @@ func runMembersAdd(inv *invocation, args []string) int {
 		}
 	}
 	id := pos[0]
-	body, err := o.do(http.MethodPost, "/v1/members", map[string]string{
-		"id":        id,
-		"raft_addr": raftAddr,
-		"http_addr": httpAddr,
+	body, err := o.call(http.MethodPost, "/v1/members", func(ctx context.Context, c *client.Client) error {
+		_, err := c.AddMember(ctx, id, raftAddr, httpAddr)
+		return err
 	})
 	if err != nil {
 		return inv.fail(err)
@@ -86,7 +87,7 @@ func runMembersRemove(inv *invocation, args []string) int {
 		return code
 	}
 	id := pos[0]
-	body, err := o.do(http.MethodDelete, apiPath("/v1/members", id), nil)
+	body, err := o.call(http.MethodDelete, apiPath("/v1/members", id), func(ctx context.Context, c *client.Client) error { _, err := c.RemoveMember(ctx, id); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -102,7 +103,7 @@ func runLeaderTransfer(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodPost, "/v1/leader/transfer", nil)
+	body, err := o.call(http.MethodPost, "/v1/leader/transfer", func(ctx context.Context, c *client.Client) error { _, err := c.TransferLeadership(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
