@@ -200,3 +200,27 @@ func TestCreateTokenNotRepeated(t *testing.T) {
 		t.Errorf("PutJob sent %d times, want 3 (MaxAttempts)", n)
 	}
 }
+
+// TestWithRawAnswer checks that a call made with WithRawAnswer hands back
+// the answer's body byte for byte, fields the client does not decode
+// included.
+func TestWithRawAnswer(t *testing.T) {
+	const answer = `{"jobs": [],   "extra": {"kept": true}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(answer))
+	}))
+	defer srv.Close()
+	c, err := client.New(client.Config{Endpoints: []string{srv.URL}, DisableDiscovery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	jobs, err := c.Jobs(client.WithRawAnswer(ctxT(t), &raw))
+	if err != nil || len(jobs) != 0 {
+		t.Fatalf("Jobs: %v, %v", jobs, err)
+	}
+	if string(raw) != answer {
+		t.Errorf("raw answer %q, want %q", raw, answer)
+	}
+}
