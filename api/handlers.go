@@ -9,6 +9,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/buildinfo"
+	"github.com/metastore/metastore/node"
 )
 
 // Path and query parameters.
@@ -55,9 +57,15 @@ func queryID(r *http.Request, name string) (string, error) {
 
 // Cluster.
 
+// statusBody is GET /v1/status: the node's status and the running build.
+type statusBody struct {
+	node.Status
+	Build buildinfo.Info `json:"build"`
+}
+
 func (s *Server) status(_ *http.Request) (any, uint64, error) {
 	st := s.node.Status()
-	return st, st.AppliedIndex, nil
+	return statusBody{Status: st, Build: s.build}, st.AppliedIndex, nil
 }
 
 func (s *Server) membersList(_ *http.Request) (any, uint64, error) {
@@ -301,8 +309,8 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 		}
 	}
 	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, &p)
-	if res, ok := v.(*fsm.AckResult); ok && res.Completed {
-		s.metrics.completed.Inc()
+	if res, ok := v.(*fsm.AckResult); ok && err == nil {
+		s.metrics.observeAck(res)
 	}
 	return v, idx, err
 }

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/buildinfo"
 )
 
 type metrics struct {
@@ -13,6 +16,10 @@ type metrics struct {
 	latency   *prometheus.HistogramVec
 	forwarded *prometheus.CounterVec
 	completed prometheus.Counter
+	// ackDelay and epochDuration are observed by the leader for the acks
+	// it commits.
+	ackDelay      prometheus.Histogram
+	epochDuration prometheus.Histogram
 	// rejections counts requests refused by a limit (limits.go).
 	rejections *prometheus.CounterVec
 }
@@ -24,7 +31,7 @@ var epochsTimedOut = prometheus.NewCounter(prometheus.CounterOpts{
 	Help: "Epochs aborted by this member, as leader, because their ack timeout passed.",
 })
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, build buildinfo.Info) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metastore_http_requests_total",
@@ -44,11 +51,106 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Epochs completed by an ack this member proposed as leader.",
 		}),
 	}
+	// Checkpoint intervals run from seconds to many minutes.
+	epochBuckets := []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
+	m.ackDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "metastore_epoch_ack_delay_seconds",
+		Help:    "Time from an epoch's begin to a task's ack of it, for the acks this member committed as leader.",
+		Buckets: epochBuckets,
+	})
+	m.epochDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "metastore_epoch_duration_seconds",
+		Help:    "Time from an epoch's begin to its completion, for the epochs completed by an ack this member committed as leader.",
+		Buckets: epochBuckets,
+	})
 	m.rejections = newRejections()
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.forwarded, m.completed, epochsTimedOut, m.rejections)
+		reg.MustRegister(m.requests, m.latency, m.forwarded, m.completed, m.ackDelay, m.epochDuration,
+			epochsTimedOut, m.rejections, buildinfo.Collector(build))
 	}
 	return m
+}
+
+// observeAck records an ack the leader committed: its delay and, when it
+// completed the epoch, the epoch's duration.
+func (m *metrics) observeAck(res *fsm.AckResult) {
+	if res.Ack != nil {
+		m.ackDelay.Observe(time.Duration(res.Ack.Delay).Seconds())
+	}
+	if !res.Completed {
+		return
+	}
+	m.completed.Inc()
+	if e := res.Epoch; e != nil && e.CompletedAt != nil {
+		m.epochDuration.Observe(e.CompletedAt.Sub(e.BeganAt).Seconds())
+	}
+}
+
+// pendingCollector reports, at each scrape, the pending epochs in the
+// member's replicated state, per job (label job_id: Prometheus owns job):
+// how many, how many of their expected acks are missing (stragglers), and
+// the age of the oldest. Every member reports the same state (as of its
+// applied index): aggregate with max, not sum.
+type pendingCollector struct {
+	fsm                               *fsm.FSM
+	now                               func() time.Time
+	pending, stragglers, oldest, fail *prometheus.Desc
+}
+
+func newPendingCollector(f *fsm.FSM, now func() time.Time) *pendingCollector {
+	return &pendingCollector{
+		fsm: f,
+		now: now,
+		pending: prometheus.NewDesc("metastore_epochs_pending",
+			"Pending epochs of a job (jobs without any are not listed).", []string{"job_id"}, nil),
+		stragglers: prometheus.NewDesc("metastore_epoch_stragglers",
+			"Expected acks still missing over a job's pending epochs: tasks that have not acknowledged.", []string{"job_id"}, nil),
+		oldest: prometheus.NewDesc("metastore_epoch_oldest_pending_age_seconds",
+			"Age of a job's oldest pending epoch, by this member's clock.", []string{"job_id"}, nil),
+		fail: prometheus.NewDesc("metastore_epochs_pending_scrape_error",
+			"1 when the pending epochs could not be read from the state machine at this scrape, else 0.", nil, nil),
+	}
+}
+
+func (c *pendingCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.pending
+	ch <- c.stragglers
+	ch <- c.oldest
+	ch <- c.fail
+}
+
+func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
+	failed := 0.0
+	defer func() { ch <- prometheus.MustNewConstMetric(c.fail, prometheus.GaugeValue, failed) }()
+	jobs, _, err := c.fsm.Jobs()
+	if err != nil {
+		failed = 1
+		return
+	}
+	now := c.now()
+	for _, j := range jobs {
+		if len(j.Pending) == 0 {
+			continue
+		}
+		epochs, _, err := c.fsm.Epochs(j.ID, fsm.EpochPending)
+		if err != nil {
+			failed = 1
+			continue
+		}
+		if len(epochs) == 0 {
+			continue
+		}
+		missing, oldest := 0, epochs[0].BeganAt
+		for _, e := range epochs {
+			missing += max(e.Expected-e.Acked, 0)
+			if e.BeganAt.Before(oldest) {
+				oldest = e.BeganAt
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(len(epochs)), j.ID)
+		ch <- prometheus.MustNewConstMetric(c.stragglers, prometheus.GaugeValue, float64(missing), j.ID)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, max(now.Sub(oldest).Seconds(), 0), j.ID)
+	}
 }
 
 type statusWriter struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/internal/clock"
 	"github.com/metastore/metastore/internal/mtls"
 	"github.com/metastore/metastore/node"
@@ -51,6 +52,9 @@ type Deps struct {
 	// TLS is the member's TLS material; it must be set when Config names
 	// TLS files. Requests forwarded to the leader go over https with it.
 	TLS *mtls.Reloader
+	// Build is the running build, reported by GET /v1/status and as
+	// metastore_build_info; the zero value means buildinfo.Read("").
+	Build buildinfo.Info
 }
 
 // Server is the HTTP API of one member.
@@ -61,6 +65,7 @@ type Server struct {
 	store   blobstore.Store
 	gc      *gc.Collector
 	logger  *slog.Logger
+	build   buildinfo.Info
 	metrics *metrics
 	fwd     *forwarder
 	router  *mux.Router
@@ -79,14 +84,21 @@ func New(d Deps) *Server {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		cfg:     d.Config,
-		node:    d.Node,
-		fsm:     d.FSM,
-		store:   d.Store,
-		gc:      d.GC,
-		logger:  logger,
-		metrics: newMetrics(d.Registry),
-		now:     clock.Now,
+		cfg:    d.Config,
+		node:   d.Node,
+		fsm:    d.FSM,
+		store:  d.Store,
+		gc:     d.GC,
+		logger: logger,
+		build:  d.Build,
+		now:    clock.Now,
+	}
+	if s.build.Version == "" {
+		s.build = buildinfo.Read("")
+	}
+	s.metrics = newMetrics(d.Registry, s.build)
+	if d.Registry != nil && d.FSM != nil {
+		d.Registry.MustRegister(newPendingCollector(d.FSM, clock.Now))
 	}
 	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)

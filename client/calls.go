@@ -165,9 +165,9 @@ func (c *Client) AbortEpoch(ctx context.Context, job string, gen, epoch uint64, 
 // never subsumes it until Unpin.
 func (c *Client) Pin(ctx context.Context, job string, epoch uint64, name string) (*fsm.Epoch, error) {
 	var out fsm.Epoch
-	body := map[string]any{}
+	var body any // no body without a name
 	if name != "" {
-		body["name"] = name
+		body = map[string]string{"name": name}
 	}
 	if err := c.mutate(ctx, http.MethodPut, epochPath(job, epoch)+"/pin", body, &out); err != nil {
 		return nil, err

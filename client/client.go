@@ -338,6 +338,9 @@ type request struct {
 	// local marks a route any member answers itself (status): its
 	// X-Metastore-Served-By names that member, not the leader.
 	local bool
+	// once marks a mutation that is not idempotent (creating a token):
+	// it is repeated only while no attempt can have landed.
+	once bool
 }
 
 func (r *request) mutation() bool { return r.method != http.MethodGet && r.method != http.MethodHead }
@@ -369,6 +372,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 			if c.answered(i, servedBy) && !r.stream {
 				c.refreshMembers(ctx, base)
 			}
+			if dst, ok := ctx.Value(rawAnswerKey{}).(*[]byte); ok && !r.stream {
+				*dst = append((*dst)[:0], res.body...)
+			}
 			if out != nil && !r.stream {
 				if err := json.Unmarshal(res.body, out); err != nil {
 					return nil, fmt.Errorf("metastore: %s %s: decoding the answer: %w", r.method, r.path, err)
@@ -395,6 +401,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 			}
 		}
 		last = err
+		if r.once && unknown {
+			return nil, &RetryError{Method: r.method, Path: r.path, Attempts: attempt, Unknown: true, Last: err}
+		}
 		if !retry {
 			if unknown && !errors.Is(err, ErrInvalid) {
 				// An earlier attempt may have landed and caused this
@@ -661,4 +670,14 @@ func redactURL(err error) error {
 		}
 	}
 	return err
+}
+
+type rawAnswerKey struct{}
+
+// WithRawAnswer returns a context whose calls copy the body of their
+// successful JSON answer into *dst, as the member sent it: for tools that
+// print the API's answer verbatim (the metastore command's --json) while
+// using the client's calls. Streams (SaveSnapshot) are not copied.
+func WithRawAnswer(ctx context.Context, dst *[]byte) context.Context {
+	return context.WithValue(ctx, rawAnswerKey{}, dst)
 }

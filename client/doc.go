@@ -1,7 +1,10 @@
 // Package client is the Go client stream workers use to checkpoint through
 // metastore: jobs and attempts, epochs and acks with inline payloads, blob
 // uploads and incremental state manifests (TaskState), blocking waits for
-// completion, and restores that read only what a task checkpointed.
+// completion, and restores that read only what a task checkpointed. The
+// operator calls (operator.go) manage the cluster: Members, AddMember,
+// RemoveMember, TransferLeadership, CreateToken, Tokens, RevokeToken,
+// SaveSnapshot, RestoreSnapshot, GCStatus, RunGC, Verify and Fsck.
 //
 //	c, err := client.New(client.Config{Endpoints: []string{"http://10.0.0.1:7070", "http://10.0.0.2:7070"}})
 //	att, err := c.StartAttempt(ctx, "orders", "run-42", tasks)

@@ -244,7 +244,7 @@ func (c *Collector) record(rep *Report, err error, d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.last = rep
-	c.totals.add(rep, outcome == "error")
+	addToTotals(&c.totals, rep, outcome == "error")
 }
 
 // counts reads the number of candidates and of deleting blobs, up to
@@ -598,7 +598,7 @@ func (cy *cycle) deleteObjects(keys []string) (confirmed []string, err error) {
 func (cy *cycle) deleteFailed(n int, err error) {
 	cy.rep.DeleteErrors += n
 	cy.c.m.deleteErrors.Add(float64(n))
-	cy.rep.note(err)
+	noteErr(cy.rep, err)
 }
 
 // purge forgets tombstones older than TombstoneTTL.

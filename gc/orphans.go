@@ -78,7 +78,7 @@ func (cy *cycle) sweepOrphans(dry bool) error {
 			return cerr
 		}
 		// What was listed before the failure is still valid.
-		rep.note(fmt.Errorf("gc: orphan sweep: list %q: %w", c.cfg.Prefix, err))
+		noteErr(rep, fmt.Errorf("gc: orphan sweep: list %q: %w", c.cfg.Prefix, err))
 	}
 	if err := flush(); err != nil {
 		return err

@@ -1,73 +1,22 @@
 package gc
 
-import (
-	"time"
+import "github.com/metastore/metastore/gc/gcapi"
 
-	"github.com/metastore/metastore/fsm"
+// The collector's answers are declared in gcapi, which clients import
+// without the collector's object-store dependencies.
+type (
+	RunOptions   = gcapi.RunOptions
+	Report       = gcapi.Report
+	Totals       = gcapi.Totals
+	StatusConfig = gcapi.StatusConfig
+	Status       = gcapi.Status
+	MissingBlob  = gcapi.MissingBlob
+	VerifyError  = gcapi.VerifyError
+	VerifyReport = gcapi.VerifyReport
 )
 
-// RunOptions modify one cycle started with RunOnce.
-type RunOptions struct {
-	// DryRun computes what the cycle would do and changes nothing: no
-	// command is proposed, no object deleted.
-	DryRun bool `json:"dry_run"`
-	// Orphans runs the orphan sweep in this cycle even if it is not due
-	// (even when the periodic sweep is disabled).
-	Orphans bool `json:"orphans"`
-}
-
-// Report is what one cycle did. In a dry run the counts are what the cycle
-// would have done.
-type Report struct {
-	DryRun bool `json:"dry_run"`
-	// ResumeOnly marks the pass Run makes when it starts: it only finishes
-	// the deletes a previous leader (or cycle) left deleting.
-	ResumeOnly bool         `json:"resume_only,omitempty"`
-	Started    time.Time    `json:"started"`
-	Finished   time.Time    `json:"finished"`
-	Duration   fsm.Duration `json:"duration"`
-	// ExpiredIntents is the number of intents whose lease ended, turned into
-	// candidates.
-	ExpiredIntents int `json:"expired_intents"`
-	// MarksProposed counts the candidate keys proposed for marking; Marked
-	// the keys the state machine marked deleting (a key referenced again
-	// since the collector looked is left alone).
-	MarksProposed int `json:"marks_proposed"`
-	Marked        int `json:"marked"`
-	// Deleted is the number of blobs deleted from the object store and
-	// recorded gone, Resumed how many of them had been marked by an earlier
-	// cycle or an earlier leader.
-	Deleted int `json:"deleted"`
-	Resumed int `json:"resumed"`
-	// BytesFreed adds the recorded sizes of the blobs recorded gone and the
-	// listed sizes of the orphans deleted. An upload whose intent expired
-	// was never committed with a size and counts 0.
-	BytesFreed uint64 `json:"bytes_freed"`
-	// OrphanSweep tells whether the orphan sweep ran; OrphansListed is the
-	// number of objects it listed, OrphansDeleted those it deleted (unknown
-	// to the state machine, older than OrphanGrace).
-	OrphanSweep    bool `json:"orphan_sweep"`
-	OrphansListed  int  `json:"orphans_listed"`
-	OrphansDeleted int  `json:"orphans_deleted"`
-	// Purged is the number of tombstones forgotten.
-	Purged int `json:"purged"`
-	// DeleteErrors counts keys whose delete failed or timed out; they stay
-	// deleting and are retried by the next cycle.
-	DeleteErrors int `json:"delete_errors"`
-	// Errors counts the problems met; Error is the first one, or the one
-	// that ended the cycle.
-	Errors int    `json:"errors"`
-	Error  string `json:"error,omitempty"`
-	// Dry runs only: up to DryRunSample keys that would be deleted, and
-	// orphans that would be swept. Truncated is set when a list stopped at
-	// its bound, so the counts are lower bounds.
-	Candidates []string `json:"candidates,omitempty"`
-	Orphans    []string `json:"orphans,omitempty"`
-	Truncated  bool     `json:"truncated,omitempty"`
-}
-
-// note records a problem: the first one becomes Error.
-func (r *Report) note(err error) {
+// noteErr records a problem in r: the first one becomes Error.
+func noteErr(r *Report, err error) {
 	if err == nil {
 		return
 	}
@@ -77,25 +26,8 @@ func (r *Report) note(err error) {
 	}
 }
 
-// Totals add up the reports of the cycles run since the collector was
-// created (dry runs excluded).
-type Totals struct {
-	Since          time.Time `json:"since"`
-	Cycles         int64     `json:"cycles"`
-	FailedCycles   int64     `json:"failed_cycles"`
-	ExpiredIntents int64     `json:"expired_intents"`
-	MarksProposed  int64     `json:"marks_proposed"`
-	Marked         int64     `json:"marked"`
-	Deleted        int64     `json:"deleted"`
-	BytesFreed     uint64    `json:"bytes_freed"`
-	OrphanSweeps   int64     `json:"orphan_sweeps"`
-	OrphansDeleted int64     `json:"orphans_deleted"`
-	Purged         int64     `json:"purged"`
-	DeleteErrors   int64     `json:"delete_errors"`
-	Errors         int64     `json:"errors"`
-}
-
-func (t *Totals) add(r *Report, failed bool) {
+// addToTotals adds one cycle's report to the totals.
+func addToTotals(t *Totals, r *Report, failed bool) {
 	t.Cycles++
 	if failed {
 		t.FailedCycles++
@@ -112,45 +44,4 @@ func (t *Totals) add(r *Report, failed bool) {
 	t.Purged += int64(r.Purged)
 	t.DeleteErrors += int64(r.DeleteErrors)
 	t.Errors += int64(r.Errors)
-}
-
-// StatusConfig is the configuration in force, for Status.
-type StatusConfig struct {
-	Interval      fsm.Duration `json:"interval"`
-	Grace         fsm.Duration `json:"grace"`
-	BatchSize     int          `json:"batch_size"`
-	Rate          float64      `json:"rate"`
-	TombstoneTTL  fsm.Duration `json:"tombstone_ttl"`
-	OrphanGrace   fsm.Duration `json:"orphan_grace"`
-	OrphanEvery   fsm.Duration `json:"orphan_every"`
-	Prefix        string       `json:"prefix"`
-	DeleteTimeout fsm.Duration `json:"delete_timeout"`
-}
-
-// Status is the collector's state, for GET /v1/gc.
-type Status struct {
-	// Enabled is true for every collector (a member without one reports
-	// false itself).
-	Enabled bool `json:"enabled"`
-	// Running is true while a cycle (of Run or RunOnce) is in progress.
-	Running bool `json:"running"`
-	// Leading is true while Run is active: this member leads and collects.
-	Leading bool `json:"leading"`
-	// LastRun is the report of the last cycle (nil before the first). Dry
-	// runs are not recorded.
-	LastRun *Report `json:"last_run"`
-	Totals  Totals  `json:"totals"`
-	// PendingCandidates counts the unreferenced blobs waiting for the
-	// collector, grace period not yet over included; Deleting the blobs
-	// marked deleting whose delete is not confirmed. Both read the local
-	// state machine and stop counting at StatusCountLimit.
-	PendingCandidates int `json:"pending_candidates"`
-	Deleting          int `json:"deleting"`
-	// LastOrphanSweep is when the last orphan sweep started.
-	LastOrphanSweep *time.Time `json:"last_orphan_sweep,omitempty"`
-	// Store names the object store.
-	Store  string       `json:"store"`
-	Config StatusConfig `json:"config"`
-	// StatusError is set when the counts could not be read.
-	StatusError string `json:"status_error,omitempty"`
 }

@@ -11,42 +11,6 @@ import (
 	"github.com/metastore/metastore/fsm"
 )
 
-// MissingBlob is a blob a retained or pinned checkpoint references that the
-// object store does not have.
-type MissingBlob struct {
-	Job    string `json:"job"`
-	Epoch  uint64 `json:"epoch"`
-	Task   string `json:"task"`
-	Key    string `json:"key"`
-	Pinned bool   `json:"pinned,omitempty"`
-}
-
-// VerifyError is a blob whose HEAD failed for another reason than its
-// absence: Verify could not tell.
-type VerifyError struct {
-	Key   string `json:"key"`
-	Error string `json:"error"`
-}
-
-// VerifyReport is the result of Verify.
-type VerifyReport struct {
-	Job string `json:"job"`
-	// Index is the state machine index the references were read at.
-	Index uint64 `json:"index"`
-	// References counts (epoch, task, blob) references; Blobs the distinct
-	// blobs checked with a HEAD request.
-	References int `json:"references"`
-	Blobs      int `json:"blobs"`
-	// Missing lists every reference to a missing blob, by epoch, task and
-	// key.
-	Missing  []MissingBlob `json:"missing"`
-	Errors   []VerifyError `json:"errors"`
-	Duration fsm.Duration  `json:"duration"`
-}
-
-// OK reports whether every referenced blob was found.
-func (r *VerifyReport) OK() bool { return len(r.Missing) == 0 && len(r.Errors) == 0 }
-
 // Verify checks with a HEAD request (VerifyConcurrency at a time) that the
 // object store holds every blob referenced by the job's retained and pinned
 // epochs. It reads the references after confirming leadership, so a blob

@@ -20,8 +20,9 @@ import (
 var raftMetricsOnce sync.Once
 
 // installRaftMetrics bridges hashicorp/raft's go-metrics into Prometheus:
-// metrics appear as metastore_raft_... on reg. A nil reg leaves go-metrics'
-// default blackhole sink in place (tests start many nodes per process).
+// metrics appear as metastore_raft_... on reg, named by promSink
+// (raftmetrics.go). A nil reg leaves go-metrics' default blackhole sink in
+// place (tests start many nodes per process).
 func installRaftMetrics(reg prometheus.Registerer, log *slog.Logger) {
 	if reg == nil {
 		return
@@ -38,14 +39,24 @@ func installRaftMetrics(reg prometheus.Registerer, log *slog.Logger) {
 			log.Warn("raft metrics not exported: registering the go-metrics sink failed", "err", err)
 			return
 		}
-		conf := metricscompat.DefaultConfig("metastore")
-		conf.EnableHostname = false
-		conf.EnableHostnameLabel = false
-		conf.EnableRuntimeMetrics = false
-		if _, err := metricscompat.NewGlobal(conf, sink); err != nil {
+		if _, err := metricscompat.NewGlobal(raftMetricsConfig(), promSink{next: sink}); err != nil {
 			log.Warn("raft metrics not exported: installing the go-metrics sink failed", "err", err)
 		}
 	})
+}
+
+// raftMetricsConfig is the go-metrics configuration promSink expects: keys
+// prefixed with the service name and the metric type (promSink tells timers
+// from other samples by it), timers measured in seconds, no hostname and no
+// runtime metrics (the Go collector reports those).
+func raftMetricsConfig() *metricscompat.Config {
+	conf := metricscompat.DefaultConfig("metastore")
+	conf.EnableHostname = false
+	conf.EnableHostnameLabel = false
+	conf.EnableRuntimeMetrics = false
+	conf.EnableTypePrefix = true
+	conf.TimerGranularity = time.Second
+	return conf
 }
 
 // nodeMetrics are the node's own metrics, read from Raft and the FSM when

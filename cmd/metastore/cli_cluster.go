@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 
+	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/node"
 )
 
@@ -15,18 +18,21 @@ func runStatus(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodGet, "/v1/status", nil)
+	body, err := o.call(http.MethodGet, "/v1/status", func(ctx context.Context, c *client.Client) error { _, err := c.Status(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
 	if o.json {
 		return printJSON(inv.stdout, inv.stderr, body)
 	}
-	var st node.Status
+	var st struct {
+		node.Status
+		Build buildinfo.Info `json:"build"`
+	}
 	if err := decodeJSON(body, &st); err != nil {
 		return inv.fail(fmt.Errorf("status from %s: %w", o.addr, err))
 	}
-	printStatus(inv.stdout, st)
+	printStatus(inv.stdout, st.Status, st.Build)
 	return exitOK
 }
 
@@ -35,7 +41,7 @@ func runMembersList(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodGet, "/v1/members", nil)
+	body, err := o.call(http.MethodGet, "/v1/members", func(ctx context.Context, c *client.Client) error { _, err := c.Members(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -60,10 +66,9 @@ func runMembersAdd(inv *invocation, args []string) int {
 		}
 	}
 	id := pos[0]
-	body, err := o.do(http.MethodPost, "/v1/members", map[string]string{
-		"id":        id,
-		"raft_addr": raftAddr,
-		"http_addr": httpAddr,
+	body, err := o.call(http.MethodPost, "/v1/members", func(ctx context.Context, c *client.Client) error {
+		_, err := c.AddMember(ctx, id, raftAddr, httpAddr)
+		return err
 	})
 	if err != nil {
 		return inv.fail(err)
@@ -82,7 +87,7 @@ func runMembersRemove(inv *invocation, args []string) int {
 		return code
 	}
 	id := pos[0]
-	body, err := o.do(http.MethodDelete, apiPath("/v1/members", id), nil)
+	body, err := o.call(http.MethodDelete, apiPath("/v1/members", id), func(ctx context.Context, c *client.Client) error { _, err := c.RemoveMember(ctx, id); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -98,7 +103,7 @@ func runLeaderTransfer(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodPost, "/v1/leader/transfer", nil)
+	body, err := o.call(http.MethodPost, "/v1/leader/transfer", func(ctx context.Context, c *client.Client) error { _, err := c.TransferLeadership(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -146,9 +151,10 @@ func printMembers(w io.Writer, members []node.MemberStatus) {
 	tw.Flush()
 }
 
-func printStatus(w io.Writer, st node.Status) {
+func printStatus(w io.Writer, st node.Status, build buildinfo.Info) {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "node\t%s\n", st.ID)
+	fmt.Fprintf(tw, "version\t%s\n", describeBuild(build))
 	fmt.Fprintf(tw, "state\t%s\n", orDash(st.State))
 	leader := "none known"
 	if st.LeaderID != "" {
@@ -163,4 +169,19 @@ func printStatus(w io.Writer, st node.Status) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	printMembers(w, st.Members)
+}
+
+// describeBuild is a build in one line: "v1.2.0 (revision 0123abc, go1.26.8)".
+func describeBuild(b buildinfo.Info) string {
+	if b.Version == "" {
+		return "-"
+	}
+	rev := "revision unknown"
+	if b.Revision != "" {
+		rev = "revision " + b.Revision
+		if b.Modified {
+			rev += ", modified"
+		}
+	}
+	return fmt.Sprintf("%s (%s, %s)", b.Version, rev, orDash(b.GoVersion))
 }

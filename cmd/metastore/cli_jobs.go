@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/fsm"
 )
 
@@ -20,7 +22,7 @@ func runJobsList(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodGet, "/v1/jobs", nil)
+	body, err := o.call(http.MethodGet, "/v1/jobs", func(ctx context.Context, c *client.Client) error { _, err := c.Jobs(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -54,12 +56,12 @@ func runJobsShow(inv *invocation, args []string) int {
 		return code
 	}
 	job := pos[0]
-	jobBody, err := o.do(http.MethodGet, apiPath("/v1/jobs", job), nil)
+	jobBody, err := o.call(http.MethodGet, apiPath("/v1/jobs", job), func(ctx context.Context, c *client.Client) error { _, err := c.Job(ctx, job); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
 	// A job without an attempt yet answers no_attempt: show the job alone.
-	attemptBody, err := o.do(http.MethodGet, apiPath("/v1/jobs", job, "attempts", "current"), nil)
+	attemptBody, err := o.call(http.MethodGet, apiPath("/v1/jobs", job, "attempts", "current"), func(ctx context.Context, c *client.Client) error { _, err := c.Attempt(ctx, job, 0); return err })
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Code == string(fsm.CodeNoAttempt) {
 		attemptBody, err = []byte("null"), nil
@@ -127,7 +129,10 @@ func runCheckpointsList(inv *invocation, args []string) int {
 		return inv.badUsage("--state %q is not %s", state, joinOr(epochStates))
 	}
 	job := pos[0]
-	body, err := o.do(http.MethodGet, withQuery(apiPath("/v1/jobs", job, "epochs"), url.Values{"state": {state}}), nil)
+	body, err := o.call(http.MethodGet, withQuery(apiPath("/v1/jobs", job, "epochs"), url.Values{"state": {state}}), func(ctx context.Context, c *client.Client) error {
+		_, err := c.Epochs(ctx, job, fsm.EpochState(state))
+		return err
+	})
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -191,7 +196,10 @@ func runCheckpointsShow(inv *invocation, args []string) int {
 	if err != nil {
 		return inv.badUsage("%v", err)
 	}
-	body, err := o.do(http.MethodGet, apiPath("/v1/jobs", job, "epochs", strconv.FormatUint(epoch, 10)), nil)
+	body, err := o.call(http.MethodGet, apiPath("/v1/jobs", job, "epochs", strconv.FormatUint(epoch, 10)), func(ctx context.Context, c *client.Client) error {
+		_, err := c.Epoch(ctx, job, epoch)
+		return err
+	})
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -284,7 +292,10 @@ func runRestorePlan(inv *invocation, args []string) int {
 	if epoch != 0 {
 		q.Set("epoch", strconv.FormatUint(epoch, 10))
 	}
-	body, err := o.do(http.MethodGet, withQuery(apiPath("/v1/jobs", job, "tasks", task, "restore"), q), nil)
+	body, err := o.call(http.MethodGet, withQuery(apiPath("/v1/jobs", job, "tasks", task, "restore"), q), func(ctx context.Context, c *client.Client) error {
+		_, err := c.Restore(ctx, job, task, client.RestoreOptions{Epoch: epoch, Pin: pin, SourceJob: sourceJob, SourceTask: sourceTask})
+		return err
+	})
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -359,7 +370,7 @@ func runEpochsAbort(inv *invocation, args []string) int {
 		return inv.badUsage("%v", err)
 	}
 	if gen == 0 {
-		body, err := o.do(http.MethodGet, apiPath("/v1/jobs", job), nil)
+		body, err := o.call(http.MethodGet, apiPath("/v1/jobs", job), func(ctx context.Context, c *client.Client) error { _, err := c.Job(ctx, job); return err })
 		if err != nil {
 			return inv.fail(err)
 		}
@@ -372,8 +383,10 @@ func runEpochsAbort(inv *invocation, args []string) int {
 		}
 		gen = j.Generation
 	}
-	body, err := o.do(http.MethodPost, apiPath("/v1/jobs", job, "epochs", strconv.FormatUint(epoch, 10), "abort"),
-		map[string]any{"generation": gen, "reason": reason})
+	body, err := o.call(http.MethodPost, apiPath("/v1/jobs", job, "epochs", strconv.FormatUint(epoch, 10), "abort"), func(ctx context.Context, c *client.Client) error {
+		_, err := c.AbortEpoch(ctx, job, gen, epoch, reason)
+		return err
+	})
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -413,13 +426,9 @@ func pinOrUnpin(inv *invocation, o *clientOptions, pos []string, pin bool, name 
 	path := apiPath("/v1/jobs", job, "epochs", strconv.FormatUint(epoch, 10), "pin")
 	var body []byte
 	if pin {
-		var req any
-		if name != "" {
-			req = map[string]string{"name": name}
-		}
-		body, err = o.do(http.MethodPut, path, req)
+		body, err = o.call(http.MethodPut, path, func(ctx context.Context, c *client.Client) error { _, err := c.Pin(ctx, job, epoch, name); return err })
 	} else {
-		body, err = o.do(http.MethodDelete, path, nil)
+		body, err = o.call(http.MethodDelete, path, func(ctx context.Context, c *client.Client) error { _, err := c.Unpin(ctx, job, epoch); return err })
 	}
 	if err != nil {
 		return inv.fail(err)

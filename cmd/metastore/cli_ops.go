@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"time"
 
+	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/gc/gcapi"
 )
 
 // Maintenance commands: gc, verify, fsck. verify, fsck and gc run exit 1
@@ -19,7 +22,7 @@ func runGCStatus(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodGet, "/v1/gc", nil)
+	body, err := o.call(http.MethodGet, "/v1/gc", func(ctx context.Context, c *client.Client) error { _, err := c.GCStatus(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -95,7 +98,10 @@ func runGCRun(inv *invocation, args []string) int {
 	if orphans {
 		q.Set("orphans", "true")
 	}
-	body, err := o.do(http.MethodPost, withQuery("/v1/gc/run", q), nil)
+	body, err := o.call(http.MethodPost, withQuery("/v1/gc/run", q), func(ctx context.Context, c *client.Client) error {
+		_, err := c.RunGC(ctx, gcapi.RunOptions{DryRun: dryRun, Orphans: orphans})
+		return err
+	})
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -166,7 +172,7 @@ func runVerify(inv *invocation, args []string) int {
 		return code
 	}
 	job := pos[0]
-	body, err := o.do(http.MethodGet, apiPath("/v1/jobs", job, "verify"), nil)
+	body, err := o.call(http.MethodGet, apiPath("/v1/jobs", job, "verify"), func(ctx context.Context, c *client.Client) error { _, err := c.Verify(ctx, job); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -218,7 +224,7 @@ func runFsck(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodGet, "/v1/fsck", nil)
+	body, err := o.call(http.MethodGet, "/v1/fsck", func(ctx context.Context, c *client.Client) error { _, err := c.Fsck(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/node"
 )
 
@@ -67,12 +68,16 @@ func runSnapshotSave(inv *invocation, args []string) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	resp, err := o.request(ctx, http.MethodGet, "/v1/snapshot", nil, 0, "")
+	c, err := o.apiClient()
 	if err != nil {
 		return inv.fail(err)
 	}
-	defer resp.Body.Close()
-	line, info, err := saveBackup(ctx, o, resp.Body, file)
+	backup, _, err := c.SnapshotReader(ctx)
+	if err != nil {
+		return inv.fail(o.describe(http.MethodGet, "/v1/snapshot", err))
+	}
+	defer backup.Close()
+	line, info, err := saveBackup(ctx, o, backup, file)
 	if err != nil {
 		return inv.fail(fmt.Errorf("snapshot save: %v; nothing was written to %s", err, file))
 	}
@@ -256,14 +261,13 @@ func runSnapshotRestore(inv *invocation, args []string) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	resp, err := o.request(ctx, http.MethodPut, "/v1/snapshot", f, size, "application/octet-stream")
+	c, err := o.apiClient()
 	if err != nil {
 		return inv.fail(err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return inv.fail(o.readError(ctx, http.MethodPut, "/v1/snapshot", err))
+	var body []byte
+	if _, err := c.RestoreSnapshot(client.WithRawAnswer(ctx, &body), f, size); err != nil {
+		return inv.fail(o.describe(http.MethodPut, "/v1/snapshot", err))
 	}
 	if o.json {
 		return printJSON(inv.stdout, inv.stderr, body)

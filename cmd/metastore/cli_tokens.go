@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/api"
+	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/fsm"
 )
 
 // Token commands, and the bearer token every client command sends.
@@ -22,24 +25,21 @@ func (o *clientOptions) tokenFlags(fs *flag.FlagSet, getenv func(string) string)
 	fs.StringVar(&o.tokenFile, "token-file", o.tokenFile, "file holding the API token ["+envName("token-file")+"]")
 }
 
-// authorize sets the Authorization header from --token or --token-file.
+// bearer returns the token of --token or --token-file ("" for none).
 // Errors name the file, never the token.
-func (o *clientOptions) authorize(req *http.Request) error {
-	tok := o.token
-	if tok == "" && o.tokenFile != "" {
-		raw, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return fmt.Errorf("--token-file: %w", err)
-		}
-		tok = strings.TrimSpace(string(raw))
-		if tok == "" {
-			return fmt.Errorf("--token-file %s is empty", o.tokenFile)
-		}
+func (o *clientOptions) bearer() (string, error) {
+	if o.token != "" || o.tokenFile == "" {
+		return o.token, nil
 	}
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	raw, err := os.ReadFile(o.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
 	}
-	return nil
+	tok := strings.TrimSpace(string(raw))
+	if tok == "" {
+		return "", fmt.Errorf("--token-file %s is empty", o.tokenFile)
+	}
+	return tok, nil
 }
 
 // tokenAnswer is a token as the API shows it.
@@ -77,7 +77,10 @@ func runTokensCreate(inv *invocation, args []string) int {
 	if role == "" {
 		return inv.badUsage("--role is required")
 	}
-	body, err := o.do(http.MethodPost, "/v1/tokens", map[string]string{"role": role, "job": job, "job_prefix": prefix, "description": desc})
+	body, err := o.call(http.MethodPost, "/v1/tokens", func(ctx context.Context, c *client.Client) error {
+		_, err := c.CreateToken(ctx, client.TokenRequest{Role: fsm.Role(role), Job: job, JobPrefix: prefix, Description: desc})
+		return err
+	})
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -98,7 +101,7 @@ func runTokensList(inv *invocation, args []string) int {
 	if _, code, ok := inv.parse(fs, args, 0); !ok {
 		return code
 	}
-	body, err := o.do(http.MethodGet, "/v1/tokens", nil)
+	body, err := o.call(http.MethodGet, "/v1/tokens", func(ctx context.Context, c *client.Client) error { _, err := c.Tokens(ctx); return err })
 	if err != nil {
 		return inv.fail(err)
 	}
@@ -134,7 +137,10 @@ func runTokensRevoke(inv *invocation, args []string) int {
 	if force {
 		path += "?force=true"
 	}
-	body, err := o.do(http.MethodDelete, path, nil)
+	body, err := o.call(http.MethodDelete, path, func(ctx context.Context, c *client.Client) error {
+		_, err := c.RevokeToken(ctx, pos[0], force)
+		return err
+	})
 	if err != nil {
 		return inv.fail(err)
 	}

@@ -14,20 +14,16 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/metastore/metastore/client"
 )
 
 // This file is the client side of the operator commands: their common
-// flags, the parsing of their command lines, and the one place that talks
-// HTTP to a node (do for JSON requests, request for streams).
+// flags, the parsing of their command lines, and call, through which every
+// command talks to a node with the Go client (package client).
 
 // defaultAddr is the node the client commands talk to by default.
 const defaultAddr = "http://127.0.0.1:7070"
-
-// maxResponseBytes bounds what the client reads of one JSON response.
-const maxResponseBytes = 64 << 20
-
-// maxErrorBytes bounds what the client reads of an error answer.
-const maxErrorBytes = 1 << 20
 
 // defaultTimeout bounds a JSON request; streamTimeout a snapshot transfer.
 const (
@@ -166,98 +162,94 @@ func withQuery(path string, q url.Values) string {
 	return path + "?" + q.Encode()
 }
 
-// do sends one JSON request, bounded by --timeout, and returns the body of
-// a 2xx answer. An error answer of the API comes back as *apiError.
-func (o *clientOptions) do(method, path string, reqBody any) ([]byte, error) {
-	var rd io.Reader
-	var size int64
-	if reqBody != nil {
-		b, err := json.Marshal(reqBody)
-		if err != nil {
-			return nil, err
-		}
-		rd, size = bytes.NewReader(b), int64(len(b))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	resp, err := o.request(ctx, method, path, rd, size, "application/json")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return nil, o.readError(ctx, method, path, err)
-	}
-	return body, nil
-}
-
-// request sends one request with ctx and returns the response of a 2xx
-// answer, whose body the caller reads and closes: the streaming variant of
-// do (snapshot save and restore), which bounds nothing but what ctx bounds.
-// Any other answer is returned as an error (*apiError for an API error)
-// with its body closed. body, when not nil, is sent with Content-Length
-// size and the given content type.
-func (o *clientOptions) request(ctx context.Context, method, path string, body io.Reader, size int64, contentType string) (*http.Response, error) {
+// apiClient is the Go client (package client) the commands talk through:
+// to the one member --addr names (no discovery of the others), one attempt
+// per call (a command reports what happened rather than retrying), each
+// bounded by --timeout.
+func (o *clientOptions) apiClient() (*client.Client, error) {
 	base, err := o.baseURL()
 	if err != nil {
 		return nil, err
-	}
-	target := base.String() + path
-	req, err := http.NewRequestWithContext(ctx, method, target, body)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	if err := o.authorize(req); err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.ContentLength = size
-		req.Header.Set("Content-Type", contentType)
 	}
 	hc, err := o.tls.httpClient()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := hc.Do(req)
+	tok, err := o.bearer()
 	if err != nil {
-		if hint := o.tls.tlsHint(err); hint != "" {
-			return nil, fmt.Errorf("%s %s: %v%s", method, target, unwrapURLError(err), hint)
+		return nil, err
+	}
+	return client.New(client.Config{
+		Endpoints:        []string{base.String()},
+		HTTPClient:       hc,
+		DisableDiscovery: true,
+		MaxAttempts:      1,
+		RequestTimeout:   o.timeout,
+		Token:            tok,
+	})
+}
+
+// call runs one call of the Go client, bounded by --timeout, and returns
+// the body of its answer as the member sent it (printed by --json, decoded
+// by the tables). method and path name the request in error messages.
+func (o *clientOptions) call(method, path string, f func(ctx context.Context, c *client.Client) error) ([]byte, error) {
+	c, err := o.apiClient()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	var raw []byte
+	if err := f(client.WithRawAnswer(ctx, &raw), c); err != nil {
+		return nil, o.describe(method, path, err)
+	}
+	return raw, nil
+}
+
+// describe turns an error of the Go client into the command's one line:
+// an API error as its code and message (*apiError), another answer as its
+// status and first line, a transport failure as what went wrong with the
+// connection.
+func (o *clientOptions) describe(method, path string, err error) error {
+	base, berr := o.baseURL()
+	if berr != nil {
+		return berr
+	}
+	target := base.String() + path
+	// One attempt: a retry error carries the one failure.
+	var re *client.RetryError
+	if errors.As(err, &re) && re.Last != nil {
+		err = re.Last
+	}
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		if !strings.HasPrefix(ae.Code, "http_") {
+			return &apiError{Code: ae.Code, Field: ae.Field, Message: ae.Message}
 		}
-		switch {
-		case errors.Is(err, syscall.ECONNREFUSED):
-			return nil, fmt.Errorf("cannot connect to %s: connection refused (is 'metastore serve' running there?)", base)
-		case isDialError(err):
-			return nil, fmt.Errorf("cannot connect to %s: %v", base, unwrapURLError(err))
-		case errors.Is(err, context.DeadlineExceeded):
-			return nil, fmt.Errorf("no answer from %s within %s", base, o.timeout)
-		case errors.Is(err, context.Canceled):
-			return nil, fmt.Errorf("%s %s: interrupted", method, target)
-		default:
-			return nil, fmt.Errorf("%s %s: %w", method, target, unwrapURLError(err))
+		// Not an API error (a proxy in the way, a crash): its first line.
+		text, _, _ := strings.Cut(strings.TrimSpace(ae.Message), "\n")
+		if len(text) > 200 {
+			text = text[:200] + "..."
 		}
+		if ae.Status == http.StatusBadRequest && base.Scheme == "http" && strings.Contains(text, "HTTPS server") {
+			text += " (the node serves https: give --addr as https://... and the cluster's CA with --ca-file)"
+		}
+		return fmt.Errorf("%s %s: %d %s: %s", method, target, ae.Status, http.StatusText(ae.Status), text)
 	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
+	if hint := o.tls.tlsHint(err); hint != "" {
+		return fmt.Errorf("%s %s: %v%s", method, target, unwrapURLError(err), hint)
 	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-	var envelope struct {
-		Error *apiError `json:"error"`
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("cannot connect to %s: connection refused (is 'metastore serve' running there?)", base)
+	case isDialError(err):
+		return fmt.Errorf("cannot connect to %s: %v", base, unwrapURLError(err))
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("no answer from %s within %s", base, o.timeout)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s %s: interrupted", method, target)
 	}
-	if json.Unmarshal(raw, &envelope) == nil && envelope.Error != nil && envelope.Error.Code != "" {
-		return nil, envelope.Error
-	}
-	// Not an API error (a proxy in the way, a crash): show its first line.
-	text, _, _ := strings.Cut(strings.TrimSpace(string(raw)), "\n")
-	if len(text) > 200 {
-		text = text[:200] + "..."
-	}
-	if resp.StatusCode == http.StatusBadRequest && base.Scheme == "http" && strings.Contains(text, "HTTPS server") {
-		text += " (the node serves https: give --addr as https://... and the cluster's CA with --ca-file)"
-	}
-	return nil, fmt.Errorf("%s %s: %s: %s", method, target, resp.Status, text)
+	return fmt.Errorf("%s %s: %w", method, target, unwrapURLError(err))
 }
 
 // readError describes a failure while reading the body of an answer.

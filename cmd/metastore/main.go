@@ -15,6 +15,7 @@
 //	metastore certs ca|member ...           make TLS certificates for a cluster
 //	metastore epochs abort|pin|unpin ...    act on one epoch
 //	metastore version                       print the version
+//	metastore completion bash|zsh           print the shell completion script
 //
 // serve reads its settings from defaults, then METASTORE_* environment
 // variables, then flags. The client commands reach a node at --addr
@@ -33,9 +34,10 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/metastore/metastore/internal/buildinfo"
 )
 
 // Exit statuses.
@@ -140,6 +142,7 @@ var commands = []*command{
 	{name: "certs ca", flags: "--out DIR [--validity 3650d] [--force]", summary: "make a cluster CA: DIR/ca.crt and DIR/ca.key", run: runCertsCA},
 	{name: "certs member", flags: "--ca-dir DIR --name NAME [--ip IP,...] [--dns NAME,...] [--out DIR] [--validity 365d] [--force]", summary: "make a member certificate signed by the CA in --ca-dir: NAME.crt and NAME.key", run: runCertsMember},
 	{name: "version", summary: "print the version", run: runVersion},
+	{name: "completion", args: "bash|zsh", summary: "print the shell completion script (bash: source <(metastore completion bash))", run: runCompletion},
 	{name: "help", summary: "show this help"}, // run handles it: printUsage reads this table
 }
 
@@ -155,6 +158,8 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	case "help", "-h", "-help", "--help":
 		printUsage(stdout)
 		return exitOK
+	case "__complete": // the completion scripts' callback (completion.go)
+		return runComplete(stdout, rest, getenv)
 	}
 	var group []*command
 	for _, c := range commands {
@@ -249,16 +254,20 @@ func runVersion(inv *invocation, args []string) int {
 		fmt.Fprintf(inv.stderr, "metastore: version takes no arguments\n")
 		return exitUsage
 	}
-	fmt.Fprintf(inv.stdout, "metastore %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	info := buildinfo.Read(version)
+	fmt.Fprintf(inv.stdout, "metastore %s (%s, %s/%s)\n", info.Version, info.GoVersion, runtime.GOOS, runtime.GOARCH)
+	if info.Revision != "" {
+		modified := ""
+		if info.Modified {
+			modified = ", modified"
+		}
+		fmt.Fprintf(inv.stdout, "revision %s (%s%s)\n", info.Revision, info.Time, modified)
+	} else {
+		fmt.Fprintf(inv.stdout, "revision unknown (not recorded at build time)\n")
+	}
 	return exitOK
 }
 
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
+// buildVersion is the release: set at link time, else the module version,
+// else "devel".
+func buildVersion() string { return buildinfo.Read(version).Version }

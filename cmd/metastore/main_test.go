@@ -218,6 +218,28 @@ func TestBinaryServeSingleNode(t *testing.T) {
 		t.Errorf("members list: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 
+	// The status names the build: the revision the go command recorded.
+	var st struct {
+		Build struct {
+			Version   string `json:"version"`
+			Revision  string `json:"revision"`
+			GoVersion string `json:"go_version"`
+		} `json:"build"`
+	}
+	if err := clGet("http://"+httpAddr+"/v1/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Build.Version == "" || !strings.HasPrefix(st.Build.GoVersion, "go") {
+		t.Errorf("status build %+v: no version or Go version", st.Build)
+	}
+	if rb := readRecordedBuild(t); st.Build.Version != rb.release() || st.Build.Revision != rb.revision {
+		t.Errorf("status build %+v, want version %q and revision %q as recorded by the go command", st.Build, rb.release(), rb.revision)
+	}
+	if code, out, errOut := runBinary(t, dir, nil, "status", "--addr", httpAddr); code != exitOK ||
+		!strings.Contains(strings.Join(fields(out), "\n"), "\nversion "+st.Build.Version+" (") || (st.Build.Revision != "" && !strings.Contains(out, "revision "+st.Build.Revision)) {
+		t.Errorf("status: exit %d, stdout %q, stderr %q; want the build %+v", code, out, errOut, st.Build)
+	}
+
 	info, err := os.Stat(filepath.Join(dir, "metastore-data"))
 	if err != nil {
 		t.Fatalf("data directory: %v", err)

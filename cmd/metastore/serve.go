@@ -22,6 +22,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/internal/datadir"
 	"github.com/metastore/metastore/node"
 )
@@ -171,6 +172,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		Logger:   logger.With("component", "api"),
 		Registry: reg,
 		TLS:      material,
+		Build:    buildinfo.Read(version),
 	}).Handler()
 
 	// Request contexts derive from reqCtx; cancelling it during shutdown

@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -460,6 +461,13 @@ func TestClusterTLS(t *testing.T) {
 	if !strings.Contains(string(metrics), `metastore_tls_reloads_total{result="error"} 1`) ||
 		!strings.Contains(string(metrics), `metastore_tls_reloads_total{result="ok"} 1`) {
 		t.Fatalf("reload metrics:\n%s", grepLines(string(metrics), "metastore_tls"))
+	}
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		if findings := promtoolLint(t, promtool, metrics); findings != "" {
+			t.Errorf("promtool check metrics on a TLS member:\n%s", findings)
+		}
+	} else {
+		t.Logf("/metrics of a TLS member not linted: %s", promtoolMissing)
 	}
 	// Writes through the reloaded member (forwarded to the leader) still
 	// commit.

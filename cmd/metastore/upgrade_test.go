@@ -168,7 +168,7 @@ func TestWriteUpgradeData(t *testing.T) {
 		}
 	}
 
-	exp := upgradeExpect{Release: buildVersion(), Format: datadir.Current, NodeID: p.id,
+	exp := upgradeExpect{Release: readRecordedBuild(t).release(), Format: datadir.Current, NodeID: p.id,
 		HTTPAddr: p.httpAddr, RaftAddr: p.raftAddr, Job: "demo", Reads: map[string]json.RawMessage{}}
 	for _, path := range upgradeReads {
 		exp.Reads[path] = getRaw(t, p.url(path))
@@ -232,7 +232,7 @@ func TestReadsDataOfEarlierReleases(t *testing.T) {
 				}
 				p := singleNode(t, exp.NodeID, dataDir)
 				checkReads(t, p, exp, exp.Reads)
-				if info, err := datadir.Read(dataDir); err != nil || info.Format != datadir.Current || info.LastOpenedBy != buildVersion() {
+				if info, err := datadir.Read(dataDir); err != nil || info.Format != datadir.Current || info.LastOpenedBy != readRecordedBuild(t).release() {
 					t.Fatalf("format file after opening: %+v, %v", info, err)
 				}
 				// The job carries on from its checkpoint: resume restores
