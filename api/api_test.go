@@ -162,6 +162,45 @@ func TestStragglersAndBlockingQuery(t *testing.T) {
 	}
 }
 
+// TestJobBlockingQuery: GET /v1/jobs/{job}?index=N answers when the job
+// changes (here: its epoch completes), and a query that times out answers
+// the unchanged job; an ack that does not complete the epoch is no change
+// of the job.
+func TestJobBlockingQuery(t *testing.T) {
+	m := startSingle(t)
+	tasks := []taskSpec{{ID: "src", Caps: []string{"input"}}, {ID: "sink", Caps: []string{"output"}}}
+	j := createJob(t, m.URL, "job-jb", tasks)
+	j.begin(t, 1)
+	var job fsm.Job
+	ok(t, "GET", j.base, nil, &job)
+	var same fsm.Job
+	ok(t, "GET", fmt.Sprintf("%s?index=%d&wait=50ms", j.base, job.ModifyIndex), nil, &same)
+	if same.ModifyIndex != job.ModifyIndex || same.LatestCompleted != 0 {
+		t.Fatalf("timed-out blocking query: %+v", same)
+	}
+	done := make(chan fsm.Job, 1)
+	go func() {
+		var got fsm.Job
+		resp := do(t, "GET", fmt.Sprintf("%s?index=%d&wait=30s", j.base, job.ModifyIndex), nil)
+		if resp.status == http.StatusOK {
+			resp.decode(t, &got)
+		}
+		done <- got
+	}()
+	j.ack(t, 1, "src", map[string][]byte{"input": []byte("offset=1")})
+	j.ack(t, 1, "sink", map[string][]byte{"output": []byte("txn-1")})
+	got := <-done
+	if got.LatestCompleted != 1 || len(got.Pending) != 0 || got.ModifyIndex <= job.ModifyIndex {
+		t.Fatalf("blocking query answered %+v", got)
+	}
+	for _, q := range []string{"?index=x", "?index=1&wait=forever", "?index=1&wait=-1s"} {
+		resp := do(t, "GET", j.base+q, nil)
+		if resp.status != http.StatusBadRequest {
+			t.Errorf("GET %s: %d, want 400", q, resp.status)
+		}
+	}
+}
+
 func TestTopologyChangeAndFencing(t *testing.T) {
 	m := startSingle(t)
 	j := createJob(t, m.URL, "job-t", []taskSpec{{ID: "a", Caps: []string{"state"}}, {ID: "b", Caps: []string{"state"}}})
