@@ -1,0 +1,630 @@
+// metastore console: reads this member's JSON API (same origin, GET only)
+// and draws each view. The token, when the cluster runs with --auth, lives
+// in this tab's sessionStorage and travels only in the Authorization
+// header.
+'use strict';
+(function () {
+  const TOKEN_KEY = 'metastore-token';
+  const SVGNS = 'http://www.w3.org/2000/svg';
+  const main = document.getElementById('main');
+  const liveEl = document.getElementById('live');
+
+  // ---- API access ----
+
+  class APIError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  function token() {
+    return sessionStorage.getItem(TOKEN_KEY) || '';
+  }
+
+  // get answers the decoded body of a GET of path and the Raft index it
+  // reflects; an error answer of the API becomes an APIError.
+  async function get(path, signal) {
+    const headers = { Accept: 'application/json' };
+    const t = token();
+    if (t) headers.Authorization = 'Bearer ' + t;
+    const resp = await fetch(path, { headers, signal, credentials: 'omit', cache: 'no-store', redirect: 'error' });
+    let body = null;
+    try {
+      body = await resp.json();
+    } catch (e) {
+      body = null;
+    }
+    if (!resp.ok) {
+      const e = (body && body.error) || {};
+      throw new APIError(resp.status, e.code || 'http_' + resp.status, e.message || resp.statusText);
+    }
+    return { body, index: Number(resp.headers.get('X-Metastore-Index') || 0) };
+  }
+
+  async function getBody(path, signal) {
+    return (await get(path, signal)).body;
+  }
+
+  // ---- DOM helpers (text is always set as text, never parsed as HTML) ----
+
+  function setAttrs(el, attrs) {
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? '' : String(v));
+    }
+  }
+
+  function append(el, kids) {
+    for (const k of kids.flat(Infinity)) {
+      if (k === null || k === undefined || k === false) continue;
+      el.append(k instanceof Node ? k : String(k));
+    }
+  }
+
+  function h(tag, attrs, ...kids) {
+    const el = document.createElement(tag);
+    setAttrs(el, attrs);
+    append(el, kids);
+    return el;
+  }
+
+  function s(tag, attrs, ...kids) {
+    const el = document.createElementNS(SVGNS, tag);
+    setAttrs(el, attrs);
+    append(el, kids);
+    return el;
+  }
+
+  function jsonLink(path) {
+    return h('a', { class: 'json', href: path, 'data-json': path, title: 'the JSON this view shows' }, '{ JSON ' + path + ' }');
+  }
+
+  function table(headers, rows, attrs) {
+    return h('table', attrs || {},
+      h('thead', {}, h('tr', {}, headers.map((c) => (typeof c === 'string' ? h('th', {}, c) : c)))),
+      h('tbody', {}, rows));
+  }
+
+  function kv(pairs) {
+    return h('dl', { class: 'kv' }, pairs.map(([k, v, field]) => [h('dt', {}, k), h('dd', { 'data-field': field || null }, v)]));
+  }
+
+  // ---- formatting ----
+
+  const units = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ms: 1, s: 1e3, m: 60e3, h: 3600e3 };
+
+  // goDuration parses a Go duration string ("1m2.5s", "350µs") to ms.
+  function goDuration(str) {
+    if (!str) return 0;
+    let ms = 0;
+    const re = /([0-9.]+)(ns|us|µs|μs|ms|s|m|h)/g;
+    let m;
+    while ((m = re.exec(str)) !== null) ms += parseFloat(m[1]) * units[m[2]];
+    return str.startsWith('-') ? -ms : ms;
+  }
+
+  function fmtMs(ms) {
+    if (ms === null || ms === undefined || Number.isNaN(ms)) return '–';
+    if (ms < 1) return (ms * 1000).toFixed(0) + 'µs';
+    if (ms < 1000) return ms.toFixed(ms < 10 ? 1 : 0) + 'ms';
+    if (ms < 60e3) return (ms / 1000).toFixed(ms < 10e3 ? 2 : 1) + 's';
+    if (ms < 3600e3) return Math.floor(ms / 60e3) + 'm' + Math.round((ms % 60e3) / 1000) + 's';
+    if (ms < 86400e3) return Math.floor(ms / 3600e3) + 'h' + Math.round((ms % 3600e3) / 60e3) + 'm';
+    return Math.floor(ms / 86400e3) + 'd' + Math.round((ms % 86400e3) / 3600e3) + 'h';
+  }
+
+  function fmtBytes(n) {
+    if (n === null || n === undefined) return '–';
+    if (n < 1024) return n + ' B';
+    const u = ['KiB', 'MiB', 'GiB', 'TiB'];
+    let v = n / 1024;
+    let i = 0;
+    while (v >= 1024 && i < u.length - 1) {
+      v /= 1024;
+      i++;
+    }
+    return v.toFixed(v < 10 ? 1 : 0) + ' ' + u[i];
+  }
+
+  function fmtTime(t) {
+    if (!t) return '–';
+    const d = new Date(t);
+    return d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  }
+
+  function ago(t) {
+    if (!t) return '–';
+    return fmtMs(Date.now() - new Date(t).getTime()) + ' ago';
+  }
+
+  function epochDuration(e) {
+    const end = e.completed_at || e.ended_at;
+    if (!end) return null;
+    return new Date(end).getTime() - new Date(e.began_at).getTime();
+  }
+
+  function stateTag(st) {
+    return h('span', { class: 'state-' + st, 'data-state': st }, st);
+  }
+
+  function stats(values) {
+    if (values.length === 0) return { min: null, avg: null, max: null };
+    let min = Infinity;
+    let max = -Infinity;
+    let sum = 0;
+    for (const v of values) {
+      min = Math.min(min, v);
+      max = Math.max(max, v);
+      sum += v;
+    }
+    return { min, avg: sum / values.length, max };
+  }
+
+  function enc(id) {
+    return encodeURIComponent(id);
+  }
+
+  // ---- views ----
+  // A view's load(signal) fetches what it shows and answers
+  // { title, content, wait } where wait(signal) resolves when the view
+  // should be drawn again (a blocking query returned, or a period passed).
+
+  function sleep(ms, signal) {
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, ms);
+      if (signal) signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+    });
+  }
+
+  function every(ms) {
+    return (signal) => sleep(ms, signal);
+  }
+
+  async function viewJobs(signal) {
+    const path = '/v1/jobs';
+    const jobs = (await getBody(path, signal)).jobs || [];
+    const details = await Promise.all(jobs.map(async (j) => {
+      const epochs = (await getBody('/v1/jobs/' + enc(j.id) + '/epochs', signal)).epochs || [];
+      return { j, epochs };
+    }));
+    const rows = details.map(({ j, epochs }) => {
+      const count = (st) => epochs.filter((e) => e.state === st).length;
+      const latest = epochs.find((e) => e.epoch === j.latest_completed);
+      const ageMs = latest && latest.completed_at ? Date.now() - new Date(latest.completed_at).getTime() : null;
+      const limit = goDuration(j.config && j.config.ack_timeout);
+      const old = ageMs !== null && limit > 0 && ageMs > limit;
+      return h('tr', { 'data-job': j.id },
+        h('td', {}, h('a', { href: '/ui/jobs/' + enc(j.id) }, j.id)),
+        h('td', { class: 'num', 'data-field': 'generation' }, j.generation),
+        h('td', { class: 'num', 'data-field': 'latest_completed' }, j.latest_completed || '–'),
+        h('td', { 'data-field': 'latest_age', class: old ? 'warn' : null },
+          ageMs === null ? (j.latest_completed ? '(not remembered)' : 'no checkpoint yet') : fmtMs(ageMs),
+          old ? h('span', { class: 'warning-inline', 'data-warning': 'old' }, ' ⚠ older than the ack timeout (' + j.config.ack_timeout + ')') : null),
+        h('td', { class: 'num', 'data-field': 'pending' }, (j.pending || []).length),
+        h('td', { class: 'num', 'data-field': 'completed' }, count('completed') + count('subsumed')),
+        h('td', { class: 'num', 'data-field': 'aborted' }, count('aborted')),
+        h('td', { class: 'num', 'data-field': 'retained' }, (j.retained || []).length));
+    });
+    return {
+      title: 'Jobs',
+      content: [
+        h('h1', {}, 'Jobs', jsonLink(path)),
+        jobs.length === 0 ? h('p', { class: 'muted' }, 'No job yet (or none this token may see).') :
+          table(['Job', h('th', { class: 'num' }, 'Generation'), h('th', { class: 'num' }, 'Latest completed'), 'Age',
+            h('th', { class: 'num' }, 'Pending'), h('th', { class: 'num' }, 'Completed'), h('th', { class: 'num' }, 'Aborted'),
+            h('th', { class: 'num' }, 'Retained')], rows, { id: 'jobs' }),
+        h('p', { class: 'muted' }, 'Completed counts the remembered completed and subsumed epochs (the job keeps ',
+          'its history setting\'s number of ended ones); the age turns orange past the job\'s ack timeout.'),
+      ],
+      wait: every(5000),
+    };
+  }
+
+  // historyChart draws one bar per epoch: duration, or inline bytes.
+  function historyChart(epochs, job, what) {
+    const W = 960;
+    const H = 200;
+    const L = 56;
+    const B = 24;
+    const T = 10;
+    const value = (e) => (what === 'duration' ? epochDuration(e) : e.payload_bytes);
+    const now = Date.now();
+    const vals = epochs.map((e) => {
+      const v = value(e);
+      if (v !== null) return v;
+      return what === 'duration' ? now - new Date(e.began_at).getTime() : 0;
+    });
+    const max = Math.max(1, ...vals);
+    const n = Math.max(epochs.length, 1);
+    const step = (W - L - 4) / n;
+    const bw = Math.max(2, Math.min(24, step * 0.8));
+    const y = (v) => T + (H - T - B) * (1 - v / max);
+    const label = what === 'duration' ? fmtMs : fmtBytes;
+    const kids = [
+      s('line', { class: 'axis', x1: L, y1: H - B, x2: W, y2: H - B }),
+      s('line', { class: 'axis', x1: L, y1: T, x2: L, y2: H - B }),
+      s('text', { x: L - 4, y: T + 8, 'text-anchor': 'end' }, label(max)),
+      s('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'),
+    ];
+    const every = Math.max(1, Math.ceil(n / 16));
+    epochs.forEach((e, i) => {
+      const x = L + 2 + i * step + (step - bw) / 2;
+      const v = vals[i];
+      const top = y(v);
+      const cls = 'bar-' + e.state;
+      const desc = 'epoch ' + e.epoch + ' ' + e.state + ': ' + label(v) +
+        (what === 'duration' && e.state === 'pending' ? ' so far' : '') + (e.reason ? ' (' + e.reason + ')' : '');
+      const bar = s('rect', {
+        class: cls, x: x.toFixed(1), y: top.toFixed(1), width: bw.toFixed(1), height: Math.max(1, H - B - top).toFixed(1),
+        'data-epoch': e.epoch, 'data-value': v,
+      }, s('title', {}, desc));
+      const a = s('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + e.epoch }, bar);
+      if (e.state === 'aborted') a.append(s('text', { class: 'mark-aborted', x: (x + bw / 2).toFixed(1), y: (top - 2).toFixed(1), 'text-anchor': 'middle' }, '✕'));
+      kids.push(a);
+      if (i % every === 0) kids.push(s('text', { x: (x + bw / 2).toFixed(1), y: H - B + 14, 'text-anchor': 'middle' }, e.epoch));
+    });
+    return s('svg', { class: 'chart', viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'data-chart': what, 'aria-label': 'checkpoint ' + what + ' per epoch' }, kids);
+  }
+
+  function legend() {
+    return h('div', { class: 'legend' },
+      [['completed', 'completed'], ['subsumed', 'completed, since subsumed'], ['aborted', 'aborted (✕, reason on hover)'], ['pending', 'pending (so far)']]
+        .map(([c, t]) => h('span', {}, h('i', { class: 'swatch sw-' + c }), t)));
+  }
+
+  async function viewJob(job, signal) {
+    const jobPath = '/v1/jobs/' + enc(job);
+    const epochsPath = jobPath + '/epochs';
+    const attemptPath = jobPath + '/attempts/current';
+    const jr = await get(jobPath, signal);
+    const j = jr.body;
+    const epochs = (await getBody(epochsPath, signal)).epochs || [];
+    let attempt = null;
+    if (j.generation > 0) attempt = await getBody(attemptPath, signal);
+
+    const done = epochs.filter((e) => e.state === 'completed' || e.state === 'subsumed');
+    const dur = stats(done.map(epochDuration));
+    const size = stats(done.map((e) => e.payload_bytes));
+    const latest = epochs.find((e) => e.epoch === j.latest_completed);
+    const pins = epochs.filter((e) => e.pinned);
+    const shown = epochs.slice(-60);
+    const aborted = epochs.filter((e) => e.state === 'aborted');
+
+    const content = [
+      h('h1', {}, 'Job ', h('span', { 'data-field': 'job' }, job), jsonLink(jobPath)),
+      h('div', { class: 'card' }, kv([
+        ['Generation', j.generation, 'generation'],
+        ['Attempt', j.attempt_id || '–', 'attempt_id'],
+        ['Latest completed', j.latest_completed ? h('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + j.latest_completed }, j.latest_completed) : 'none yet', 'latest_completed'],
+        ['Its age', latest && latest.completed_at ? ago(latest.completed_at) : '–', 'latest_age'],
+        ['Last epoch begun', j.last_epoch, 'last_epoch'],
+        ['Pending', (j.pending || []).join(', ') || 'none', 'pending'],
+        ['Retained', (j.retained || []).join(', ') || 'none', 'retained'],
+        ['Config', 'retained ' + j.config.retained + ', ack timeout ' + j.config.ack_timeout + ', history ' + j.config.history, 'config'],
+      ])),
+      h('h2', {}, 'Checkpoint history', jsonLink(epochsPath)),
+      h('p', { class: 'muted' }, 'The last ' + shown.length + ' remembered epochs; click a bar for the epoch.'),
+      legend(),
+      h('h3', {}, 'Duration (begin to completion or abort)'),
+      historyChart(shown, job, 'duration'),
+      h('h3', {}, 'Inline payload size'),
+      historyChart(shown, job, 'size'),
+      h('h2', {}, 'Summary of completed checkpoints (' + done.length + ')'),
+      table(['', h('th', { class: 'num' }, 'Minimum'), h('th', { class: 'num' }, 'Average'), h('th', { class: 'num' }, 'Maximum')], [
+        h('tr', { 'data-summary': 'duration' }, h('td', {}, 'Duration'), h('td', { class: 'num', 'data-field': 'min' }, fmtMs(dur.min)),
+          h('td', { class: 'num', 'data-field': 'avg' }, fmtMs(dur.avg)), h('td', { class: 'num', 'data-field': 'max' }, fmtMs(dur.max))),
+        h('tr', { 'data-summary': 'size' }, h('td', {}, 'Inline payload'), h('td', { class: 'num', 'data-field': 'min' }, fmtBytes(size.min)),
+          h('td', { class: 'num', 'data-field': 'avg' }, size.avg === null ? '–' : fmtBytes(Math.round(size.avg))), h('td', { class: 'num', 'data-field': 'max' }, fmtBytes(size.max))),
+      ], { class: 'summary' }),
+      h('h2', {}, 'Savepoints (pinned epochs)'),
+      pins.length === 0 ? h('p', { class: 'muted', id: 'pins' }, 'None pinned.') :
+        table(['Epoch', 'Name', 'Completed'], pins.map((e) => h('tr', { 'data-pin': e.epoch },
+          h('td', {}, h('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + e.epoch }, e.epoch)), h('td', {}, e.pin_name || ''), h('td', {}, fmtTime(e.completed_at)))), { id: 'pins' }),
+      h('h2', {}, 'Aborted epochs'),
+      aborted.length === 0 ? h('p', { class: 'muted' }, 'None remembered.') :
+        table(['Epoch', 'Reason', 'Acked', 'Ended'], aborted.slice(-20).map((e) => h('tr', { 'data-aborted': e.epoch },
+          h('td', {}, h('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + e.epoch }, e.epoch)), h('td', { 'data-field': 'reason' }, e.reason || ''),
+          h('td', {}, e.acked + ' of ' + e.expected), h('td', {}, fmtTime(e.ended_at))))),
+      h('h2', {}, 'Current attempt', attempt ? jsonLink(attemptPath) : null),
+      attempt ? [
+        h('p', {}, 'Generation ' + attempt.generation + ', attempt ' + attempt.attempt_id + ', started ' + fmtTime(attempt.started_at) +
+          ': ' + attempt.tasks + ' tasks, ' + attempt.expected + ' asked to acknowledge each epoch.'),
+        table(['Task', 'Capabilities', 'Acknowledges epochs'], attempt.task_list.map((t) => h('tr', { 'data-task': t.id },
+          h('td', {}, t.id),
+          h('td', {}, t.capabilities.length ? t.capabilities.map((c) => h('span', { class: 'tag' }, c)) : h('span', { class: 'muted' }, 'none')),
+          h('td', { 'data-field': 'asked' }, t.capabilities.some((c) => c !== 'incremental') ? 'yes' : h('span', { class: 'muted' }, 'no: checkpoints nothing, never asked')))), { id: 'tasks' }),
+      ] : h('p', { class: 'muted' }, 'No attempt yet.'),
+    ];
+    return {
+      title: 'Job ' + job,
+      content,
+      // A blocking query on the job: it answers once the job changes (an
+      // epoch begins, completes or is aborted; a new attempt).
+      wait: async (sig) => {
+        await get(jobPath + '?index=' + j.modify_index + '&wait=60s', sig);
+      },
+    };
+  }
+
+  // ackChart draws each expected task's ack delay; tasks not acknowledged
+  // yet run to now (pending) or to the end (aborted).
+  function ackChart(rows, maxMs) {
+    const W = 960;
+    const rowH = 20;
+    const L = 150;
+    const R = 80;
+    const H = rows.length * rowH + 24;
+    const x = (v) => L + (W - L - R) * (v / Math.max(1, maxMs));
+    const kids = [s('line', { class: 'axis', x1: L, y1: 0, x2: L, y2: H - 20 }),
+      s('text', { x: L, y: H - 6 }, '0'), s('text', { x: W - R, y: H - 6, 'text-anchor': 'end' }, fmtMs(maxMs))];
+    rows.forEach((r, i) => {
+      const y0 = i * rowH + 3;
+      kids.push(s('text', { x: L - 6, y: y0 + 12, 'text-anchor': 'end' }, r.task));
+      const w = Math.max(1, x(r.ms) - L);
+      kids.push(s('rect', { class: 'bar-' + r.kind, x: L, y: y0, width: w.toFixed(1), height: rowH - 6, 'data-task': r.task, 'data-kind': r.kind, 'data-delay-ms': r.ms.toFixed(3) },
+        s('title', {}, r.task + ': ' + r.label)));
+      kids.push(s('text', { x: (L + w + 4).toFixed(1), y: y0 + 12 }, r.label));
+    });
+    return s('svg', { class: 'chart', viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'data-chart': 'acks', 'aria-label': 'ack delay per task' }, kids);
+  }
+
+  async function viewEpoch(job, n, signal) {
+    const jobPath = '/v1/jobs/' + enc(job);
+    const path = jobPath + '/epochs/' + n;
+    const e = await getBody(path, signal);
+    const attemptPath = jobPath + '/attempts/' + e.generation;
+    const attempt = await getBody(attemptPath, signal);
+    const acks = new Map(e.acks.map((a) => [a.task, a]));
+    const strag = new Set(e.stragglers);
+    const manifests = new Map();
+    await Promise.all(e.acks.filter((a) => a.lineage).map(async (a) => {
+      const m = await getBody(path + '/manifests/' + enc(a.task), signal);
+      manifests.set(a.task, m);
+    }));
+
+    const delays = e.acks.map((a) => goDuration(a.delay));
+    const sorted = delays.slice().sort((a, b) => a - b);
+    const median = sorted.length ? sorted[Math.floor((sorted.length - 1) / 2)] : 0;
+    // A task is late when its ack took more than twice the median and at
+    // least 1ms longer.
+    const isLate = (ms) => sorted.length > 1 && ms > 2 * median && ms - median >= 1;
+    const endMs = e.completed_at || e.ended_at ? epochDuration(e) : Date.now() - new Date(e.began_at).getTime();
+    const expectedTasks = attempt.task_list.filter((t) => t.capabilities.some((c) => c !== 'incremental'));
+    const notAsked = attempt.task_list.filter((t) => !t.capabilities.some((c) => c !== 'incremental'));
+    const rows = expectedTasks.map((t) => {
+      const a = acks.get(t.id);
+      if (a) {
+        const ms = goDuration(a.delay);
+        return { task: t.id, ms, kind: isLate(ms) ? 'late' : 'ack', label: fmtMs(ms) + (isLate(ms) ? ' late' : '') };
+      }
+      return { task: t.id, ms: endMs, kind: 'straggler', label: 'not acknowledged (' + fmtMs(endMs) + (e.state === 'pending' ? ' so far)' : ')') };
+    });
+    const maxMs = Math.max(1, ...rows.map((r) => r.ms));
+
+    const content = [
+      h('h1', {}, h('a', { href: '/ui/jobs/' + enc(job) }, job), ' · epoch ', h('span', { 'data-field': 'epoch' }, n), ' ', stateTag(e.state), jsonLink(path)),
+      h('div', { class: 'card' }, kv([
+        ['State', stateTag(e.state), 'state'],
+        ['Generation', e.generation, 'generation'],
+        ['Acknowledged', e.acked + ' of ' + e.expected, 'acked'],
+        ['Began', fmtTime(e.began_at), 'began_at'],
+        [e.completed_at ? 'Completed' : (e.ended_at ? 'Ended' : 'Deadline'), fmtTime(e.completed_at || e.ended_at || e.deadline), 'end'],
+        ['Duration', e.duration, 'duration'],
+        ['Reason', e.reason || '–', 'reason'],
+        ['Inline payload', fmtBytes(e.payload_bytes), 'payload_bytes'],
+        ['Pinned', e.pinned ? 'yes: ' + (e.pin_name || '') : 'no', 'pinned'],
+        ['Stragglers', e.stragglers.length ? e.stragglers.join(', ') : 'none', 'stragglers'],
+      ])),
+      h('h2', {}, 'Ack delay per task (from the epoch\'s begin)'),
+      h('div', { class: 'legend' }, h('span', {}, h('i', { class: 'swatch sw-completed' }), 'acknowledged'),
+        h('span', {}, h('i', { class: 'swatch sw-late' }), 'late: over twice the median (' + fmtMs(median) + ')'),
+        h('span', {}, h('i', { class: 'swatch sw-aborted' }), 'straggler: not acknowledged')),
+      ackChart(rows, maxMs),
+      h('h2', {}, 'Acknowledgements'),
+      table(['Task', 'Capabilities', h('th', { class: 'num' }, 'Ack delay'), 'Inline sizes', h('th', { class: 'num' }, 'In blobs'), 'At'],
+        expectedTasks.map((t) => {
+          const a = acks.get(t.id);
+          const m = manifests.get(t.id);
+          return h('tr', { 'data-task': t.id, class: strag.has(t.id) ? 'bad' : null },
+            h('td', {}, t.id),
+            h('td', {}, t.capabilities.map((c) => h('span', { class: 'tag' }, c))),
+            h('td', { class: 'num', 'data-field': 'delay' }, a ? a.delay : 'straggler'),
+            h('td', { 'data-field': 'sizes' }, a ? Object.entries(a.sizes || {}).map(([k, v]) => k + ' ' + fmtBytes(v)).join(', ') || '–' : '–'),
+            h('td', { class: 'num', 'data-field': 'blob_bytes' }, m ? h('a', { href: path + '/manifests/' + enc(t.id) }, fmtBytes(m.bytes)) : '–'),
+            h('td', {}, a ? fmtTime(a.at) : '–'));
+        }), { id: 'acks' }),
+      h('h2', {}, 'Tasks not asked'),
+      h('p', { class: 'muted' }, 'Tasks with no input, state or output capability checkpoint nothing: no epoch waits for them, and they restore as "nothing to recover".'),
+      notAsked.length === 0 ? h('p', { id: 'not-asked' }, 'None: every task of generation ' + e.generation + ' acknowledges.') :
+        h('ul', { id: 'not-asked' }, notAsked.map((t) => h('li', { 'data-task': t.id }, t.id, ' ', h('span', { class: 'muted' }, '(capabilities: ' + (t.capabilities.join(', ') || 'none') + ')')))),
+      h('p', {}, 'Task set: ', jsonLink(attemptPath)),
+    ];
+    return {
+      title: job + ' epoch ' + n,
+      content,
+      // The epoch's own blocking query: it answers on the next ack, the
+      // completion, an abort or the epoch being subsumed.
+      wait: async (sig) => {
+        await get(path + '?index=' + e.modify_index + '&wait=60s', sig);
+      },
+    };
+  }
+
+  async function viewCluster(signal) {
+    const statusPath = '/v1/status';
+    const membersPath = '/v1/members';
+    const st = await getBody(statusPath, signal);
+    const ms = await getBody(membersPath, signal);
+    let ready = 'unknown';
+    try {
+      const r = await fetch('/readyz', { signal, credentials: 'omit', cache: 'no-store' });
+      ready = r.ok ? 'ready' : 'not ready (' + r.status + ')';
+    } catch (e) {
+      ready = 'unreachable';
+    }
+    const d = st.disk || {};
+    const lowDisk = d.min_free_bytes > 0 && d.free_bytes < 2 * d.min_free_bytes;
+    const scheme = location.protocol;
+    return {
+      title: 'Cluster',
+      content: [
+        h('h1', {}, 'Cluster', jsonLink(statusPath), jsonLink(membersPath)),
+        h('h2', {}, 'This member: ', h('span', { 'data-field': 'id' }, st.id)),
+        h('div', { class: 'card' }, kv([
+          ['Role', st.state, 'state'],
+          ['Leader', st.leader_id || 'none known', 'leader_id'],
+          ['Term', st.term, 'term'],
+          ['Commit index', st.commit_index, 'commit_index'],
+          ['Applied index', st.applied_index, 'applied_index'],
+          ['Last log index', st.last_log_index, 'last_log_index'],
+          ['Last snapshot index', st.last_snapshot_index, 'last_snapshot_index'],
+          ['Health', ready + (st.integrity_problem ? '; integrity problem: ' + st.integrity_problem : ''), 'health'],
+          ['Disk free', h('span', { class: d.writes_refused ? 'bad' : (lowDisk ? 'warn' : null) },
+            fmtBytes(d.free_bytes) + ' free against --min-free-disk ' + fmtBytes(d.min_free_bytes) +
+            (d.writes_refused ? ': writes refused' : '') + (d.error ? ' (' + d.error + ')' : '')), 'disk'],
+        ])),
+        h('h2', {}, 'Members'),
+        table(['Id', 'Suffrage', 'Leader', 'Raft address', 'HTTP address', 'Console'], (ms.members || []).map((m) => h('tr', { 'data-member': m.id },
+          h('td', {}, m.id), h('td', { 'data-field': 'suffrage' }, m.suffrage), h('td', { 'data-field': 'leader' }, m.leader ? 'leader' : ''),
+          h('td', {}, m.raft_addr), h('td', {}, m.http_addr || '–'),
+          h('td', {}, m.http_addr ? h('a', { href: scheme + '//' + m.http_addr + '/ui/cluster' }, 'its view') : '–'))), { id: 'members' }),
+        h('p', { class: 'muted' }, 'Role, term and indexes are this member\'s own; open a member\'s console for its view.'),
+      ],
+      wait: every(3000),
+    };
+  }
+
+  async function viewGC(signal) {
+    const gcPath = '/v1/gc';
+    const blobsPath = '/v1/blobs';
+    const g = await getBody(gcPath, signal);
+    const b = await getBody(blobsPath, signal);
+    const t = g.totals || {};
+    const lr = g.last_run;
+    const states = Array.from(new Set(Object.keys(b.blobs.count || {}).concat(Object.keys(b.blobs.bytes || {})))).sort();
+    return {
+      title: 'Garbage collector',
+      content: [
+        h('h1', {}, 'Garbage collector and blobs', jsonLink(gcPath), jsonLink(blobsPath)),
+        h('div', { class: 'card' }, kv([
+          ['Store', g.store, 'store'],
+          ['This member collects', g.leading ? 'yes (leader)' : 'no (the leader collects)', 'leading'],
+          ['Running now', g.running ? 'yes' : 'no', 'running'],
+          ['Candidates waiting', g.pending_candidates, 'pending_candidates'],
+          ['Deleting', g.deleting, 'deleting'],
+          ['Last orphan sweep', g.last_orphan_sweep ? fmtTime(g.last_orphan_sweep) : 'none yet', 'last_orphan_sweep'],
+          ['Status error', g.status_error || 'none', 'status_error'],
+        ])),
+        h('h2', {}, 'Totals since ' + fmtTime(t.since) + ' (this member)'),
+        table(['Cycles', 'Failed', 'Marked', 'Deleted', 'Bytes freed', 'Orphan sweeps', 'Orphans deleted', 'Purged', 'Errors'], [
+          h('tr', { id: 'gc-totals' }, h('td', { 'data-field': 'cycles' }, t.cycles), h('td', { 'data-field': 'failed_cycles' }, t.failed_cycles),
+            h('td', { 'data-field': 'marked' }, t.marked), h('td', { 'data-field': 'deleted' }, t.deleted),
+            h('td', { 'data-field': 'bytes_freed' }, fmtBytes(t.bytes_freed)), h('td', { 'data-field': 'orphan_sweeps' }, t.orphan_sweeps),
+            h('td', { 'data-field': 'orphans_deleted' }, t.orphans_deleted), h('td', { 'data-field': 'purged' }, t.purged),
+            h('td', { 'data-field': 'errors' }, (t.errors || 0) + (t.delete_errors || 0)))]),
+        h('h2', {}, 'Last cycle'),
+        lr ? h('div', { class: 'card', id: 'gc-last' }, kv([
+          ['Started', fmtTime(lr.started)], ['Duration', lr.duration], ['Expired intents', lr.expired_intents],
+          ['Marked', lr.marked + ' of ' + lr.marks_proposed + ' proposed'], ['Deleted', lr.deleted + ' (' + lr.resumed + ' resumed)'],
+        ])) : h('p', { class: 'muted', id: 'gc-last' }, 'No cycle on this member yet.'),
+        h('h2', {}, 'Blobs by state'),
+        table(['State', h('th', { class: 'num' }, 'Count'), h('th', { class: 'num' }, 'Bytes')], states.map((k) => h('tr', { 'data-blob-state': k },
+          h('td', {}, k), h('td', { class: 'num', 'data-field': 'count' }, (b.blobs.count || {})[k] || 0),
+          h('td', { class: 'num', 'data-field': 'bytes' }, fmtBytes((b.blobs.bytes || {})[k] || 0)))), { id: 'blobs' }),
+      ],
+      wait: every(5000),
+    };
+  }
+
+  // ---- routing and the draw loop ----
+
+  function pick() {
+    const p = location.pathname;
+    let m;
+    if (p === '/ui/') return viewJobs;
+    if (p === '/ui/cluster') return viewCluster;
+    if (p === '/ui/gc') return viewGC;
+    if ((m = p.match(/^\/ui\/jobs\/([^/]+)$/))) return (sig) => viewJob(decodeURIComponent(m[1]), sig);
+    if ((m = p.match(/^\/ui\/jobs\/([^/]+)\/epochs\/([0-9]+)$/))) return (sig) => viewEpoch(decodeURIComponent(m[1]), Number(m[2]), sig);
+    return null;
+  }
+
+  let loop = null;
+
+  function showError(err) {
+    const kids = [h('strong', {}, err.status ? 'The API answered ' + err.status + ' ' + err.code : 'Request failed'), ': ', err.message];
+    if (err.status === 401) kids.push(h('p', {}, 'This cluster needs a token: type it above and press "Use token".'));
+    if (err.status === 403) kids.push(h('p', {}, 'The token may not read this (a worker token sees only its own jobs).'));
+    main.replaceChildren(h('div', { class: 'error', id: 'error', 'data-status': err.status || 0 }, kids));
+  }
+
+  async function run() {
+    if (loop) loop.abort();
+    const ctl = new AbortController();
+    loop = ctl;
+    const view = pick();
+    if (!view) {
+      main.replaceChildren(h('div', { class: 'error', id: 'error' }, 'No such view. ', h('a', { href: '/ui/' }, 'Jobs')));
+      return;
+    }
+    let draws = 0;
+    while (!ctl.signal.aborted) {
+      let res = null;
+      try {
+        res = await view(ctl.signal);
+      } catch (err) {
+        if (ctl.signal.aborted) return;
+        showError(err);
+        if (err.status === 401 || err.status === 403 || err.status === 404 || err.status === 400) return;
+        liveEl.textContent = 'update failed at ' + new Date().toLocaleTimeString() + '; retrying';
+        await sleep(3000, ctl.signal);
+        continue;
+      }
+      if (ctl.signal.aborted) return;
+      draws++;
+      document.title = res.title + ' · metastore';
+      main.replaceChildren(...[res.content].flat(Infinity).filter((k) => k));
+      main.setAttribute('data-draws', String(draws));
+      liveEl.textContent = 'live: drawn ' + draws + ' time' + (draws === 1 ? '' : 's') + ', last at ' + new Date().toLocaleTimeString();
+      try {
+        await res.wait(ctl.signal);
+      } catch (err) {
+        if (ctl.signal.aborted) return;
+        await sleep(3000, ctl.signal); // the blocking query failed: draw again after a pause
+      }
+    }
+  }
+
+  // ---- token ----
+
+  const tokenInput = document.getElementById('token');
+  const tokenState = document.getElementById('token-state');
+
+  function showTokenState() {
+    tokenState.textContent = token() ? 'token set for this tab' : 'no token';
+  }
+
+  function useToken() {
+    const v = tokenInput.value.trim();
+    tokenInput.value = '';
+    if (v) sessionStorage.setItem(TOKEN_KEY, v);
+    showTokenState();
+    run();
+  }
+
+  document.getElementById('token-use').addEventListener('click', useToken);
+  tokenInput.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Enter') useToken();
+  });
+  document.getElementById('token-forget').addEventListener('click', () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showTokenState();
+    run();
+  });
+
+  showTokenState();
+  run();
+})();
