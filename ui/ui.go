@@ -40,8 +40,9 @@ const writeTimeout = 30 * time.Second
 
 // assets are the files under /ui/static/ with their content types.
 var assets = map[string]string{
-	"app.js":    "text/javascript; charset=utf-8",
-	"style.css": "text/css; charset=utf-8",
+	"app.js":      "text/javascript; charset=utf-8",
+	"style.css":   "text/css; charset=utf-8",
+	"favicon.svg": "image/svg+xml",
 }
 
 // Mount returns a handler that serves the console under /ui/ and passes

@@ -39,7 +39,7 @@ func TestMount(t *testing.T) {
 	if w := do("HEAD", "/ui/jobs/demo"); w.Code != http.StatusOK || w.Body.Len() != 0 {
 		t.Errorf("HEAD: %d, %d bytes", w.Code, w.Body.Len())
 	}
-	for name, ctype := range map[string]string{"app.js": "text/javascript", "style.css": "text/css"} {
+	for name, ctype := range map[string]string{"app.js": "text/javascript", "style.css": "text/css", "favicon.svg": "image/svg+xml"} {
 		w := do("GET", "/ui/static/"+name)
 		if w.Code != http.StatusOK || !strings.HasPrefix(w.Header().Get("Content-Type"), ctype) || w.Body.Len() == 0 {
 			t.Errorf("GET %s: %d %s, %d bytes", name, w.Code, w.Header().Get("Content-Type"), w.Body.Len())

@@ -237,7 +237,11 @@
       if (v !== null) return v;
       return what === 'duration' ? now - new Date(e.began_at).getTime() : 0;
     });
-    const max = Math.max(1, ...vals);
+    // The scale follows the completed epochs; a far longer aborted or
+    // pending one is cut at the top and labelled with its value.
+    const doneVals = vals.filter((v, i) => epochs[i].state === 'completed' || epochs[i].state === 'subsumed');
+    let max = Math.max(1, ...vals);
+    if (doneVals.length > 0 && max > 3 * Math.max(...doneVals)) max = Math.max(1, 1.5 * Math.max(...doneVals));
     const n = Math.max(epochs.length, 1);
     const step = (W - L - 4) / n;
     const bw = Math.max(2, Math.min(24, step * 0.8));
@@ -253,7 +257,8 @@
     epochs.forEach((e, i) => {
       const x = L + 2 + i * step + (step - bw) / 2;
       const v = vals[i];
-      const top = y(v);
+      const clipped = v > max;
+      const top = y(Math.min(v, max));
       const cls = 'bar-' + e.state;
       const desc = 'epoch ' + e.epoch + ' ' + e.state + ': ' + label(v) +
         (what === 'duration' && e.state === 'pending' ? ' so far' : '') + (e.reason ? ' (' + e.reason + ')' : '');
@@ -262,7 +267,8 @@
         'data-epoch': e.epoch, 'data-value': v,
       }, s('title', {}, desc));
       const a = s('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + e.epoch }, bar);
-      if (e.state === 'aborted') a.append(s('text', { class: 'mark-aborted', x: (x + bw / 2).toFixed(1), y: (top - 2).toFixed(1), 'text-anchor': 'middle' }, '✕'));
+      if (e.state === 'aborted') a.append(s('text', { class: 'mark-aborted', x: (x + bw / 2).toFixed(1), y: (top + 10).toFixed(1), 'text-anchor': 'middle' }, '✕'));
+      if (clipped) a.append(s('text', { x: (x + bw + 2).toFixed(1), y: (top + 10).toFixed(1) }, '↑ ' + label(v)));
       kids.push(a);
       if (i % every === 0) kids.push(s('text', { x: (x + bw / 2).toFixed(1), y: H - B + 14, 'text-anchor': 'middle' }, e.epoch));
     });
@@ -355,7 +361,7 @@
     const W = 960;
     const rowH = 20;
     const L = 150;
-    const R = 80;
+    const R = 190;
     const H = rows.length * rowH + 24;
     const x = (v) => L + (W - L - R) * (v / Math.max(1, maxMs));
     const kids = [s('line', { class: 'axis', x1: L, y1: 0, x2: L, y2: H - 20 }),
@@ -376,14 +382,23 @@
     const path = jobPath + '/epochs/' + n;
     const e = await getBody(path, signal);
     const attemptPath = jobPath + '/attempts/' + e.generation;
-    const attempt = await getBody(attemptPath, signal);
+    // The store keeps the task set of the current attempt only: for an
+    // epoch of an older generation the acks stand for it, without
+    // capabilities.
+    const j = await getBody(jobPath, signal);
+    const attempt = e.generation === j.generation ? await getBody(attemptPath, signal) : null;
+    const taskList = attempt ? attempt.task_list :
+      e.acks.map((a) => a.task).concat(e.stragglers).map((id) => ({ id, capabilities: null }));
+    const asked = (t) => t.capabilities === null || t.capabilities.some((c) => c !== 'incremental');
     const acks = new Map(e.acks.map((a) => [a.task, a]));
     const strag = new Set(e.stragglers);
     const manifests = new Map();
-    await Promise.all(e.acks.filter((a) => a.lineage).map(async (a) => {
-      const m = await getBody(path + '/manifests/' + enc(a.task), signal);
-      manifests.set(a.task, m);
-    }));
+    // Manifests are kept for the completed epochs only.
+    if (e.state === 'completed') {
+      await Promise.all(e.acks.filter((a) => a.lineage).map(async (a) => {
+        manifests.set(a.task, await getBody(path + '/manifests/' + enc(a.task), signal));
+      }));
+    }
 
     const delays = e.acks.map((a) => goDuration(a.delay));
     const sorted = delays.slice().sort((a, b) => a - b);
@@ -392,8 +407,8 @@
     // least 1ms longer.
     const isLate = (ms) => sorted.length > 1 && ms > 2 * median && ms - median >= 1;
     const endMs = e.completed_at || e.ended_at ? epochDuration(e) : Date.now() - new Date(e.began_at).getTime();
-    const expectedTasks = attempt.task_list.filter((t) => t.capabilities.some((c) => c !== 'incremental'));
-    const notAsked = attempt.task_list.filter((t) => !t.capabilities.some((c) => c !== 'incremental'));
+    const expectedTasks = taskList.filter(asked);
+    const notAsked = taskList.filter((t) => !asked(t));
     const rows = expectedTasks.map((t) => {
       const a = acks.get(t.id);
       if (a) {
@@ -416,7 +431,8 @@
         ['Reason', e.reason || '–', 'reason'],
         ['Inline payload', fmtBytes(e.payload_bytes), 'payload_bytes'],
         ['Pinned', e.pinned ? 'yes: ' + (e.pin_name || '') : 'no', 'pinned'],
-        ['Stragglers', e.stragglers.length ? e.stragglers.join(', ') : 'none', 'stragglers'],
+        ['Stragglers', e.stragglers.length ? e.stragglers.join(', ') :
+          (!attempt && e.acked < e.expected ? (e.expected - e.acked) + ' tasks did not acknowledge (the task set of generation ' + e.generation + ' is no longer kept)' : 'none'), 'stragglers'],
       ])),
       h('h2', {}, 'Ack delay per task (from the epoch\'s begin)'),
       h('div', { class: 'legend' }, h('span', {}, h('i', { class: 'swatch sw-completed' }), 'acknowledged'),
@@ -430,17 +446,18 @@
           const m = manifests.get(t.id);
           return h('tr', { 'data-task': t.id, class: strag.has(t.id) ? 'bad' : null },
             h('td', {}, t.id),
-            h('td', {}, t.capabilities.map((c) => h('span', { class: 'tag' }, c))),
+            h('td', {}, t.capabilities === null ? h('span', { class: 'muted' }, 'unknown') : t.capabilities.map((c) => h('span', { class: 'tag' }, c))),
             h('td', { class: 'num', 'data-field': 'delay' }, a ? a.delay : 'straggler'),
             h('td', { 'data-field': 'sizes' }, a ? Object.entries(a.sizes || {}).map(([k, v]) => k + ' ' + fmtBytes(v)).join(', ') || '–' : '–'),
-            h('td', { class: 'num', 'data-field': 'blob_bytes' }, m ? h('a', { href: path + '/manifests/' + enc(t.id) }, fmtBytes(m.bytes)) : '–'),
+            h('td', { class: 'num', 'data-field': 'blob_bytes', 'data-bytes': m ? m.bytes : null }, m ? h('a', { href: path + '/manifests/' + enc(t.id) }, fmtBytes(m.bytes)) : '–'),
             h('td', {}, a ? fmtTime(a.at) : '–'));
         }), { id: 'acks' }),
       h('h2', {}, 'Tasks not asked'),
       h('p', { class: 'muted' }, 'Tasks with no input, state or output capability checkpoint nothing: no epoch waits for them, and they restore as "nothing to recover".'),
+      !attempt ? h('p', { id: 'not-asked', class: 'muted' }, 'Unknown: the task set of generation ' + e.generation + ' is no longer kept.') :
       notAsked.length === 0 ? h('p', { id: 'not-asked' }, 'None: every task of generation ' + e.generation + ' acknowledges.') :
         h('ul', { id: 'not-asked' }, notAsked.map((t) => h('li', { 'data-task': t.id }, t.id, ' ', h('span', { class: 'muted' }, '(capabilities: ' + (t.capabilities.join(', ') || 'none') + ')')))),
-      h('p', {}, 'Task set: ', jsonLink(attemptPath)),
+      attempt ? h('p', {}, 'Task set: ', jsonLink(attemptPath)) : null,
     ];
     return {
       title: job + ' epoch ' + n,
@@ -570,6 +587,8 @@
       main.replaceChildren(h('div', { class: 'error', id: 'error' }, 'No such view. ', h('a', { href: '/ui/' }, 'Jobs')));
       return;
     }
+    main.replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+    main.removeAttribute('data-draws');
     let draws = 0;
     while (!ctl.signal.aborted) {
       let res = null;
@@ -589,8 +608,12 @@
       main.replaceChildren(...[res.content].flat(Infinity).filter((k) => k));
       main.setAttribute('data-draws', String(draws));
       liveEl.textContent = 'live: drawn ' + draws + ' time' + (draws === 1 ? '' : 's') + ', last at ' + new Date().toLocaleTimeString();
+      const waited = Date.now();
       try {
         await res.wait(ctl.signal);
+        // A member that answers a blocking query at once (one that does not
+        // know it) is not asked again at once.
+        if (Date.now() - waited < 500) await sleep(500, ctl.signal);
       } catch (err) {
         if (ctl.signal.aborted) return;
         await sleep(3000, ctl.signal); // the blocking query failed: draw again after a pause
