@@ -267,7 +267,10 @@
         'data-epoch': e.epoch, 'data-value': v,
       }, s('title', {}, desc));
       const a = s('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + e.epoch }, bar);
-      if (e.state === 'aborted') a.append(s('text', { class: 'mark-aborted', x: (x + bw / 2).toFixed(1), y: (top + 10).toFixed(1), 'text-anchor': 'middle' }, '✕'));
+      if (e.state === 'aborted') {
+        a.append(s('text', { class: clipped ? 'mark-aborted inside' : 'mark-aborted', x: (x + bw / 2).toFixed(1),
+          y: (clipped ? top + 11 : top - 2).toFixed(1), 'text-anchor': 'middle' }, '✕'));
+      }
       if (clipped) a.append(s('text', { x: (x + bw + 2).toFixed(1), y: (top + 10).toFixed(1) }, '↑ ' + label(v)));
       kids.push(a);
       if (i % every === 0) kids.push(s('text', { x: (x + bw / 2).toFixed(1), y: H - B + 14, 'text-anchor': 'middle' }, e.epoch));
