@@ -630,6 +630,53 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	b.noErrors("job after resume")
 
+	// A savepoint, and the restore preview from it: per task, what the
+	// API's restore plan says it reads and costs.
+	if err := call("PUT", fmt.Sprintf("%s/v1/jobs/demo/epochs/%d/pin", b.base, after.LatestCompleted), op, map[string]any{"name": "before-upgrade"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.open("/ui/jobs/demo?pin=before-upgrade")
+	b.waitView("restore preview", "#restore-plan")
+	if pins := eval[map[string]string](b, `Object.fromEntries(Array.from(document.querySelectorAll('#pins tr[data-pin]')).map((r) =>
+		[r.getAttribute('data-pin'), r.querySelector('[data-field="name"]').textContent]))`); len(pins) != 1 || pins[fmt.Sprint(after.LatestCompleted)] != "before-upgrade" {
+		t.Errorf("job view, savepoints: %v", pins)
+	}
+	type planRow struct {
+		Status string `json:"status"`
+		Reads  string `json:"reads"`
+		Bytes  string `json:"bytes"`
+	}
+	planRows := eval[map[string]planRow](b, `Object.fromEntries(Array.from(document.querySelectorAll('#restore-plan tr[data-task]')).map((r) =>
+		[r.getAttribute('data-task'), { status: r.querySelector('[data-field="status"]').textContent,
+		  reads: r.querySelector('[data-field="object_store_reads"]').textContent,
+		  bytes: r.querySelector('[data-field="object_store_bytes"]').getAttribute('data-bytes') }]))`)
+	if len(planRows) != 6 {
+		t.Errorf("restore preview: %d tasks, want 6", len(planRows))
+	}
+	var totalReads int
+	for task, row := range planRows {
+		var plan struct {
+			Status string `json:"status"`
+			Source struct {
+				Epoch uint64 `json:"epoch"`
+			} `json:"source"`
+			Reads int    `json:"object_store_reads"`
+			Bytes uint64 `json:"object_store_bytes"`
+		}
+		if err := call("GET", b.base+"/v1/jobs/demo/tasks/"+task+"/restore?pin=before-upgrade", worker, nil, &plan); err != nil {
+			t.Fatal(err)
+		}
+		if row.Status != plan.Status || row.Reads != fmt.Sprint(plan.Reads) || row.Bytes != fmt.Sprint(plan.Bytes) || plan.Source.Epoch != after.LatestCompleted {
+			t.Errorf("restore preview, %s: %+v, API %+v", task, row, plan)
+		}
+		totalReads += plan.Reads
+	}
+	if total := eval[string](b, `document.querySelector('#restore-plan tr[data-total] [data-field="object_store_reads"]').textContent`); totalReads == 0 || total != fmt.Sprint(totalReads) {
+		t.Errorf("restore preview: %s object-store reads in all, API %d", total, totalReads)
+	}
+	b.screenshot("job-restore-preview")
+	b.noErrors("restore preview")
+
 	// The epoch view of the latest checkpoint: each expected task's ack
 	// delay as the API reports it, map-0 not asked.
 	var e apiEpoch

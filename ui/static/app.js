@@ -302,6 +302,15 @@
     const shown = epochs.slice(-60);
     const aborted = epochs.filter((e) => e.state === 'aborted');
 
+    // The restore preview is asked for in the view's URL (?restore=latest
+    // or ?pin=NAME): it costs one request per task.
+    const q = new URLSearchParams(location.search);
+    const pin = q.get('pin');
+    let preview = null;
+    if ((q.get('restore') === 'latest' || pin) && attempt) {
+      preview = await restorePreview(job, attempt, pin, signal);
+    }
+
     const content = [
       h('h1', {}, 'Job ', h('span', { 'data-field': 'job' }, job), jsonLink(jobPath)),
       h('div', { class: 'card' }, kv([
@@ -330,8 +339,15 @@
       ], { class: 'summary' }),
       h('h2', {}, 'Savepoints (pinned epochs)'),
       pins.length === 0 ? h('p', { class: 'muted', id: 'pins' }, 'None pinned.') :
-        table(['Epoch', 'Name', 'Completed'], pins.map((e) => h('tr', { 'data-pin': e.epoch },
-          h('td', {}, h('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + e.epoch }, e.epoch)), h('td', {}, e.pin_name || ''), h('td', {}, fmtTime(e.completed_at)))), { id: 'pins' }),
+        table(['Epoch', 'Name', 'Completed', 'Restore'], pins.map((e) => h('tr', { 'data-pin': e.epoch },
+          h('td', {}, h('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + e.epoch }, e.epoch)), h('td', { 'data-field': 'name' }, e.pin_name || ''),
+          h('td', {}, fmtTime(e.completed_at)),
+          h('td', {}, e.pin_name ? h('a', { href: '/ui/jobs/' + enc(job) + '?pin=' + encodeURIComponent(e.pin_name) + '#restore' }, 'preview') : '–'))), { id: 'pins' }),
+      h('h2', { id: 'restore' }, 'Restore preview'),
+      preview ? preview : h('p', {}, attempt && j.latest_completed ?
+        [h('a', { href: '/ui/jobs/' + enc(job) + '?restore=latest#restore', id: 'restore-latest' }, 'Preview a restore of every task from the latest checkpoint'),
+          h('span', { class: 'muted' }, ' (what each task would read, and the object-store requests and bytes it costs), or from a savepoint above.')] :
+        h('span', { class: 'muted' }, 'No completed checkpoint to restore from yet.')),
       h('h2', {}, 'Aborted epochs'),
       aborted.length === 0 ? h('p', { class: 'muted' }, 'None remembered.') :
         table(['Epoch', 'Reason', 'Acked', 'Ended'], aborted.slice(-20).map((e) => h('tr', { 'data-aborted': e.epoch },
@@ -356,6 +372,41 @@
         await get(jobPath + '?index=' + j.modify_index + '&wait=60s', sig);
       },
     };
+  }
+
+  // restorePreview asks the restore plan of every task of the attempt (at
+  // most 200) from the latest checkpoint or the savepoint pin.
+  async function restorePreview(job, attempt, pin, signal) {
+    const tasks = attempt.task_list.slice(0, 200);
+    const suffix = pin ? '?pin=' + encodeURIComponent(pin) : '';
+    const plans = await Promise.all(tasks.map((t) => getBody('/v1/jobs/' + enc(job) + '/tasks/' + enc(t.id) + '/restore' + suffix, signal)));
+    let reads = 0;
+    let bytes = 0;
+    let inline = 0;
+    const rows = plans.map((p) => {
+      reads += p.object_store_reads;
+      bytes += p.object_store_bytes;
+      inline += p.inline_bytes;
+      const kinds = Object.entries(p.kinds || {}).filter(([, k]) => k.status !== 'nothing_to_recover')
+        .map(([name, k]) => name + ' ' + k.status.replace(/_/g, ' ') + (k.bytes ? ' (' + fmtBytes(k.bytes) + (k.manifest ? ', ' + ((k.manifest.bases || []).length) + ' bases + ' + ((k.manifest.segments || []).length) + ' segments' : '') + ')' : ''));
+      return h('tr', { 'data-task': p.task },
+        h('td', {}, h('a', { href: '/v1/jobs/' + enc(job) + '/tasks/' + enc(p.task) + '/restore' + suffix }, p.task)),
+        h('td', { 'data-field': 'status' }, p.status),
+        h('td', {}, kinds.join('; ') || '–'),
+        h('td', { class: 'num', 'data-field': 'inline_bytes', 'data-bytes': p.inline_bytes }, fmtBytes(p.inline_bytes)),
+        h('td', { class: 'num', 'data-field': 'object_store_reads' }, p.object_store_reads),
+        h('td', { class: 'num', 'data-field': 'object_store_bytes', 'data-bytes': p.object_store_bytes }, fmtBytes(p.object_store_bytes)));
+    });
+    const src = plans.length ? plans[0].source : {};
+    return [
+      h('p', { id: 'restore-source' }, 'From ' + (pin ? 'savepoint "' + pin + '", ' : 'the latest checkpoint, ') + 'epoch ' + (src.epoch || '–') +
+        ' (generation ' + (src.generation || '–') + ')' + (attempt.task_list.length > tasks.length ? '; the first ' + tasks.length + ' of ' + attempt.task_list.length + ' tasks' : '') + '. ',
+      h('a', { href: '/ui/jobs/' + enc(job) }, 'Hide')),
+      table(['Task', 'Restores', 'Per kind', h('th', { class: 'num' }, 'Inline'), h('th', { class: 'num' }, 'Object-store GETs'), h('th', { class: 'num' }, 'Object-store bytes')],
+        rows.concat([h('tr', { 'data-total': '' }, h('td', {}, h('strong', {}, 'All tasks')), h('td', {}), h('td', {}),
+          h('td', { class: 'num' }, fmtBytes(inline)), h('td', { class: 'num', 'data-field': 'object_store_reads' }, reads),
+          h('td', { class: 'num', 'data-field': 'object_store_bytes', 'data-bytes': bytes }, fmtBytes(bytes)))]), { id: 'restore-plan' }),
+    ];
   }
 
   // ackChart draws each expected task's ack delay; tasks not acknowledged
