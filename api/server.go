@@ -87,6 +87,9 @@ func New(d Deps) *Server {
 		metrics: newMetrics(d.Registry),
 		now:     time.Now,
 	}
+	if d.Registry != nil && d.FSM != nil {
+		d.Registry.MustRegister(newLateCollector(d.FSM))
+	}
 	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)
 	s.clients = newClientLimits(d.Config.HTTPLimits)
