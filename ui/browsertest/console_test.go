@@ -254,6 +254,32 @@ func (e apiEpoch) durationMs() float64 {
 	return float64(end.Sub(e.BeganAt)) / float64(time.Millisecond)
 }
 
+// lateMetric reads metastore_task_late_epochs of job from /metrics, by
+// task.
+func lateMetric(t *testing.T, base, token, job string) map[string]string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", resp.StatusCode, raw)
+	}
+	out := map[string]string{}
+	prefix := `metastore_task_late_epochs{job="` + job + `",task="`
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			task, value, _ := strings.Cut(rest, `"} `)
+			out[task] = value
+		}
+	}
+	return out
+}
+
 // consoleLog collects what the page writes to the console: calls of the
 // console API, uncaught exceptions and browser log entries (failed loads,
 // Content-Security-Policy violations).
@@ -786,6 +812,30 @@ func TestConsoleInBrowser(t *testing.T) {
 			document.querySelectorAll('svg[data-chart="acks"] rect[data-kind="straggler"]').length === 0; })()`)
 	b.screenshot("epoch-completed")
 	b.noErrors("pending epoch")
+
+	// Late tasks over time: the aggregations acknowledged the last epoch
+	// long after the others. The job view counts the late acks per task as
+	// the metric metastore_task_late_epochs does.
+	b.open("/ui/jobs/demo")
+	b.waitView("late tasks", "#late")
+	pageLate := eval[map[string]string](b, `Object.fromEntries(Array.from(document.querySelectorAll('#late [data-late-count]')).map((e) =>
+		[e.getAttribute('data-late-count'), e.textContent.split(' ')[0]]))`)
+	metricLate := lateMetric(t, b.base, op, "demo")
+	for task, n := range pageLate {
+		if want := metricLate[task]; n != want && !(n == "0" && want == "") {
+			t.Errorf("late tasks, %s: page %s, metric %q", task, n, want)
+		}
+	}
+	for task := range metricLate {
+		if _, ok := pageLate[task]; !ok {
+			t.Errorf("late tasks: %s is in the metric, not on the page", task)
+		}
+	}
+	if metricLate["agg-0"] == "" || metricLate["agg-1"] == "" {
+		t.Errorf("late tasks: the aggregations' late ack of epoch %d is not counted: page %v, metric %v", next, pageLate, metricLate)
+	}
+	b.screenshot("job-late-tasks")
+	b.noErrors("late tasks")
 
 	// The collector is the operator's: the worker token is refused, the
 	// operator's token typed in shows it.

@@ -163,6 +163,15 @@
     return { min, avg: sum / values.length, max };
   }
 
+  // lateTasks applies the store's rule (api.LateTasks, the metric
+  // metastore_task_late_epochs): an ack is late when its delay is over twice
+  // the epoch's (lower) median ack delay and at least 1ms over it.
+  function lateRule(delaysMs) {
+    const sorted = delaysMs.slice().sort((a, b) => a - b);
+    const median = sorted.length ? sorted[Math.floor((sorted.length - 1) / 2)] : 0;
+    return { median, isLate: (ms) => sorted.length > 1 && ms > 2 * median && ms - median >= 1 };
+  }
+
   function enc(id) {
     return encodeURIComponent(id);
   }
@@ -311,6 +320,9 @@
       preview = await restorePreview(job, attempt, pin, signal);
     }
 
+    const recent = done.slice(-10);
+    const details = await Promise.all(recent.map((e) => getBody(epochsPath + '/' + e.epoch, signal)));
+
     const content = [
       h('h1', {}, 'Job ', h('span', { 'data-field': 'job' }, job), jsonLink(jobPath)),
       h('div', { class: 'card' }, kv([
@@ -337,6 +349,8 @@
         h('tr', { 'data-summary': 'size' }, h('td', {}, 'Inline payload'), h('td', { class: 'num', 'data-field': 'min' }, fmtBytes(size.min)),
           h('td', { class: 'num', 'data-field': 'avg' }, size.avg === null ? '–' : fmtBytes(Math.round(size.avg))), h('td', { class: 'num', 'data-field': 'max' }, fmtBytes(size.max))),
       ], { class: 'summary' }),
+      h('h2', {}, 'Late tasks over time', jsonLink('/metrics')),
+      lateChart(job, details),
       h('h2', {}, 'Savepoints (pinned epochs)'),
       pins.length === 0 ? h('p', { class: 'muted', id: 'pins' }, 'None pinned.') :
         table(['Epoch', 'Name', 'Completed', 'Restore'], pins.map((e) => h('tr', { 'data-pin': e.epoch },
@@ -372,6 +386,55 @@
         await get(jobPath + '?index=' + j.modify_index + '&wait=60s', sig);
       },
     };
+  }
+
+  // lateChart draws each task's ack delay across the latest completed
+  // epochs, one cell per epoch, darker the closer to the epoch's slowest
+  // ack; late acks are orange. The tasks late most often come first.
+  function lateChart(job, details) {
+    if (details.length === 0) return h('p', { class: 'muted', id: 'late' }, 'No completed epoch yet.');
+    const tasks = new Map();
+    details.forEach((e, col) => {
+      const delays = e.acks.map((a) => goDuration(a.delay));
+      const rule = lateRule(delays);
+      const slowest = Math.max(1e-9, ...delays);
+      e.acks.forEach((a, i) => {
+        if (!tasks.has(a.task)) tasks.set(a.task, { task: a.task, late: 0, cells: [] });
+        const r = tasks.get(a.task);
+        const late = rule.isLate(delays[i]);
+        if (late) r.late++;
+        r.cells[col] = { ms: delays[i], late, share: delays[i] / slowest, median: rule.median };
+      });
+    });
+    const rows = Array.from(tasks.values()).sort((a, b) => b.late - a.late || (a.task < b.task ? -1 : 1)).slice(0, 30);
+    const cw = 46;
+    const rh = 18;
+    const L = 150;
+    const W = L + details.length * cw + 110;
+    const H = rows.length * rh + 22;
+    const kids = [];
+    details.forEach((e, col) => kids.push(s('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + e.epoch },
+      s('text', { x: L + col * cw + cw / 2, y: 12, 'text-anchor': 'middle' }, e.epoch))));
+    kids.push(s('text', { x: L + details.length * cw + 8, y: 12 }, 'late in'));
+    rows.forEach((r, i) => {
+      const y = 18 + i * rh;
+      kids.push(s('text', { x: L - 6, y: y + 12, 'text-anchor': 'end' }, r.task));
+      details.forEach((e, col) => {
+        const c = r.cells[col];
+        if (!c) return;
+        kids.push(s('rect', {
+          class: c.late ? 'cell-late' : 'cell', x: L + col * cw + 1, y, width: cw - 2, height: rh - 3,
+          'fill-opacity': c.late ? 1 : (0.15 + 0.85 * c.share).toFixed(2), 'data-task': r.task, 'data-epoch': e.epoch, 'data-late': c.late ? 1 : 0,
+        }, s('title', {}, r.task + ', epoch ' + e.epoch + ': ' + fmtMs(c.ms) + (c.late ? ' (late: median ' + fmtMs(c.median) + ')' : ''))));
+      });
+      kids.push(s('text', { x: L + details.length * cw + 8, y: y + 12, 'data-late-count': r.task }, r.late + ' of ' + details.length));
+    });
+    return [
+      h('p', { class: 'muted' }, 'Each task\'s ack delay in the latest ' + details.length + ' completed epochs: darker is closer to the epoch\'s slowest ack, orange is late ' +
+        '(over twice the epoch\'s median and 1ms more). A task late again and again is held up upstream (backpressure) or slow to checkpoint; ' +
+        'metastore_task_late_epochs exports the same counts for alerting.'),
+      s('svg', { class: 'chart', id: 'late', viewBox: '0 0 ' + W + ' ' + H, width: W, role: 'img', 'data-chart': 'late', 'aria-label': 'late tasks over time' }, kids),
+    ];
   }
 
   // restorePreview asks the restore plan of every task of the attempt (at
@@ -454,12 +517,7 @@
       }));
     }
 
-    const delays = e.acks.map((a) => goDuration(a.delay));
-    const sorted = delays.slice().sort((a, b) => a - b);
-    const median = sorted.length ? sorted[Math.floor((sorted.length - 1) / 2)] : 0;
-    // A task is late when its ack took more than twice the median and at
-    // least 1ms longer.
-    const isLate = (ms) => sorted.length > 1 && ms > 2 * median && ms - median >= 1;
+    const { median, isLate } = lateRule(e.acks.map((a) => goDuration(a.delay)));
     const endMs = e.completed_at || e.ended_at ? epochDuration(e) : Date.now() - new Date(e.began_at).getTime();
     const expectedTasks = taskList.filter(asked);
     const notAsked = taskList.filter((t) => !asked(t));
