@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"slices"
 	"time"
 
@@ -89,8 +88,7 @@ func LateCounts(f *fsm.FSM) (map[string]map[string]int, error) {
 		}
 		for _, n := range done {
 			e, _, err := f.Epoch(j.ID, n)
-			var rule *fsm.RuleError
-			if errors.As(err, &rule) && rule.Code == fsm.CodeNotFound {
+			if gone(err) {
 				continue // forgotten since the list was read
 			}
 			if err != nil {

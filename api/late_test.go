@@ -97,3 +97,50 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestChangelogMetrics: the restore bytes, changelog bytes and segments of
+// the latest completed checkpoint's manifest, per task; a materialization
+// empties the changelog.
+func TestChangelogMetrics(t *testing.T) {
+	m := startSingle(t)
+	j := createJob(t, m.URL, "job-cl", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}, {ID: "src", Caps: []string{"input"}}})
+	log1 := upload(t, j, "agg", strings.Repeat("a", 100))
+	j.begin(t, 1)
+	ok(t, "PUT", j.base+"/epochs/1/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{
+		"blobs": []map[string]any{{"key": log1, "size": 100}},
+		"delta": map[string]any{"add_segments": []map[string]any{
+			{"key": log1, "offset": 0, "length": 60, "first_seq": 1, "last_seq": 5},
+			{"key": log1, "offset": 60, "length": 40, "first_seq": 6, "last_seq": 9}}}}}, nil)
+	j.ack(t, 1, "src", map[string][]byte{"input": []byte("o=1")})
+	wantMetrics(t, m.URL, "job-cl", "agg", map[string]string{"restore_bytes": "100", "changelog_bytes": "100", "changelog_segments": "2"})
+
+	base := upload(t, j, "agg", strings.Repeat("b", 30))
+	j.begin(t, 2)
+	ok(t, "PUT", j.base+"/epochs/2/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{
+		"blobs": []map[string]any{{"key": base, "size": 30}},
+		"delta": map[string]any{"materialize": map[string]any{
+			"bases": []map[string]any{{"key": base, "offset": 0, "length": 30}}, "truncate_before": 10}}}}, nil)
+	j.ack(t, 2, "src", map[string][]byte{"input": []byte("o=2")})
+	wantMetrics(t, m.URL, "job-cl", "agg", map[string]string{"restore_bytes": "30", "changelog_bytes": "0", "changelog_segments": "0"})
+}
+
+func wantMetrics(t *testing.T, url, job, task string, want map[string]string) {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for name, v := range want {
+		line := fmt.Sprintf(`metastore_task_%s{job=%q,task=%q} %s`, name, job, task, v)
+		if !strings.Contains(string(body), line+"\n") {
+			t.Errorf("/metrics has no %s:\n%s", line, grepLines(string(body), "metastore_task_"))
+		}
+	}
+	for _, name := range []string{"restore_bytes", "changelog_bytes", "changelog_segments"} {
+		if strings.Contains(grepLines(string(body), "metastore_task_"+name+"{"), `task="src"`) {
+			t.Errorf("metastore_task_%s of a task without a manifest is exported", name)
+		}
+	}
+}

@@ -88,7 +88,7 @@ func New(d Deps) *Server {
 		now:     time.Now,
 	}
 	if d.Registry != nil && d.FSM != nil {
-		d.Registry.MustRegister(newLateCollector(d.FSM))
+		d.Registry.MustRegister(newLateCollector(d.FSM), newChangelogCollector(d.FSM))
 	}
 	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)
