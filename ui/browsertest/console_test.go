@@ -254,9 +254,8 @@ func (e apiEpoch) durationMs() float64 {
 	return float64(end.Sub(e.BeganAt)) / float64(time.Millisecond)
 }
 
-// lateMetric reads metastore_task_late_epochs of job from /metrics, by
-// task.
-func lateMetric(t *testing.T, base, token, job string) map[string]string {
+// taskMetric reads the metric name of job from /metrics, by task.
+func taskMetric(t *testing.T, base, token, name, job string) map[string]string {
 	t.Helper()
 	req, _ := http.NewRequest("GET", base+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -270,7 +269,7 @@ func lateMetric(t *testing.T, base, token, job string) map[string]string {
 		t.Fatalf("/metrics: %d %s", resp.StatusCode, raw)
 	}
 	out := map[string]string{}
-	prefix := `metastore_task_late_epochs{job="` + job + `",task="`
+	prefix := name + `{job="` + job + `",task="`
 	for _, line := range strings.Split(string(raw), "\n") {
 		if rest, ok := strings.CutPrefix(line, prefix); ok {
 			task, value, _ := strings.Cut(rest, `"} `)
@@ -820,7 +819,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.waitView("late tasks", "#late")
 	pageLate := eval[map[string]string](b, `Object.fromEntries(Array.from(document.querySelectorAll('#late [data-late-count]')).map((e) =>
 		[e.getAttribute('data-late-count'), e.textContent.split(' ')[0]]))`)
-	metricLate := lateMetric(t, b.base, op, "demo")
+	metricLate := taskMetric(t, b.base, op, "metastore_task_late_epochs", "demo")
 	for task, n := range pageLate {
 		if want := metricLate[task]; n != want && !(n == "0" && want == "") {
 			t.Errorf("late tasks, %s: page %s, metric %q", task, n, want)
@@ -836,6 +835,27 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	b.screenshot("job-late-tasks")
 	b.noErrors("late tasks")
+
+	// The changelog trade-off of the latest checkpoint, as its metrics say.
+	type clRow struct {
+		Restore   string `json:"restore"`
+		Changelog string `json:"changelog"`
+		Uploaded  string `json:"uploaded"`
+	}
+	cl := eval[map[string]clRow](b, `Object.fromEntries(Array.from(document.querySelectorAll('#changelog tr[data-epoch="`+fmt.Sprint(next)+`"]')).map((r) =>
+		[r.getAttribute('data-task'), { restore: r.querySelector('[data-field="restore_bytes"]').getAttribute('data-bytes'),
+		  changelog: r.querySelector('[data-field="changelog_bytes"]').getAttribute('data-bytes'),
+		  uploaded: r.querySelector('[data-field="uploaded"]').getAttribute('data-bytes') || '' }]))`)
+	restoreBytes := taskMetric(t, b.base, op, "metastore_task_restore_bytes", "demo")
+	changelogBytes := taskMetric(t, b.base, op, "metastore_task_changelog_bytes", "demo")
+	if len(cl) != 2 || len(restoreBytes) != 2 {
+		t.Errorf("changelog trade-off of epoch %d: page %v, metric %v", next, cl, restoreBytes)
+	}
+	for task, row := range cl {
+		if row.Restore != restoreBytes[task] || row.Changelog != changelogBytes[task] {
+			t.Errorf("changelog trade-off, %s: page %+v, metrics restore %s changelog %s", task, row, restoreBytes[task], changelogBytes[task])
+		}
+	}
 
 	// The collector is the operator's: the worker token is refused, the
 	// operator's token typed in shows it.

@@ -320,6 +320,16 @@
       preview = await restorePreview(job, attempt, pin, signal);
     }
 
+    // The changelog trade-off: manifests are kept for the retained
+    // completed epochs; read the stateful tasks' (at most 50) of each.
+    const kept = epochs.filter((e) => e.state === 'completed').slice(-5);
+    const keptDetails = await Promise.all(kept.map((e) => getBody(epochsPath + '/' + e.epoch, signal)));
+    const manifests = await Promise.all(keptDetails.map(async (e) => {
+      const withManifest = e.acks.filter((a) => a.lineage).slice(0, 50);
+      const ms = await Promise.all(withManifest.map((a) => getBody(epochsPath + '/' + e.epoch + '/manifests/' + enc(a.task), signal)));
+      return { epoch: e.epoch, byTask: new Map(ms.map((m) => [m.task, m])) };
+    }));
+
     const recent = done.slice(-10);
     const details = await Promise.all(recent.map((e) => getBody(epochsPath + '/' + e.epoch, signal)));
 
@@ -351,6 +361,8 @@
       ], { class: 'summary' }),
       h('h2', {}, 'Late tasks over time', jsonLink('/metrics')),
       lateChart(job, details),
+      h('h2', {}, 'Changelog trade-off', jsonLink('/metrics')),
+      changelogTable(job, manifests),
       h('h2', {}, 'Savepoints (pinned epochs)'),
       pins.length === 0 ? h('p', { class: 'muted', id: 'pins' }, 'None pinned.') :
         table(['Epoch', 'Name', 'Completed', 'Restore'], pins.map((e) => h('tr', { 'data-pin': e.epoch },
@@ -434,6 +446,54 @@
         '(over twice the epoch\'s median and 1ms more). A task late again and again is held up upstream (backpressure) or slow to checkpoint; ' +
         'metastore_task_late_epochs exports the same counts for alerting.'),
       s('svg', { class: 'chart', id: 'late', viewBox: '0 0 ' + W + ' ' + H, width: W, role: 'img', 'data-chart': 'late', 'aria-label': 'late tasks over time' }, kids),
+    ];
+  }
+
+  // changelogTable shows, per stateful task and retained epoch, the bytes
+  // uploaded for the epoch (the ranges its manifest has that the previous
+  // retained epoch's has not), the bytes a restore from it reads, and the
+  // changelog since the last materialization that the restore replays.
+  function changelogTable(job, manifests) {
+    const tasks = Array.from(new Set(manifests.flatMap((m) => Array.from(m.byTask.keys())))).sort();
+    if (tasks.length === 0) return h('p', { class: 'muted', id: 'changelog' }, 'No task of the retained checkpoints has a manifest (state in blobs).');
+    const ref = (r) => r.key + '@' + r.offset;
+    const rows = [];
+    for (const task of tasks) {
+      let prev = null;
+      manifests.forEach((m) => {
+        const mf = m.byTask.get(task);
+        if (!mf) {
+          prev = null;
+          return;
+        }
+        const man = mf.manifest || { bases: [], segments: [] };
+        const bases = man.bases || [];
+        const segs = man.segments || [];
+        const baseBytes = bases.reduce((n, b) => n + b.length, 0);
+        const segBytes = segs.reduce((n, x) => n + x.length, 0);
+        let uploaded = null;
+        if (prev) {
+          const had = new Set((prev.bases || []).map(ref).concat((prev.segments || []).map(ref)));
+          uploaded = bases.concat(segs).filter((r) => !had.has(ref(r))).reduce((n, r) => n + r.length, 0);
+        }
+        const share = mf.bytes > 0 ? segBytes / mf.bytes : 0;
+        rows.push(h('tr', { 'data-task': task, 'data-epoch': m.epoch },
+          h('td', {}, task), h('td', {}, h('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + m.epoch }, m.epoch)),
+          h('td', { class: 'num', 'data-field': 'uploaded', 'data-bytes': uploaded === null ? null : uploaded }, uploaded === null ? '–' : fmtBytes(uploaded)),
+          h('td', { class: 'num', 'data-field': 'restore_bytes', 'data-bytes': mf.bytes }, fmtBytes(mf.bytes)),
+          h('td', { class: 'num' }, bases.length + ' (' + fmtBytes(baseBytes) + ')'),
+          h('td', { class: 'num', 'data-field': 'changelog_bytes', 'data-bytes': segBytes }, segs.length + ' (' + fmtBytes(segBytes) + ')',
+            segs.length ? h('span', { class: 'muted' }, ' seq ' + segs[0].first_seq + '–' + segs[segs.length - 1].last_seq) : null),
+          h('td', { class: share > 0.8 ? 'num warn' : 'num' }, Math.round(share * 100) + '%')));
+        prev = man;
+      });
+    }
+    return [
+      h('p', { class: 'muted' }, 'Per stateful task and retained checkpoint: what the epoch uploaded against what a restore from it reads. ' +
+        'The changelog (segments since the last materialization) grows with each epoch and is replayed on restore; when it is most of the restore, ' +
+        'materialize more often. metastore_task_restore_bytes and metastore_task_changelog_bytes export the latest checkpoint\'s figures.'),
+      table(['Task', 'Epoch', h('th', { class: 'num' }, 'Uploaded for the epoch'), h('th', { class: 'num' }, 'Restore reads'),
+        h('th', { class: 'num' }, 'Bases'), h('th', { class: 'num' }, 'Changelog segments'), h('th', { class: 'num' }, 'Changelog share')], rows, { id: 'changelog' }),
     ];
   }
 
