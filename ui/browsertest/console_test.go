@@ -125,20 +125,21 @@ func build(t *testing.T, dir, pkg string) string {
 
 type member struct {
 	id, httpAddr string
+	scheme       string
 	cmd          *exec.Cmd
 	stderr       *syncBuffer
 }
 
-func (m *member) url(path string) string { return "http://" + m.httpAddr + path }
+func (m *member) url(path string) string { return m.scheme + "://" + m.httpAddr + path }
 
-// startCluster starts three members with --auth, the first operator token
-// read from opFile.
-func startCluster(t *testing.T, bin, opFile string) []*member {
+// startCluster starts three members on loopback, each with the serve
+// flags extra(id) adds, serving scheme (http or https).
+func startCluster(t *testing.T, bin, scheme string, extra func(id string) []string) []*member {
 	t.Helper()
 	var ms []*member
 	var peers, raft []string
 	for i := 1; i <= 3; i++ {
-		ms = append(ms, &member{id: fmt.Sprintf("n%d", i), httpAddr: freeAddr(t)})
+		ms = append(ms, &member{id: fmt.Sprintf("n%d", i), httpAddr: freeAddr(t), scheme: scheme})
 		raft = append(raft, freeAddr(t))
 		peers = append(peers, fmt.Sprintf("n%d=%s", i, raft[i-1]))
 	}
@@ -149,8 +150,8 @@ func startCluster(t *testing.T, bin, opFile string) []*member {
 			"--http-addr", m.httpAddr, "--raft-addr", raft[i], "--initial-cluster", strings.Join(peers, ","),
 			"--blob-store", "file://"+blobs,
 			"--heartbeat-timeout", "300ms", "--election-timeout", "300ms", "--leader-lease-timeout", "150ms",
-			"--commit-timeout", "5ms", "--min-free-disk", "0",
-			"--auth", "--auth-bootstrap-token-file", opFile)
+			"--commit-timeout", "5ms", "--min-free-disk", "0")
+		m.cmd.Args = append(m.cmd.Args, extra(m.id)...)
 		m.cmd.Env = cleanEnv()
 		m.cmd.Stdout = io.Discard
 		m.cmd.Stderr = m.stderr
@@ -173,6 +174,16 @@ func startCluster(t *testing.T, bin, opFile string) []*member {
 
 var httpClient = &http.Client{Timeout: 15 * time.Second}
 
+// tlsClient trusts the CA of the cluster over https (TestConsoleOverTLS).
+var tlsClient *http.Client
+
+func clientFor(url string) *http.Client {
+	if strings.HasPrefix(url, "https:") && tlsClient != nil {
+		return tlsClient
+	}
+	return httpClient
+}
+
 // call sends a request with token and decodes a 200 answer into out.
 func call(method, url, token string, body, out any) error {
 	var rd io.Reader
@@ -187,7 +198,7 @@ func call(method, url, token string, body, out any) error {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := clientFor(url).Do(req)
 	if err != nil {
 		return err
 	}
@@ -259,7 +270,7 @@ func taskMetric(t *testing.T, base, token, name, job string) map[string]string {
 	t.Helper()
 	req, _ := http.NewRequest("GET", base+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := httpClient.Do(req)
+	resp, err := clientFor(base).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,6 +413,46 @@ func (b *browser) useToken(token string) {
 		chromedp.Click(chromedp.ID("token-use")))
 }
 
+// newBrowser starts headless Chromium at chrome, with a fresh profile, on
+// a tab whose console messages it collects; views open at base.
+func newBrowser(t *testing.T, chrome, base string, extra ...chromedp.ExecAllocatorOption) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+		chromedp.WindowSize(1280, 900))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, extra...)...)
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 4*time.Minute)
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		cancelTimeout()
+		cancelTab()
+		cancelAlloc()
+		t.Fatalf("start chromium %s: %v", chrome, err)
+	}
+	clog := &consoleLog{}
+	consoleCtx, stopConsole := context.WithCancel(ctx)
+	messages := chromedp.Console(consoleCtx)
+	consoleDone := make(chan struct{})
+	go func() {
+		defer close(consoleDone)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			clog.add(m)
+		}
+	}()
+	t.Cleanup(func() {
+		stopConsole()
+		<-consoleDone
+		cancelTimeout()
+		cancelTab()
+		cancelAlloc()
+	})
+	return &browser{t: t, ctx: ctx, log: clog, shots: artifacts(t), base: base}
+}
+
 // TestConsoleInBrowser opens every view of the console in headless
 // Chromium against a three-member cluster with --auth that ran the example
 // job, and checks that each view draws what the API answers without a
@@ -425,7 +476,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err := os.WriteFile(opFile, []byte(op+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ms := startCluster(t, msBin, opFile)
+	ms := startCluster(t, msBin, "http", func(string) []string { return []string{"--auth", "--auth-bootstrap-token-file", opFile} })
 	waitFor(t, 60*time.Second, "cluster with a leader and the operator token", func() error {
 		leaders := map[string]bool{}
 		for _, m := range ms {
@@ -456,7 +507,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Every member serves the console.
 	for _, m := range ms {
-		resp, err := httpClient.Get(m.url("/ui/jobs/demo/epochs/1"))
+		resp, err := clientFor(m.url("")).Get(m.url("/ui/jobs/demo/epochs/1"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -467,35 +518,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	start := time.Now()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
-		chromedp.WindowSize(1280, 900))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancelTimeout()
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start chromium %s: %v", chrome, err)
-	}
-	clog := &consoleLog{}
-	consoleCtx, stopConsole := context.WithCancel(ctx)
-	messages := chromedp.Console(consoleCtx)
-	consoleDone := make(chan struct{})
-	go func() {
-		defer close(consoleDone)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			clog.add(m)
-		}
-	}()
-	defer func() { stopConsole(); <-consoleDone }()
-
-	b := &browser{t: t, ctx: ctx, log: clog, shots: artifacts(t), base: ms[1].url("")}
+	b := newBrowser(t, chrome, ms[1].url(""))
 	t.Logf("screenshots in %s", b.shots)
 
 	// Without a token the API answers 401 and the page asks for one.
