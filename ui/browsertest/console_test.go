@@ -150,7 +150,7 @@ func startCluster(t *testing.T, bin, scheme string, extra func(id string) []stri
 			"--http-addr", m.httpAddr, "--raft-addr", raft[i], "--initial-cluster", strings.Join(peers, ","),
 			"--blob-store", "file://"+blobs,
 			"--heartbeat-timeout", "300ms", "--election-timeout", "300ms", "--leader-lease-timeout", "150ms",
-			"--commit-timeout", "5ms", "--min-free-disk", "0")
+			"--commit-timeout", "5ms", "--min-free-disk", "0", "--gc-interval", "1h")
 		m.cmd.Args = append(m.cmd.Args, extra(m.id)...)
 		m.cmd.Env = cleanEnv()
 		m.cmd.Stdout = io.Discard
@@ -887,8 +887,31 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("gc with a worker token: error status %q", st)
 	}
 	b.noErrors("gc with a worker token", "status of 403")
+	for i := 0; i < 3; i++ {
+		if err := call("POST", b.base+"/v1/gc/run", op, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var gcStatus struct {
+		RecentRuns []struct {
+			BytesFreed uint64 `json:"bytes_freed"`
+		} `json:"recent_runs"`
+	}
+	if err := call("GET", b.base+"/v1/gc", op, nil, &gcStatus); err != nil {
+		t.Fatal(err)
+	}
 	b.useToken(op)
 	b.waitView("gc view", "#blobs")
+	runs := eval[[]string](b, `Array.from(document.querySelectorAll('#gc-chart rect[data-run]')).map((r) => r.getAttribute('data-bytes-freed'))`)
+	if len(runs) < 3 || len(runs) != len(gcStatus.RecentRuns) {
+		t.Errorf("gc view: %d cycles drawn, API %d", len(runs), len(gcStatus.RecentRuns))
+	} else {
+		for i, r := range gcStatus.RecentRuns {
+			if runs[i] != fmt.Sprint(r.BytesFreed) {
+				t.Errorf("gc view, cycle %d: %s bytes freed, API %d", i, runs[i], r.BytesFreed)
+			}
+		}
+	}
 	var blobs struct {
 		Store string `json:"store"`
 		Blobs struct {

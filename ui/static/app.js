@@ -716,6 +716,8 @@
             h('td', { 'data-field': 'bytes_freed' }, fmtBytes(t.bytes_freed)), h('td', { 'data-field': 'orphan_sweeps' }, t.orphan_sweeps),
             h('td', { 'data-field': 'orphans_deleted' }, t.orphans_deleted), h('td', { 'data-field': 'purged' }, t.purged),
             h('td', { 'data-field': 'errors' }, (t.errors || 0) + (t.delete_errors || 0)))]),
+        h('h2', {}, 'Over time (the latest ' + (g.recent_runs || []).length + ' cycles of this member)'),
+        gcChart(g.recent_runs || []),
         h('h2', {}, 'Last cycle'),
         lr ? h('div', { class: 'card', id: 'gc-last' }, kv([
           ['Started', fmtTime(lr.started)], ['Duration', lr.duration], ['Expired intents', lr.expired_intents],
@@ -728,6 +730,47 @@
       ],
       wait: every(5000),
     };
+  }
+
+  // gcChart draws the collector's recent cycles: bytes freed per cycle as
+  // bars (orphan sweeps marked), candidates and deleting blobs after each
+  // cycle as lines.
+  function gcChart(runs) {
+    if (runs.length === 0) return h('p', { class: 'muted', id: 'gc-chart' }, 'No cycle on this member yet.');
+    const W = 960;
+    const H = 150;
+    const L = 60;
+    const T = 10;
+    const B = 22;
+    const step = (W - L - 10) / runs.length;
+    const bw = Math.max(2, Math.min(20, step * 0.7));
+    const maxFreed = Math.max(1, ...runs.map((r) => r.bytes_freed));
+    const maxCount = Math.max(1, ...runs.map((r) => Math.max(r.candidates, r.deleting)));
+    const yb = (v) => T + (H - T - B) * (1 - v / maxFreed);
+    const yc = (v) => T + (H - T - B) * (1 - v / maxCount);
+    const xc = (i) => L + i * step + step / 2;
+    const kids = [s('line', { class: 'axis', x1: L, y1: H - B, x2: W, y2: H - B }),
+      s('text', { x: L - 4, y: T + 8, 'text-anchor': 'end' }, fmtBytes(maxFreed)),
+      s('text', { x: W, y: T + 8, 'text-anchor': 'end' }, maxCount + ' blobs'),
+      s('text', { x: L, y: H - 6 }, fmtTime(runs[0].finished)),
+      s('text', { x: W, y: H - 6, 'text-anchor': 'end' }, fmtTime(runs[runs.length - 1].finished))];
+    runs.forEach((r, i) => {
+      const top = yb(r.bytes_freed);
+      kids.push(s('rect', { class: r.outcome === 'error' ? 'bar-aborted' : 'bar-completed', x: (xc(i) - bw / 2).toFixed(1), y: top.toFixed(1),
+        width: bw.toFixed(1), height: Math.max(1, H - B - top).toFixed(1), 'data-run': i, 'data-bytes-freed': r.bytes_freed },
+      s('title', {}, fmtTime(r.finished) + ' (' + r.outcome + '): ' + r.deleted + ' deleted, ' + fmtBytes(r.bytes_freed) + ' freed, ' + r.marked + ' marked' +
+        (r.orphan_sweep ? ', orphan sweep: ' + r.orphans_deleted + ' deleted' : '') + '; ' + r.candidates + ' candidates, ' + r.deleting + ' deleting left')));
+      if (r.orphan_sweep) kids.push(s('text', { x: xc(i).toFixed(1), y: H - B - 3, 'text-anchor': 'middle', class: 'mark-sweep' }, '◆'));
+    });
+    const line = (field, cls) => s('polyline', { class: cls, fill: 'none',
+      points: runs.filter((r) => r[field] >= 0).map((r) => xc(runs.indexOf(r)).toFixed(1) + ',' + yc(r[field]).toFixed(1)).join(' ') });
+    kids.push(line('candidates', 'line-candidates'), line('deleting', 'line-deleting'));
+    return [
+      h('div', { class: 'legend' }, h('span', {}, h('i', { class: 'swatch sw-completed' }), 'bytes freed per cycle'),
+        h('span', {}, h('i', { class: 'swatch sw-late' }), 'candidates left'), h('span', {}, h('i', { class: 'swatch sw-aborted' }), 'deleting left'),
+        h('span', {}, '◆ orphan sweep')),
+      s('svg', { class: 'chart', id: 'gc-chart', viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'data-chart': 'gc', 'aria-label': 'garbage collection over time' }, kids),
+    ];
   }
 
   // ---- routing and the draw loop ----
