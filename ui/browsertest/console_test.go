@@ -955,6 +955,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	if len(members) != 3 || members[st.LeaderID] != "leader" {
 		t.Errorf("cluster view, members: %v (leader %s)", members, st.LeaderID)
 	}
+	changes := eval[[]string](b, `Array.from(document.querySelectorAll('#leader-changes tr[data-term] [data-field="leader_id"]')).map((e) => e.textContent)`)
+	if len(changes) == 0 || changes[0] != st.LeaderID {
+		t.Errorf("cluster view, leadership changes: %v (leader %s)", changes, st.LeaderID)
+	}
+	if st.State != "leader" && (f["last_contact"] == "" || f["last_contact"] == "none yet") {
+		t.Errorf("cluster view of a follower: last contact %q", f["last_contact"])
+	}
 	b.screenshot("cluster")
 	b.noErrors("cluster")
 

@@ -672,6 +672,7 @@
           ['Applied index', st.applied_index, 'applied_index'],
           ['Last log index', st.last_log_index, 'last_log_index'],
           ['Last snapshot index', st.last_snapshot_index, 'last_snapshot_index'],
+          ['Last contact with the leader', st.last_contact ? ago(st.last_contact) : (st.state === 'leader' ? '– (leads)' : 'none yet'), 'last_contact'],
           ['Health', ready + (st.integrity_problem ? '; integrity problem: ' + st.integrity_problem : ''), 'health'],
           ['Disk free', h('span', { class: d.writes_refused ? 'bad' : (lowDisk ? 'warn' : null) },
             fmtBytes(d.free_bytes) + ' free against --min-free-disk ' + fmtBytes(d.min_free_bytes) +
@@ -683,6 +684,11 @@
           h('td', {}, m.raft_addr), h('td', {}, m.http_addr || '–'),
           h('td', {}, m.http_addr ? h('a', { href: scheme + '//' + m.http_addr + '/ui/cluster' }, 'its view') : '–'))), { id: 'members' }),
         h('p', { class: 'muted' }, 'Role, term and indexes are this member\'s own; open a member\'s console for its view.'),
+        h('h2', {}, 'Recent leadership changes (seen by this member)'),
+        (st.leader_changes || []).length === 0 ? h('p', { class: 'muted', id: 'leader-changes' }, 'None seen since the member started.') :
+          table(['At', 'New leader', h('th', { class: 'num' }, 'Term')], st.leader_changes.slice().reverse().map((c) => h('tr', { 'data-term': c.term },
+            h('td', {}, fmtTime(c.at) + ' (' + ago(c.at) + ')'), h('td', { 'data-field': 'leader_id' }, c.leader_id),
+            h('td', { class: 'num', 'data-field': 'term' }, c.term))), { id: 'leader-changes' }),
       ],
       wait: every(3000),
     };
