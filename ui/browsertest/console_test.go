@@ -955,6 +955,20 @@ func TestConsoleInBrowser(t *testing.T) {
 	if len(members) != 3 || members[st.LeaderID] != "leader" {
 		t.Errorf("cluster view, members: %v (leader %s)", members, st.LeaderID)
 	}
+	rowsOf := eval[map[string]map[string]string](b, `Object.fromEntries(Array.from(document.querySelectorAll('#members tr[data-member]')).map((r) =>
+		[r.getAttribute('data-member'), Object.fromEntries(Array.from(r.querySelectorAll('[data-field]')).map((e) => [e.getAttribute('data-field'), e.textContent]))]))`)
+	for _, m := range ms {
+		var own struct {
+			State string `json:"state"`
+			Term  uint64 `json:"term"`
+		}
+		if err := call("GET", m.url("/v1/status"), op, nil, &own); err != nil {
+			t.Fatal(err)
+		}
+		if r := rowsOf[m.id]; r["state"] != own.State || r["term"] != fmt.Sprint(own.Term) || !strings.HasPrefix(r["answer"], "in ") {
+			t.Errorf("cluster view, %s: %v, its status %+v", m.id, r, own)
+		}
+	}
 	changes := eval[[]string](b, `Array.from(document.querySelectorAll('#leader-changes tr[data-term] [data-field="leader_id"]')).map((e) => e.textContent)`)
 	if len(changes) == 0 || changes[0] != st.LeaderID {
 		t.Errorf("cluster view, leadership changes: %v (leader %s)", changes, st.LeaderID)

@@ -649,6 +649,8 @@
     const membersPath = '/v1/members';
     const st = await getBody(statusPath, signal);
     const ms = await getBody(membersPath, signal);
+    const allPath = '/v1/members/status';
+    const all = new Map(((await getBody(allPath, signal)).members || []).map((a) => [a.id, a]));
     let ready = 'unknown';
     try {
       const r = await fetch('/readyz', { signal, credentials: 'omit', cache: 'no-store' });
@@ -662,7 +664,7 @@
     return {
       title: 'Cluster',
       content: [
-        h('h1', {}, 'Cluster', jsonLink(statusPath), jsonLink(membersPath)),
+        h('h1', {}, 'Cluster', jsonLink(statusPath), jsonLink(membersPath), jsonLink(allPath)),
         h('h2', {}, 'This member: ', h('span', { 'data-field': 'id' }, st.id)),
         h('div', { class: 'card' }, kv([
           ['Role', st.state, 'state'],
@@ -679,11 +681,21 @@
             (d.writes_refused ? ': writes refused' : '') + (d.error ? ' (' + d.error + ')' : '')), 'disk'],
         ])),
         h('h2', {}, 'Members'),
-        table(['Id', 'Suffrage', 'Leader', 'Raft address', 'HTTP address', 'Console'], (ms.members || []).map((m) => h('tr', { 'data-member': m.id },
-          h('td', {}, m.id), h('td', { 'data-field': 'suffrage' }, m.suffrage), h('td', { 'data-field': 'leader' }, m.leader ? 'leader' : ''),
-          h('td', {}, m.raft_addr), h('td', {}, m.http_addr || '–'),
-          h('td', {}, m.http_addr ? h('a', { href: scheme + '//' + m.http_addr + '/ui/cluster' }, 'its view') : '–'))), { id: 'members' }),
-        h('p', { class: 'muted' }, 'Role, term and indexes are this member\'s own; open a member\'s console for its view.'),
+        table(['Id', 'Suffrage', 'Leader', 'Role', h('th', { class: 'num' }, 'Term'), h('th', { class: 'num' }, 'Commit'), h('th', { class: 'num' }, 'Applied'),
+          'Last contact', 'Disk free', 'Answer', 'HTTP address'], (ms.members || []).map((m) => {
+          const a = all.get(m.id);
+          const o = a && a.status;
+          const od = (o && o.disk) || {};
+          return h('tr', { 'data-member': m.id, class: a && a.error ? 'bad' : null },
+            h('td', {}, m.id), h('td', { 'data-field': 'suffrage' }, m.suffrage), h('td', { 'data-field': 'leader' }, m.leader ? 'leader' : ''),
+            h('td', { 'data-field': 'state' }, o ? o.state : '–'), h('td', { class: 'num', 'data-field': 'term' }, o ? o.term : '–'),
+            h('td', { class: 'num', 'data-field': 'commit_index' }, o ? o.commit_index : '–'), h('td', { class: 'num', 'data-field': 'applied_index' }, o ? o.applied_index : '–'),
+            h('td', { 'data-field': 'last_contact' }, o ? (o.last_contact ? ago(o.last_contact) : (o.state === 'leader' ? '– (leads)' : 'none yet')) : '–'),
+            h('td', { class: od.writes_refused ? 'bad' : null }, o ? fmtBytes(od.free_bytes) + (od.writes_refused ? ', writes refused' : '') : '–'),
+            h('td', { 'data-field': 'answer' }, a ? (a.error ? 'no answer: ' + a.error : (o.integrity_problem ? 'integrity problem: ' + o.integrity_problem : 'in ' + fmtMs(a.took_ms))) : '–'),
+            h('td', {}, m.http_addr ? h('a', { href: scheme + '//' + m.http_addr + '/ui/cluster', title: 'its console' }, m.http_addr) : '–'));
+        }), { id: 'members' }),
+        h('p', { class: 'muted' }, 'Each member\'s row is its own answer to /v1/status, asked by ' + st.id + ' (GET /v1/members/status); the card above is ' + st.id + '\'s.'),
         h('h2', {}, 'Recent leadership changes (seen by this member)'),
         (st.leader_changes || []).length === 0 ? h('p', { class: 'muted', id: 'leader-changes' }, 'None seen since the member started.') :
           table(['At', 'New leader', h('th', { class: 'num' }, 'Term')], st.leader_changes.slice().reverse().map((c) => h('tr', { 'data-term': c.term },
