@@ -324,8 +324,15 @@
 
     // The changelog trade-off: manifests are kept for the retained
     // completed epochs; read the stateful tasks' (at most 50) of each.
+    // Each epoch's detail is read once per draw (the late-tasks chart and
+    // the changelog table share them).
+    const detailOf = new Map();
+    const detail = (n) => {
+      if (!detailOf.has(n)) detailOf.set(n, getBody(epochsPath + '/' + n, signal));
+      return detailOf.get(n);
+    };
     const kept = epochs.filter((e) => e.state === 'completed').slice(-5);
-    const keptDetails = await Promise.all(kept.map((e) => getBody(epochsPath + '/' + e.epoch, signal)));
+    const keptDetails = await Promise.all(kept.map((e) => detail(e.epoch)));
     const manifests = await Promise.all(keptDetails.map(async (e) => {
       const withManifest = e.acks.filter((a) => a.lineage).slice(0, 50);
       const ms = await Promise.all(withManifest.map((a) => getBody(epochsPath + '/' + e.epoch + '/manifests/' + enc(a.task), signal)));
@@ -333,7 +340,7 @@
     }));
 
     const recent = done.slice(-10);
-    const details = await Promise.all(recent.map((e) => getBody(epochsPath + '/' + e.epoch, signal)));
+    const details = await Promise.all(recent.map((e) => detail(e.epoch)));
 
     const content = [
       h('h1', {}, 'Job ', h('span', { 'data-field': 'job' }, job), jsonLink(jobPath)),
