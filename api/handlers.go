@@ -125,9 +125,26 @@ func (s *Server) stateHash(_ *http.Request) (any, uint64, error) {
 
 // Jobs and attempts.
 
+// jobsList lists the jobs a token may see. With ?index=N it is a blocking
+// query: it answers when one of them has a modify index past N (a job was
+// created or changed), or when ?wait (default and cap 5m) elapses.
 func (s *Server) jobsList(r *http.Request) (any, uint64, error) {
-	jobs, idx, err := s.fsm.Jobs()
-	return map[string]any{"jobs": filterJobs(r, jobs)}, idx, err // a worker token sees its scope (auth.go)
+	after, wait, err := blockingParams(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return blockingRead(r, s.fsm.Changes, wait, func() (map[string]any, uint64, bool, error) {
+		jobs, idx, err := s.fsm.Jobs()
+		if err != nil {
+			return nil, idx, true, err
+		}
+		jobs = filterJobs(r, jobs) // a worker token sees its scope (auth.go)
+		changed := after == 0
+		for _, j := range jobs {
+			changed = changed || j.ModifyIndex > after
+		}
+		return map[string]any{"jobs": jobs}, idx, changed, nil
+	})
 }
 
 func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
