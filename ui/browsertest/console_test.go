@@ -574,6 +574,21 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.screenshot("jobs")
 	b.noErrors("jobs")
 
+	// The open jobs view follows a change of the job by itself: epoch 13,
+	// left pending by the crash, is aborted.
+	eval[string](b, `window.consoleTestMarker = 'still here'`)
+	if err := call("POST", b.base+"/v1/jobs/demo/epochs/13/abort", worker, map[string]any{"generation": demo.Generation, "reason": "operator gave up on it"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS("the jobs view to show the abort", `(() => {
+		const row = document.querySelector('#jobs tr[data-job="demo"]');
+		return row !== null && row.querySelector('[data-field="pending"]').textContent === '0' &&
+			row.querySelector('[data-field="aborted"]').textContent === '1'; })()`)
+	if m := eval[string](b, `window.consoleTestMarker || 'reloaded'`); m != "still here" {
+		t.Fatalf("the jobs view was reloaded (%s), not updated", m)
+	}
+	b.noErrors("jobs after the abort")
+
 	// The token is in the tab's sessionStorage, never in a URL.
 	if got := eval[string](b, `sessionStorage.getItem('metastore-token')`); got != worker {
 		t.Errorf("sessionStorage holds %q", got)
@@ -646,7 +661,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.screenshot("job")
 	b.noErrors("job")
 
-	// A new attempt aborts epoch 13 and completes two more: the open job
+	// A new attempt completes two more epochs: the open job
 	// view follows by itself (no reload: the marker survives).
 	draws := eval[string](b, `window.consoleTestMarker = 'still here'; document.querySelector('main').getAttribute('data-draws')`)
 	runJob(t, jobBin, ms, worker, "resume", "--epochs", "2")

@@ -230,7 +230,12 @@
         h('p', { class: 'muted' }, 'Completed counts the remembered completed and subsumed epochs (the job keeps ',
           'its history setting\'s number of ended ones); the age turns orange past the job\'s ack timeout.'),
       ],
-      wait: every(5000),
+      // A blocking query on the list: it answers once a job is created or
+      // changes, or after 30s (the ages are drawn again then).
+      wait: async (sig) => {
+        const index = Math.max(0, ...jobs.map((j) => j.modify_index));
+        await get(path + '?index=' + index + '&wait=30s', sig);
+      },
     };
   }
 
