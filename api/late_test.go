@@ -122,6 +122,16 @@ func TestChangelogMetrics(t *testing.T) {
 			"bases": []map[string]any{{"key": base, "offset": 0, "length": 30}}, "truncate_before": 10}}}}, nil)
 	j.ack(t, 2, "src", map[string][]byte{"input": []byte("o=2")})
 	wantMetrics(t, m.URL, "job-cl", "agg", map[string]string{"restore_bytes": "30", "changelog_bytes": "0", "changelog_segments": "0"})
+
+	// Both blobs are live (the changelog's, unreferenced now, until the
+	// collector takes it), counted for the job that uploaded them.
+	var stats struct {
+		Blobs fsm.BlobStats `json:"blobs"`
+	}
+	ok(t, "GET", m.URL+"/v1/blobs", nil, &stats)
+	if got := stats.Blobs.LiveByJob["job-cl"]; got.Count != 2 || got.Bytes != 130 || len(stats.Blobs.LiveByJob) != 1 {
+		t.Fatalf("live blobs by job: %+v", stats.Blobs.LiveByJob)
+	}
 }
 
 func wantMetrics(t *testing.T, url, job, task string, want map[string]string) {
