@@ -930,7 +930,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	var blobs struct {
 		Store string `json:"store"`
 		Blobs struct {
-			Count map[string]int `json:"count"`
+			Count     map[string]int `json:"count"`
+			LiveByJob map[string]struct {
+				Count int    `json:"count"`
+				Bytes uint64 `json:"bytes"`
+			} `json:"live_by_job"`
 		} `json:"blobs"`
 	}
 	if err := call("GET", b.base+"/v1/blobs", op, nil, &blobs); err != nil {
@@ -939,6 +943,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	live := eval[string](b, `(document.querySelector('#blobs tr[data-blob-state="live"] [data-field="count"]') || {}).textContent || ''`)
 	if blobs.Blobs.Count["live"] == 0 || live != fmt.Sprint(blobs.Blobs.Count["live"]) {
 		t.Errorf("gc view: %q live blobs, API %d", live, blobs.Blobs.Count["live"])
+	}
+	byJob := eval[map[string]string](b, `Object.fromEntries(Array.from(document.querySelectorAll('#live-by-job tr[data-job]')).map((r) =>
+		[r.getAttribute('data-job'), r.querySelector('[data-field="count"]').textContent + ' ' + r.querySelector('[data-field="bytes"]').getAttribute('data-bytes')]))`)
+	if demoBlobs := blobs.Blobs.LiveByJob["demo"]; len(byJob) != len(blobs.Blobs.LiveByJob) || demoBlobs.Count == 0 ||
+		byJob["demo"] != fmt.Sprintf("%d %d", demoBlobs.Count, demoBlobs.Bytes) {
+		t.Errorf("gc view, live bytes by job: %v, API %+v", byJob, blobs.Blobs.LiveByJob)
 	}
 	if f := b.fields(".card"); f["store"] != blobs.Store {
 		t.Errorf("gc view: store %q, API %q", f["store"], blobs.Store)

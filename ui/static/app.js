@@ -757,6 +757,11 @@
         table(['State', h('th', { class: 'num' }, 'Count'), h('th', { class: 'num' }, 'Bytes')], states.map((k) => h('tr', { 'data-blob-state': k },
           h('td', {}, k), h('td', { class: 'num', 'data-field': 'count' }, (b.blobs.count || {})[k] || 0),
           h('td', { class: 'num', 'data-field': 'bytes' }, fmtBytes((b.blobs.bytes || {})[k] || 0)))), { id: 'blobs' }),
+        h('h2', {}, 'Live bytes by job (the job that uploaded them)'),
+        Object.keys(b.blobs.live_by_job || {}).length === 0 ? h('p', { class: 'muted', id: 'live-by-job' }, 'No live blob.') :
+          table(['Job', h('th', { class: 'num' }, 'Blobs'), h('th', { class: 'num' }, 'Bytes')], Object.entries(b.blobs.live_by_job).sort().map(([job, v]) =>
+            h('tr', { 'data-job': job }, h('td', {}, h('a', { href: '/ui/jobs/' + enc(job) }, job)), h('td', { class: 'num', 'data-field': 'count' }, v.count),
+              h('td', { class: 'num', 'data-field': 'bytes', 'data-bytes': v.bytes }, fmtBytes(v.bytes)))), { id: 'live-by-job' }),
       ],
       wait: every(5000),
     };
