@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/metastore/metastore/api"
@@ -790,6 +791,16 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	b.screenshot("epoch")
 	b.noErrors("epoch")
+
+	// From the epoch view, the restore preview from that checkpoint.
+	if _, err := chromedp.Run(b.ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.ID("restore-epoch")))); err != nil {
+		t.Fatalf("follow the restore link: %v", err)
+	}
+	b.waitView("restore preview from the epoch", "#restore-plan")
+	if src := eval[string](b, `document.getElementById('restore-source').textContent`); !strings.Contains(src, fmt.Sprintf("epoch %d ", e.Epoch)) {
+		t.Errorf("restore preview from epoch %d: %q", e.Epoch, src)
+	}
+	b.noErrors("restore preview from the epoch")
 
 	// The aborted epoch 13 of the superseded attempt: its reason, and
 	// that three tasks never acknowledged.

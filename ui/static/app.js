@@ -322,9 +322,10 @@
     // or ?pin=NAME): it costs one request per task.
     const q = new URLSearchParams(location.search);
     const pin = q.get('pin');
+    const fromEpoch = /^[1-9][0-9]*$/.test(q.get('epoch') || '') ? q.get('epoch') : null;
     let preview = null;
-    if ((q.get('restore') === 'latest' || pin) && attempt) {
-      preview = await restorePreview(job, attempt, pin, signal);
+    if ((q.get('restore') === 'latest' || pin || fromEpoch) && attempt) {
+      preview = await restorePreview(job, attempt, pin ? { pin } : (fromEpoch ? { epoch: fromEpoch } : {}), signal);
     }
 
     // The changelog trade-off: manifests are kept for the retained
@@ -512,10 +513,12 @@
   }
 
   // restorePreview asks the restore plan of every task of the attempt (at
-  // most 200) from the latest checkpoint or the savepoint pin.
-  async function restorePreview(job, attempt, pin, signal) {
+  // most 200) from the latest checkpoint, the savepoint from.pin or the
+  // retained epoch from.epoch.
+  async function restorePreview(job, attempt, from, signal) {
     const tasks = attempt.task_list.slice(0, 200);
-    const suffix = pin ? '?pin=' + encodeURIComponent(pin) : '';
+    const pin = from.pin;
+    const suffix = pin ? '?pin=' + encodeURIComponent(pin) : (from.epoch ? '?epoch=' + from.epoch : '');
     const plans = await Promise.all(tasks.map((t) => getBody('/v1/jobs/' + enc(job) + '/tasks/' + enc(t.id) + '/restore' + suffix, signal)));
     let reads = 0;
     let bytes = 0;
@@ -536,7 +539,7 @@
     });
     const src = plans.length ? plans[0].source : {};
     return [
-      h('p', { id: 'restore-source' }, 'From ' + (pin ? 'savepoint "' + pin + '", ' : 'the latest checkpoint, ') + 'epoch ' + (src.epoch || '–') +
+      h('p', { id: 'restore-source' }, 'From ' + (pin ? 'savepoint "' + pin + '", ' : (from.epoch ? 'the retained ' : 'the latest checkpoint, ')) + 'epoch ' + (src.epoch || '–') +
         ' (generation ' + (src.generation || '–') + ')' + (attempt.task_list.length > tasks.length ? '; the first ' + tasks.length + ' of ' + attempt.task_list.length + ' tasks' : '') + '. ',
       h('a', { href: '/ui/jobs/' + enc(job) }, 'Hide')),
       table(['Task', 'Restores', 'Per kind', h('th', { class: 'num' }, 'Inline'), h('th', { class: 'num' }, 'Object-store GETs'), h('th', { class: 'num' }, 'Object-store bytes')],
@@ -644,6 +647,8 @@
       notAsked.length === 0 ? h('p', { id: 'not-asked' }, 'None: every task of generation ' + e.generation + ' acknowledges.') :
         h('ul', { id: 'not-asked' }, notAsked.map((t) => h('li', { 'data-task': t.id }, t.id, ' ', h('span', { class: 'muted' }, '(capabilities: ' + (t.capabilities.join(', ') || 'none') + ')')))),
       attempt ? h('p', {}, 'Task set: ', jsonLink(attemptPath)) : null,
+      e.state === 'completed' && attempt ? h('p', {}, h('a', { href: '/ui/jobs/' + enc(job) + '?epoch=' + n + '#restore', id: 'restore-epoch' },
+        'Preview a restore of every task from this checkpoint')) : null,
     ];
     return {
       title: job + ' epoch ' + n,
