@@ -269,7 +269,7 @@
       s('text', { x: L - 4, y: T + 8, 'text-anchor': 'end' }, label(max)),
       s('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'),
     ];
-    const every = Math.max(1, Math.ceil(n / 16));
+    const labelEvery = Math.max(1, Math.ceil(n / 16));
     epochs.forEach((e, i) => {
       const x = L + 2 + i * step + (step - bw) / 2;
       const v = vals[i];
@@ -289,7 +289,7 @@
       }
       if (clipped) a.append(s('text', { x: (x + bw + 2).toFixed(1), y: (top + 10).toFixed(1) }, '↑ ' + label(v)));
       kids.push(a);
-      if (i % every === 0) kids.push(s('text', { x: (x + bw / 2).toFixed(1), y: H - B + 14, 'text-anchor': 'middle' }, e.epoch));
+      if (i % labelEvery === 0) kids.push(s('text', { x: (x + bw / 2).toFixed(1), y: H - B + 14, 'text-anchor': 'middle' }, e.epoch));
     });
     return s('svg', { class: 'chart', viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'data-chart': what, 'aria-label': 'checkpoint ' + what + ' per epoch' }, kids);
   }
