@@ -454,6 +454,10 @@ func newBrowser(t *testing.T, chrome, base string, extra ...chromedp.ExecAllocat
 	return &browser{t: t, ctx: ctx, log: clog, shots: artifacts(t), base: base}
 }
 
+// abortReason is the reason epoch 13 is aborted with: markup, which the
+// console must show as text.
+const abortReason = `gave up <b id="injected">bold</b><img src=x onerror="document.title='pwned'">`
+
 // TestConsoleInBrowser opens every view of the console in headless
 // Chromium against a three-member cluster with --auth that ran the example
 // job, and checks that each view draws what the API answers without a
@@ -576,9 +580,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.noErrors("jobs")
 
 	// The open jobs view follows a change of the job by itself: epoch 13,
-	// left pending by the crash, is aborted.
+	// left pending by the crash, is aborted (with a reason that is markup:
+	// the views must show it as text).
 	eval[string](b, `window.consoleTestMarker = 'still here'`)
-	if err := call("POST", b.base+"/v1/jobs/demo/epochs/13/abort", worker, map[string]any{"generation": demo.Generation, "reason": "operator gave up on it"}, nil); err != nil {
+	if err := call("POST", b.base+"/v1/jobs/demo/epochs/13/abort", worker, map[string]any{"generation": demo.Generation, "reason": abortReason}, nil); err != nil {
 		t.Fatal(err)
 	}
 	b.waitJS("the jobs view to show the abort", `(() => {
@@ -685,6 +690,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("data-draws still %s", d)
 	}
 	checkJob("job view after resume")
+	if got := eval[string](b, `document.querySelector('tr[data-aborted="13"] [data-field="reason"]').textContent`); got != abortReason ||
+		eval[int](b, `document.querySelectorAll('#injected, img').length`) != 0 {
+		t.Errorf("job view: the abort reason is shown as %q, or became markup", got)
+	}
 	png := b.screenshot("job-updated")
 	if *update {
 		if err := os.WriteFile("../../docs/console-job.png", png, 0o644); err != nil {
@@ -809,6 +818,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	b.open("/ui/jobs/demo/epochs/13")
 	b.waitView("aborted epoch view", "#acks")
+	if n := eval[int](b, `document.querySelectorAll('#injected').length`); n != 0 || e.Reason != abortReason {
+		t.Errorf("epoch 13: the reason %q became markup (%d elements)", e.Reason, n)
+	}
 	if f := b.fields(".card"); e.State != "aborted" || f["state"] != "aborted" || f["reason"] != e.Reason || e.Reason == "" ||
 		f["acked"] != fmt.Sprintf("%d of %d", e.Acked, e.Expected) || !strings.HasPrefix(f["stragglers"], fmt.Sprintf("%d tasks", e.Expected-e.Acked)) {
 		t.Errorf("epoch 13: %v, API %+v", f, e)
