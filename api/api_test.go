@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -159,6 +160,71 @@ func TestStragglersAndBlockingQuery(t *testing.T) {
 	}
 	if len(got.Acks) != 2 || got.Acks[0].Task != "src" || got.Acks[1].Sizes[fsm.KindOutput] != 5 {
 		t.Fatalf("acks: %+v", got.Acks)
+	}
+}
+
+// TestJobBlockingQuery: GET /v1/jobs/{job}?index=N answers when the job
+// changes (here: its epoch completes), and a query that times out answers
+// the unchanged job; an ack that does not complete the epoch is no change
+// of the job.
+func TestJobBlockingQuery(t *testing.T) {
+	m := startSingle(t)
+	tasks := []taskSpec{{ID: "src", Caps: []string{"input"}}, {ID: "sink", Caps: []string{"output"}}}
+	j := createJob(t, m.URL, "job-jb", tasks)
+	j.begin(t, 1)
+	var job fsm.Job
+	ok(t, "GET", j.base, nil, &job)
+	var same fsm.Job
+	ok(t, "GET", fmt.Sprintf("%s?index=%d&wait=50ms", j.base, job.ModifyIndex), nil, &same)
+	if same.ModifyIndex != job.ModifyIndex || same.LatestCompleted != 0 {
+		t.Fatalf("timed-out blocking query: %+v", same)
+	}
+	done := make(chan fsm.Job, 1)
+	go func() {
+		var got fsm.Job
+		resp := do(t, "GET", fmt.Sprintf("%s?index=%d&wait=30s", j.base, job.ModifyIndex), nil)
+		if resp.status == http.StatusOK {
+			resp.decode(t, &got)
+		}
+		done <- got
+	}()
+	j.ack(t, 1, "src", map[string][]byte{"input": []byte("offset=1")})
+	j.ack(t, 1, "sink", map[string][]byte{"output": []byte("txn-1")})
+	got := <-done
+	if got.LatestCompleted != 1 || len(got.Pending) != 0 || got.ModifyIndex <= job.ModifyIndex {
+		t.Fatalf("blocking query answered %+v", got)
+	}
+	// The list blocks on the jobs' modify indexes alike.
+	var list struct {
+		Jobs []fsm.Job `json:"jobs"`
+	}
+	ok(t, "GET", fmt.Sprintf("%s/v1/jobs?index=%d&wait=50ms", m.URL, got.ModifyIndex), nil, &list)
+	if len(list.Jobs) != 1 || list.Jobs[0].ModifyIndex != got.ModifyIndex {
+		t.Fatalf("timed-out blocking list: %+v", list)
+	}
+	listed := make(chan []fsm.Job, 1)
+	go func() {
+		var l struct {
+			Jobs []fsm.Job `json:"jobs"`
+		}
+		resp := do(t, "GET", fmt.Sprintf("%s/v1/jobs?index=%d&wait=30s", m.URL, got.ModifyIndex), nil)
+		if resp.status == http.StatusOK {
+			resp.decode(t, &l)
+		}
+		listed <- l.Jobs
+	}()
+	j.begin(t, 2)
+	if l := <-listed; len(l) != 1 || !slices.Equal(l[0].Pending, []uint64{2}) {
+		t.Fatalf("blocking list answered %+v", l)
+	}
+	for _, q := range []string{"?index=x", "?index=1&wait=forever", "?index=1&wait=-1s"} {
+		if resp := do(t, "GET", m.URL+"/v1/jobs"+q, nil); resp.status != http.StatusBadRequest {
+			t.Errorf("GET /v1/jobs%s: %d, want 400", q, resp.status)
+		}
+		resp := do(t, "GET", j.base+q, nil)
+		if resp.status != http.StatusBadRequest {
+			t.Errorf("GET %s: %d, want 400", q, resp.status)
+		}
 	}
 }
 

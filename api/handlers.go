@@ -133,9 +133,26 @@ func (s *Server) stateHash(_ *http.Request) (any, uint64, error) {
 
 // Jobs and attempts.
 
+// jobsList lists the jobs a token may see. With ?index=N it is a blocking
+// query: it answers when one of them has a modify index past N (a job was
+// created or changed), or when ?wait (default and cap 5m) elapses.
 func (s *Server) jobsList(r *http.Request) (any, uint64, error) {
-	jobs, idx, err := s.fsm.Jobs()
-	return map[string]any{"jobs": filterJobs(r, jobs)}, idx, err // a worker token sees its scope (auth.go)
+	after, wait, err := blockingParams(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return blockingRead(r, s.fsm.Changes, wait, func() (map[string]any, uint64, bool, error) {
+		jobs, idx, err := s.fsm.Jobs()
+		if err != nil {
+			return nil, idx, true, err
+		}
+		jobs = filterJobs(r, jobs) // a worker token sees its scope (auth.go)
+		changed := after == 0
+		for _, j := range jobs {
+			changed = changed || j.ModifyIndex > after
+		}
+		return map[string]any{"jobs": jobs}, idx, changed, nil
+	})
 }
 
 func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
@@ -156,12 +173,67 @@ func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
 	return s.apply(r.Context(), fsm.CmdJobPut, &p)
 }
 
+// jobGet reads a job. With ?index=N it is a blocking query: it answers when
+// the job's modify index passes N (an epoch began, completed or ended, an
+// attempt started, the config changed), or when ?wait (default and cap 5m)
+// elapses, with the job at that time.
 func (s *Server) jobGet(r *http.Request) (any, uint64, error) {
 	job, err := pathID(r, "job")
 	if err != nil {
 		return nil, 0, err
 	}
-	return s.fsm.Job(job)
+	after, wait, err := blockingParams(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return blockingRead(r, s.fsm.Changes, wait, func() (*fsm.Job, uint64, bool, error) {
+		j, idx, err := s.fsm.Job(job)
+		return j, idx, err != nil || after == 0 || j.ModifyIndex > after, err
+	})
+}
+
+// blockingParams reads the ?index and ?wait of a blocking query.
+func blockingParams(r *http.Request) (after uint64, wait time.Duration, err error) {
+	after, err = queryUint(r, "index")
+	if err != nil {
+		return 0, 0, err
+	}
+	wait = MaxWait
+	if raw := r.URL.Query().Get("wait"); raw != "" {
+		d, err := time.ParseDuration(raw)
+		if err != nil || d < 0 {
+			return 0, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "wait", "%q is not a duration such as 30s", raw)
+		}
+		wait = min(d, MaxWait)
+	}
+	return after, wait, nil
+}
+
+// blockingRead reads until read reports done or wait elapses, reading
+// again after each change of the state; it answers the last read.
+func blockingRead[T any](r *http.Request, changes func() <-chan struct{}, wait time.Duration, read func() (T, uint64, bool, error)) (any, uint64, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	for {
+		// Take the change channel before reading, so an apply between the
+		// read and the wait is not missed.
+		changed := changes()
+		v, idx, done, err := read()
+		if err != nil {
+			return nil, idx, err
+		}
+		if done {
+			return v, idx, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			if r.Context().Err() != nil {
+				return nil, 0, r.Context().Err()
+			}
+			return v, idx, nil
+		}
+	}
 }
 
 func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
@@ -245,37 +317,14 @@ func (s *Server) epochGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	after, err := queryUint(r, "index")
+	after, wait, err := blockingParams(r)
 	if err != nil {
 		return nil, 0, err
 	}
-	wait := MaxWait
-	if raw := r.URL.Query().Get("wait"); raw != "" {
-		d, err := time.ParseDuration(raw)
-		if err != nil || d < 0 {
-			return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "wait", "%q is not a duration such as 30s", raw)
-		}
-		wait = min(d, MaxWait)
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), wait)
-	defer cancel()
-	for {
-		// Take the change channel before reading, so an apply between the
-		// read and the wait is not missed.
-		changed := s.fsm.Changes()
+	return blockingRead(r, s.fsm.Changes, wait, func() (*fsm.EpochDetail, uint64, bool, error) {
 		e, idx, err := s.fsm.Epoch(job, n)
-		if err != nil || after == 0 || e.ModifyIndex > after {
-			return e, idx, err
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			if r.Context().Err() != nil {
-				return nil, 0, r.Context().Err()
-			}
-			return e, idx, nil
-		}
-	}
+		return e, idx, err != nil || after == 0 || e.ModifyIndex > after, err
+	})
 }
 
 func (s *Server) taskAck(r *http.Request) (any, uint64, error) {

@@ -55,7 +55,7 @@ var transferRoutes = map[string]bool{
 // or leadership changes wait on the object store or on the cluster. They
 // get MaxWait on top of the write timeout.
 var longRoutes = map[string]bool{
-	"epochs.get": true, "jobs.verify": true, "fsck": true, "gc.run": true,
+	"jobs.list": true, "jobs.get": true, "epochs.get": true, "jobs.verify": true, "fsck": true, "gc.run": true,
 	"members.add": true, "members.remove": true, "leader.transfer": true,
 }
 

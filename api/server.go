@@ -100,6 +100,9 @@ func New(d Deps) *Server {
 	if d.Registry != nil && d.FSM != nil {
 		d.Registry.MustRegister(newPendingCollector(d.FSM, clock.Now))
 	}
+	if d.Registry != nil && d.FSM != nil {
+		d.Registry.MustRegister(newLateCollector(d.FSM), newChangelogCollector(d.FSM))
+	}
 	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)
 	s.clients = newClientLimits(d.Config.HTTPLimits)
@@ -138,6 +141,7 @@ func (s *Server) routeTable() []route {
 	return []route{
 		{"status", "GET", "/v1/status", local, s.status, 0, permAuthenticated},
 		{"members.list", "GET", "/v1/members", local, s.membersList, 0, permAuthenticated},
+		{"members.status", "GET", "/v1/members/status", local, s.membersStatus, 0, permAuthenticated},
 		{"members.add", "POST", "/v1/members", write, s.membersAdd, 0, permMembers},
 		{"members.remove", "DELETE", "/v1/members/{id}", write, s.membersRemove, 0, permOperator},
 		{"leader.transfer", "POST", "/v1/leader/transfer", write, s.leaderTransfer, 0, permOperator},

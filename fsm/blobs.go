@@ -433,11 +433,20 @@ type BlobStats struct {
 	// Candidates is the number of unreferenced blobs waiting for the
 	// collector.
 	Candidates int `json:"candidates"`
+	// LiveByJob counts the live blobs and their bytes by the job that
+	// uploaded them.
+	LiveByJob map[string]JobBlobs `json:"live_by_job"`
+}
+
+// JobBlobs is a count of blobs and their bytes.
+type JobBlobs struct {
+	Count int    `json:"count"`
+	Bytes uint64 `json:"bytes"`
 }
 
 // BlobStats scans every blob record.
 func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
-	s := &BlobStats{Count: map[BlobState]int{}, Bytes: map[BlobState]uint64{}}
+	s := &BlobStats{Count: map[BlobState]int{}, Bytes: map[BlobState]uint64{}, LiveByJob: map[string]JobBlobs{}}
 	idx, err := f.view(func(t *txn) error {
 		if err := t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
 			var b Blob
@@ -446,6 +455,12 @@ func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
 			}
 			s.Count[b.State]++
 			s.Bytes[b.State] += b.Size
+			if b.State == BlobLive {
+				j := s.LiveByJob[b.Job]
+				j.Count++
+				j.Bytes += b.Size
+				s.LiveByJob[b.Job] = j
+			}
 			return true, nil
 		}); err != nil {
 			return err

@@ -59,6 +59,7 @@ type Collector struct {
 
 	mu        sync.Mutex
 	last      *Report
+	recent    []RunSample // oldest first, at most RecentRuns
 	totals    Totals
 	lastSweep time.Time // clock of the last orphan sweep (zero: never)
 
@@ -237,14 +238,21 @@ func (c *Collector) record(rep *Report, err error, d time.Duration) {
 	}
 	c.m.cycles.WithLabelValues(outcome).Inc()
 	c.m.duration.Observe(d.Seconds())
+	sample := RunSample{Finished: rep.Finished, Outcome: outcome, Marked: rep.Marked, Deleted: rep.Deleted, BytesFreed: rep.BytesFreed,
+		OrphanSweep: rep.OrphanSweep, OrphansDeleted: rep.OrphansDeleted, Candidates: -1, Deleting: -1}
 	if cand, del, cerr := c.counts(); cerr == nil {
 		c.m.candidates.Set(float64(cand))
 		c.m.deleting.Set(float64(del))
+		sample.Candidates, sample.Deleting = cand, del
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.last = rep
 	addToTotals(&c.totals, rep, outcome == "error")
+	if len(c.recent) == RecentRuns {
+		c.recent = append(c.recent[:0], c.recent[1:]...)
+	}
+	c.recent = append(c.recent, sample)
 }
 
 // counts reads the number of candidates and of deleting blobs, up to
@@ -286,6 +294,7 @@ func (c *Collector) Status() Status {
 		last := *c.last
 		s.LastRun = &last
 	}
+	s.RecentRuns = append([]RunSample{}, c.recent...)
 	s.Totals = c.totals
 	if !c.lastSweep.IsZero() {
 		at := c.lastSweep

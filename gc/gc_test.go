@@ -659,6 +659,10 @@ func TestStatusAndMetrics(t *testing.T) {
 		st.Totals.BytesFreed != sizeOf(unreferenced) || st.PendingCandidates != 0 || st.Totals.Cycles != 1 {
 		t.Fatalf("status after: %+v", st)
 	}
+	if len(st.RecentRuns) != 1 || st.RecentRuns[0].Deleted != rep.Deleted || st.RecentRuns[0].BytesFreed != rep.BytesFreed ||
+		st.RecentRuns[0].Outcome != "ok" || st.RecentRuns[0].Candidates != 0 || !st.RecentRuns[0].Finished.Equal(rep.Finished) {
+		t.Fatalf("recent runs: %+v", st.RecentRuns)
+	}
 	raw, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
@@ -667,7 +671,7 @@ func TestStatusAndMetrics(t *testing.T) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"enabled", "running", "last_run", "totals", "pending_candidates", "deleting", "store"} {
+	for _, k := range []string{"enabled", "running", "last_run", "recent_runs", "totals", "pending_candidates", "deleting", "store"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("status JSON lacks %q: %s", k, raw)
 		}
@@ -710,6 +714,30 @@ func TestStatusAndMetrics(t *testing.T) {
 	c.Close()
 	if _, err := New(baseConfig(), Deps{FSM: e.f, Store: e.store, Apply: e.apply, VerifyLeader: e.verifyLeader, Registerer: reg}); err != nil {
 		t.Fatalf("register after Close: %v", err)
+	}
+}
+
+// TestRecentRunsBounded: Status keeps the latest RecentRuns cycles, oldest
+// first; a dry run is not one of them.
+func TestRecentRunsBounded(t *testing.T) {
+	e := newEnv(t)
+	c := e.collector(baseConfig())
+	e.runOnce(c, RunOptions{DryRun: true})
+	if st := c.Status(); len(st.RecentRuns) != 0 {
+		t.Fatalf("a dry run was recorded: %+v", st.RecentRuns)
+	}
+	for i := 0; i < RecentRuns+5; i++ {
+		e.clock.Advance(time.Second)
+		e.runOnce(c, RunOptions{})
+	}
+	st := c.Status()
+	if len(st.RecentRuns) != RecentRuns || !st.RecentRuns[len(st.RecentRuns)-1].Finished.Equal(st.LastRun.Finished) {
+		t.Fatalf("%d recent runs, last %+v, last run %+v", len(st.RecentRuns), st.RecentRuns[len(st.RecentRuns)-1], st.LastRun)
+	}
+	for i := 1; i < len(st.RecentRuns); i++ {
+		if !st.RecentRuns[i].Finished.After(st.RecentRuns[i-1].Finished) {
+			t.Fatalf("recent runs out of order at %d: %+v", i, st.RecentRuns)
+		}
 	}
 }
 

@@ -13,7 +13,11 @@ type (
 	MissingBlob  = gcapi.MissingBlob
 	VerifyError  = gcapi.VerifyError
 	VerifyReport = gcapi.VerifyReport
+	RunSample    = gcapi.RunSample
 )
+
+// RecentRuns is the number of cycles Status.RecentRuns keeps.
+const RecentRuns = gcapi.RecentRuns
 
 // noteErr records a problem in r: the first one becomes Error.
 func noteErr(r *Report, err error) {

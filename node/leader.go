@@ -43,6 +43,7 @@ func (n *Node) runLeadership() {
 				lastLeader = lo.LeaderID
 				n.metrics.leaderChanges.Inc()
 				n.log.Info("leader changed", "leader_id", lo.LeaderID, "leader_raft_addr", lo.LeaderAddr)
+				n.noteLeaderChange(string(lo.LeaderID))
 				n.kickMemberCheck()
 			}
 		case <-tick.C:
@@ -58,6 +59,16 @@ func (n *Node) runLeadership() {
 			sess = nil
 		}
 	}
+}
+
+// noteLeaderChange records a leader change for Status.
+func (n *Node) noteLeaderChange(leader string) {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	if len(n.leaderChanges) == MaxLeaderChanges {
+		n.leaderChanges = append(n.leaderChanges[:0], n.leaderChanges[1:]...)
+	}
+	n.leaderChanges = append(n.leaderChanges, LeaderChange{At: time.Now(), LeaderID: leader, Term: n.raft.CurrentTerm()})
 }
 
 func (n *Node) startSession(term uint64) *leaderSession {

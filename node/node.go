@@ -82,6 +82,11 @@ type Node struct {
 	// joinToken authenticates join requests (Deps.JoinToken).
 	joinToken string
 
+	// leaderChanges are the latest leader changes seen (runLeadership),
+	// oldest first.
+	leaderMu      sync.Mutex
+	leaderChanges []LeaderChange
+
 	cfg   config.Config
 	log   *slog.Logger
 	fsm   *fsm.FSM
@@ -149,6 +154,23 @@ type Status struct {
 	// IntegrityProblem is the latest corrupt file found while the member
 	// runs (empty if none): the member should be rebuilt.
 	IntegrityProblem string `json:"integrity_problem,omitempty"`
+	// LastContact is when this member, not leading, last heard from the
+	// leader (absent on the leader and before any contact).
+	LastContact *time.Time `json:"last_contact,omitempty"`
+	// LeaderChanges lists the latest leader changes this member saw since
+	// it started, oldest first (at most MaxLeaderChanges).
+	LeaderChanges []LeaderChange `json:"leader_changes"`
+}
+
+// MaxLeaderChanges bounds Status.LeaderChanges.
+const MaxLeaderChanges = 20
+
+// LeaderChange is one change of leader seen by a member: when (its clock),
+// the new leader and the term it saw then.
+type LeaderChange struct {
+	At       time.Time `json:"at"`
+	LeaderID string    `json:"leader_id"`
+	Term     uint64    `json:"term"`
 }
 
 // MemberStatus is one member: a server of the Raft configuration, or a
@@ -601,6 +623,12 @@ func (n *Node) Status() Status {
 	st.Disk.ApplyStalled = n.fsm.Stalled()
 	st.Disk.RaftStalled = n.raftStalled.Load()
 	st.IntegrityProblem, _ = n.integrity.status()
+	if lc := n.raft.LastContact(); !lc.IsZero() && st.State != "leader" {
+		st.LastContact = &lc
+	}
+	n.leaderMu.Lock()
+	st.LeaderChanges = append([]LeaderChange{}, n.leaderChanges...)
+	n.leaderMu.Unlock()
 	records := map[string]fsm.Member{}
 	if members, err := n.fsm.Members(); err == nil {
 		for _, m := range members {

@@ -602,6 +602,24 @@ func TestThreeNodeCluster(t *testing.T) {
 		}
 	}
 
+	// Every member records the change of leader it saw; a follower reports
+	// when it last heard from the leader, the leader does not.
+	waitFor(t, 10*time.Second, "leader changes and last contact in the status", func() bool {
+		ls := leaders(nodes)
+		if len(ls) != 1 {
+			return false
+		}
+		for _, tn := range nodes {
+			st := tn.node.Status()
+			n := len(st.LeaderChanges)
+			if n == 0 || st.LeaderChanges[n-1].LeaderID != ls[0].cfg.NodeID || st.LeaderChanges[n-1].Term == 0 ||
+				st.LeaderChanges[n-1].At.IsZero() || (tn == ls[0]) != (st.LastContact == nil) {
+				return false
+			}
+		}
+		return true
+	})
+
 	// Writes and linearizable reads go to the leader only.
 	cmd := mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "x", RaftAddr: "x:1", HTTPAddr: "x:2"})
 	if _, err := follower.node.Apply(ctxT(t), cmd); !errors.Is(err, node.ErrNotLeader) {

@@ -25,6 +25,7 @@ import (
 	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/internal/datadir"
 	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/ui"
 )
 
 // The HTTP server's limits are settings (config.HTTPLimits), applied by
@@ -163,7 +164,8 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	}
 	current.Store(n)
 
-	handler := api.New(api.Deps{
+	// The console (/ui/) in front of the API; every other path is the API's.
+	handler := ui.Mount(api.New(api.Deps{
 		Config:   cfg,
 		Node:     n,
 		FSM:      f,
@@ -173,7 +175,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		Registry: reg,
 		TLS:      material,
 		Build:    buildinfo.Read(version),
-	}).Handler()
+	}).Handler())
 
 	// Request contexts derive from reqCtx; cancelling it during shutdown
 	// ends blocking queries instead of waiting them out.

@@ -101,6 +101,23 @@ type StatusConfig struct {
 	DeleteTimeout fsm.Duration `json:"delete_timeout"`
 }
 
+// RecentRuns is the number of cycles Status.RecentRuns keeps.
+const RecentRuns = 60
+
+// RunSample is one finished cycle in Status.RecentRuns: what it did, and
+// the counts of candidates and deleting blobs it left (-1: not read).
+type RunSample struct {
+	Finished       time.Time `json:"finished"`
+	Outcome        string    `json:"outcome"`
+	Marked         int       `json:"marked"`
+	Deleted        int       `json:"deleted"`
+	BytesFreed     uint64    `json:"bytes_freed"`
+	OrphanSweep    bool      `json:"orphan_sweep"`
+	OrphansDeleted int       `json:"orphans_deleted"`
+	Candidates     int       `json:"candidates"`
+	Deleting       int       `json:"deleting"`
+}
+
 // Status is the collector's state, for GET /v1/gc.
 type Status struct {
 	// Enabled is true for every collector (a member without one reports
@@ -113,7 +130,10 @@ type Status struct {
 	// LastRun is the report of the last cycle (nil before the first). Dry
 	// runs are not recorded.
 	LastRun *Report `json:"last_run"`
-	Totals  Totals  `json:"totals"`
+	// RecentRuns lists the latest RecentRuns cycles of this member, oldest
+	// first (dry runs are not recorded).
+	RecentRuns []RunSample `json:"recent_runs"`
+	Totals     Totals      `json:"totals"`
 	// PendingCandidates counts the unreferenced blobs waiting for the
 	// collector, grace period not yet over included; Deleting the blobs
 	// marked deleting whose delete is not confirmed. Both read the local
