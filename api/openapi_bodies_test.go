@@ -160,6 +160,7 @@ func TestOpenAPIResponseBodies(t *testing.T) {
 	}
 	r.ok("status", "/v1/status", nil, &st)
 	r.ok("members.list", "/v1/members", nil, nil)
+	r.ok("members.status", "/v1/members/status", nil, nil)
 	// Adding the member that is already a voter at its addresses changes
 	// nothing (a single member cannot admit one that does not run).
 	r.ok("members.add", "/v1/members", map[string]string{"id": st.Members[0].ID, "raft_addr": st.Members[0].RaftAddr, "http_addr": st.Members[0].HTTPAddr}, nil)
