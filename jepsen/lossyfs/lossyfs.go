@@ -350,6 +350,14 @@ func (n *node) keepAll() syscall.Errno {
 	return n.l.before(fd, st, 0, st.syncedSize)
 }
 
+var _ = (fs.NodeCopyFileRanger)((*node)(nil))
+
+// CopyFileRange is refused, so the kernel copies with reads and writes
+// (through Write, which keeps the pre-images).
+func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode, fhOut fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	return 0, syscall.ENOSYS
+}
+
 var _ = (fs.NodeSetattrer)((*node)(nil))
 
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {

@@ -49,11 +49,12 @@ type Options struct {
 	Jobs int
 	// ReuseSameRef: see workload.Config.ReuseSameRef.
 	ReuseSameRef bool
-	// ReuseProb, ReuseHold and GCInterval override every scenario's when
-	// set.
+	// ReuseProb, ReuseHold, GCInterval and GCBatch override every
+	// scenario's when set.
 	ReuseProb  float64
 	ReuseHold  time.Duration
 	GCInterval time.Duration
+	GCBatch    int
 	// KeepAll keeps the artifacts of passed scenarios too.
 	KeepAll bool
 	// LossyDisk puts every scenario's members on lossy disks
@@ -228,6 +229,7 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 		S3Prefix:   Prefix,
 		Binary:     r.binary,
 		GCInterval: cmp.Or(r.opts.GCInterval, sc.GCInterval),
+		GCBatch:    cmp.Or(r.opts.GCBatch, sc.GCBatch),
 		Env:        append(append([]string(nil), r.opts.Env...), sc.Env...),
 		Logf:       r.logf,
 	}

@@ -114,9 +114,12 @@ func TestPositiveControls(t *testing.T) {
 			// store records as a GC candidate, at a random age past the
 			// grace period (not only before the collector lists it),
 			// and keeps it in its manifest for longer than the unsafe
-			// window; cycles every 500ms make the unsafe window (1s)
-			// two thirds of a candidate's life.
-			sc: Scenario{Name: "control-gc-skip-mark", Duration: 20 * time.Second, ReuseProb: 1, ReuseHold: 3 * time.Second, GCInterval: 500 * time.Millisecond,
+			// window; cycles every 500ms that list every candidate at
+			// once (1000, the most; a batch of 100 left a backlog of older candidates
+			// ahead of the reused ones) make the unsafe window (1s) most
+			// of a candidate's life.
+			sc: Scenario{Name: "control-gc-skip-mark", Duration: 20 * time.Second, ReuseProb: 1, ReuseHold: 3 * time.Second,
+				GCInterval: 500 * time.Millisecond, GCBatch: 1000,
 				Env: []string{"METASTORE_UNSAFE_GC_SKIP_MARK=1"}},
 			// A delete of a protected blob, or a GET of a referenced
 			// blob answered 404, whichever the run shows first.

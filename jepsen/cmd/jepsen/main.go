@@ -62,6 +62,7 @@ func main() {
 	reuseHold := fs.Duration("reuse-hold", 0, "how long a task keeps a blob it referenced again before it materializes or drops a segment")
 	gcInterval := fs.Duration("gc-interval", 0, "the members' GC cycle interval (default 2s)")
 	lossyDisk := fs.Bool("lossy-disk", false, "put the members' data directories on lossy disks (jepsen/lossyfs) in every scenario")
+	gcBatch := fs.Int("gc-batch", 0, "the members' GC batch size (default 100)")
 	keepAll := fs.Bool("keep", false, "keep the artifacts of passed scenarios too")
 	var env multi
 	fs.Var(&env, "env", "KEY=VALUE added to every member's environment (repeatable), e.g. METASTORE_UNSAFE_STALE_READS=1")
@@ -126,7 +127,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, GCInterval: *gcInterval, LossyDisk: *lossyDisk, KeepAll: *keepAll})
+	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, GCInterval: *gcInterval, GCBatch: *gcBatch, LossyDisk: *lossyDisk, KeepAll: *keepAll})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "jepsen: %v\n", err)
 		os.Exit(2)
