@@ -61,8 +61,8 @@
 //	snapshot-persist-crash        a member crashes inside snapshot persist;
 //	                              heal restarts it
 //	power-loss-leader,            the machine of the leader (or of every
-//	power-loss-all-torn           member) crashes: SIGKILL, every write
-//	                              not fsynced dropped (torn: a random half
+//	power-loss-all,               member) crashes: SIGKILL, every write
+//	power-loss-all-torn           not fsynced dropped (torn: a random half
 //	                              of the pages dropped) by jepsen/lossyfs,
 //	                              a new boot id; heal restarts (needs
 //	                              cluster.Options.LossyDisk: DiskNeeder)
@@ -291,7 +291,7 @@ func Catalog() []Fault {
 		S3Errors(0.3), S3Timeouts(2*time.Second, 0.3), S3LostReply(LostPut), S3LostReply(LostDelete),
 		GCCrashAfterMark(), SnapshotPersistCrash(),
 		ClockSkew(90 * time.Second),
-		PowerLoss(), PowerLossAllTorn(),
+		PowerLoss(), PowerLossAll(), PowerLossAllTorn(),
 	}
 }
 

@@ -219,6 +219,12 @@ type powerLossFault struct {
 // Heal restarts it. The cluster must run with Options.LossyDisk.
 func PowerLoss() Fault { return &powerLossFault{name: "power-loss-leader", mode: lossyfs.Lose} }
 
+// PowerLossAll returns the fault that crashes every member's machine at
+// once, each losing every write it had not fsynced; Heal restarts them.
+func PowerLossAll() Fault {
+	return &powerLossFault{name: "power-loss-all", all: true, mode: lossyfs.Lose}
+}
+
 // PowerLossAllTorn returns the fault that crashes every member's machine
 // at once, each keeping a random half of its unsynced pages (torn
 // writes); Heal restarts them all.
