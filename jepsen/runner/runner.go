@@ -394,6 +394,15 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		f.CollectErr = "no member is serving"
 		return f
 	}
+	healthy := f.HealthErr == ""
+	if !healthy {
+		// Without a healthy cluster the reads below would each wait out
+		// their timeouts (minutes): the state is not collected, the
+		// checkers that need it fail, and the members' own checks and
+		// logs are still read.
+		f.CollectErr = "not collected: the cluster is not healthy after the heal"
+		wres = nil
+	}
 	cl, err := client.New(client.Config{Endpoints: endpoints, RequestTimeout: 10 * time.Second, MaxAttempts: 10})
 	if err != nil {
 		f.CollectErr = err.Error()
@@ -410,7 +419,7 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 	// Quiet for the grace period, then two GC cycles.
 	sleepCtx(ctx, c.Options().GCGrace+time.Second)
 	f.GCStart, f.Grace = time.Now(), c.Options().GCGrace
-	for i := 0; i < 2; i++ {
+	for i := 0; healthy && i < 2; i++ {
 		var rep map[string]any
 		gctx, cancel := context.WithTimeout(ctx, time.Minute)
 		_, err := c.Send(gctx, "POST", "/v1/gc/run", nil, &rep)
@@ -458,7 +467,7 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		}
 	}
 	for _, k := range f.Bucket {
-		if referenced[k] {
+		if referenced[k] || !healthy {
 			continue
 		}
 		var b fsm.Blob
@@ -474,7 +483,7 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 
 	// Convergence: healthy (same hash at the same index), then each
 	// member's hash and fsck, asked of the member itself.
-	hctx, cancel = context.WithTimeout(ctx, time.Minute)
+	hctx, cancel = context.WithTimeout(ctx, min(time.Minute, healthTimeout))
 	if err := c.WaitHealthy(hctx); err != nil && f.HealthErr == "" {
 		f.HealthErr = err.Error()
 	}
