@@ -49,12 +49,13 @@ type Options struct {
 	Jobs int
 	// ReuseSameRef: see workload.Config.ReuseSameRef.
 	ReuseSameRef bool
-	// ReuseProb, ReuseHold, GCInterval and GCBatch override every
-	// scenario's when set.
-	ReuseProb  float64
-	ReuseHold  time.Duration
-	GCInterval time.Duration
-	GCBatch    int
+	// ReuseProb, ReuseHold, ReuseWindow, GCInterval and GCBatch override
+	// every scenario's when set.
+	ReuseProb   float64
+	ReuseHold   time.Duration
+	ReuseWindow time.Duration
+	GCInterval  time.Duration
+	GCBatch     int
 	// KeepAll keeps the artifacts of passed scenarios too.
 	KeepAll bool
 	// LossyDisk puts every scenario's members on lossy disks
@@ -264,7 +265,8 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 		}
 	}
 	wcfg := workload.Config{Members: members, Duration: sc.Duration, Jobs: r.opts.Jobs, Readers: sc.ReadersPerMember,
-		ReuseProb: cmp.Or(r.opts.ReuseProb, sc.ReuseProb), ReuseHold: cmp.Or(r.opts.ReuseHold, sc.ReuseHold), ReuseSameRef: r.opts.ReuseSameRef, GCGrace: c.Options().GCGrace, GCInterval: c.Options().GCInterval, Logf: r.logf}
+		ReuseProb: cmp.Or(r.opts.ReuseProb, sc.ReuseProb), ReuseHold: cmp.Or(r.opts.ReuseHold, sc.ReuseHold),
+		ReuseWindow: cmp.Or(r.opts.ReuseWindow, sc.ReuseWindow), ReuseSameRef: r.opts.ReuseSameRef, GCGrace: c.Options().GCGrace, GCInterval: c.Options().GCInterval, Logf: r.logf}
 	wl, err := workload.New(wcfg, h)
 	if err != nil {
 		res.Err = err

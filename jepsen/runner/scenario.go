@@ -36,8 +36,9 @@ type Scenario struct {
 	// ReuseProb overrides the workload's chance, per ack of a state
 	// task, of referencing again a blob the collector may be deleting.
 	ReuseProb float64
-	// ReuseHold: see workload.Config.ReuseHold.
-	ReuseHold time.Duration
+	// ReuseHold and ReuseWindow: see workload.Config.
+	ReuseHold   time.Duration
+	ReuseWindow time.Duration
 	// GCInterval and GCBatch override the members' GC cycle interval and
 	// batch size.
 	GCInterval time.Duration

@@ -112,15 +112,17 @@ func TestPositiveControls(t *testing.T) {
 			name: "GC without the deleting mark",
 			// Every ack of a state task references again a blob the
 			// store records as a GC candidate, at a random age past the
-			// grace period (not only before the collector lists it),
-			// and keeps it in its manifest for longer than the unsafe
-			// window; cycles every 500ms that list every candidate at
-			// once (1000, the most; a batch of 100 left a backlog of older candidates
-			// ahead of the reused ones) make the unsafe window (1s) most
-			// of a candidate's life.
-			sc: Scenario{Name: "control-gc-skip-mark", Duration: 20 * time.Second, ReuseProb: 1, ReuseHold: 3 * time.Second,
+			// grace period (not only before the collector lists it), and
+			// keeps it in its manifest past the delete. The collector
+			// lists every candidate at once (1000, the most: a batch of
+			// 100 left a backlog of older candidates ahead of the reused
+			// ones) every 500ms, then waits, up to 5s, until one of them
+			// is referenced again (gc/unsafe_on.go): with a fixed window
+			// of 1s, 1 run in 6 had no reuse inside it.
+			sc: Scenario{Name: "control-gc-skip-mark", Duration: 20 * time.Second,
+				ReuseProb: 1, ReuseHold: 8 * time.Second, ReuseWindow: time.Second,
 				GCInterval: 500 * time.Millisecond, GCBatch: 1000,
-				Env: []string{"METASTORE_UNSAFE_GC_SKIP_MARK=1"}},
+				Env: []string{"METASTORE_UNSAFE_GC_SKIP_MARK=5s"}},
 			// A delete of a protected blob, or a GET of a referenced
 			// blob answered 404, whichever the run shows first.
 			checker: "gc-safety", reasons: []string{"while protected", "referenced blob"},

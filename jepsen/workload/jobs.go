@@ -314,7 +314,8 @@ type leftBlob struct {
 	size uint64
 	at   time.Time
 	// after is how long past the grace period a worker waits before it
-	// references the blob again, drawn once from [0, GC interval + 1s):
+	// references the blob again, drawn once from [0, GC interval +
+	// Config.ReuseWindow):
 	// workers look often, and without it would nearly always take a
 	// candidate before the collector's next cycle has listed it.
 	after time.Duration
@@ -451,13 +452,15 @@ func (wk *worker) noteLeft(prev, next manifests.Manifest) {
 	for _, k := range prev.Blobs() {
 		if !slices.Contains(nk, k) {
 			if v, ok := wk.j.w.contents.Load(k); ok {
-				after := time.Duration(wk.j.w.rnd.IntN(int((wk.j.w.cfg.GCInterval+time.Second)/time.Millisecond))) * time.Millisecond
+				after := time.Duration(wk.j.w.rnd.IntN(int((wk.j.w.cfg.GCInterval+wk.j.w.cfg.ReuseWindow)/time.Millisecond))) * time.Millisecond
 				wk.left = append(wk.left, leftBlob{key: k, size: uint64(len(v.([]byte))), at: now, after: after})
 			}
 		}
 	}
-	if len(wk.left) > 50 {
-		wk.left = wk.left[len(wk.left)-50:]
+	// Long enough to hold blobs until retention and the grace period are
+	// over (a task leaves several a second), not to grow without bound.
+	if len(wk.left) > 1000 {
+		wk.left = wk.left[len(wk.left)-1000:]
 	}
 }
 
@@ -505,7 +508,7 @@ const NoteReuse = "references again a GC candidate: "
 // deleting it. The mark's re-check must then keep it.
 func (wk *worker) reuse(ctx context.Context) {
 	w := wk.j.w
-	// Up to three lookups among the blobs that left long enough ago, at
+	// Up to five lookups among the blobs that left long enough ago, at
 	// random: some stay referenced for long (a pinned savepoint's).
 	var old []int
 	for i, l := range wk.left {
@@ -520,7 +523,7 @@ func (wk *worker) reuse(ctx context.Context) {
 			wk.left = slices.Delete(wk.left, i, i+1)
 		}
 	}()
-	for n := 0; n < 3 && len(old) > 0; n++ {
+	for n := 0; n < 5 && len(old) > 0; n++ {
 		pick := w.rnd.IntN(len(old))
 		i := old[pick]
 		old = slices.Delete(old, pick, pick+1)

@@ -68,6 +68,11 @@ type Config struct {
 	GCGrace time.Duration
 	// GCInterval is the members' GC cycle interval (default 2s).
 	GCInterval time.Duration
+	// ReuseWindow is how long past its listing a candidate may still be
+	// deleted (default 1s; the GC control's window): a blob is referenced
+	// again at an age past the grace period drawn from [0, GCInterval +
+	// ReuseWindow).
+	ReuseWindow time.Duration
 	// OpTimeout bounds one operation (default 15s).
 	OpTimeout time.Duration
 	// Logf receives progress lines (nil: discarded).
@@ -104,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GCInterval == 0 {
 		c.GCInterval = 2 * time.Second
+	}
+	if c.ReuseWindow == 0 {
+		c.ReuseWindow = time.Second
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = 15 * time.Second

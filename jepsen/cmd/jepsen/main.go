@@ -62,6 +62,7 @@ func main() {
 	reuseHold := fs.Duration("reuse-hold", 0, "how long a task keeps a blob it referenced again before it materializes or drops a segment")
 	gcInterval := fs.Duration("gc-interval", 0, "the members' GC cycle interval (default 2s)")
 	lossyDisk := fs.Bool("lossy-disk", false, "put the members' data directories on lossy disks (jepsen/lossyfs) in every scenario")
+	reuseWindow := fs.Duration("reuse-window", 0, "spread of the ages at which a blob is referenced again past the grace period, beyond the GC interval (default 1s: the GC control's window)")
 	gcBatch := fs.Int("gc-batch", 0, "the members' GC batch size (default 100)")
 	keepAll := fs.Bool("keep", false, "keep the artifacts of passed scenarios too")
 	var env multi
@@ -127,7 +128,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, GCInterval: *gcInterval, GCBatch: *gcBatch, LossyDisk: *lossyDisk, KeepAll: *keepAll})
+	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, ReuseWindow: *reuseWindow, GCInterval: *gcInterval, GCBatch: *gcBatch, LossyDisk: *lossyDisk, KeepAll: *keepAll})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "jepsen: %v\n", err)
 		os.Exit(2)
