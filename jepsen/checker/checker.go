@@ -110,10 +110,11 @@ type JobFinal struct {
 
 // BlobRecord is the store's record of a blob (GET /v1/blobs/{key}).
 type BlobRecord struct {
-	State      string     `json:"state"`
-	Refs       uint64     `json:"refs"`
-	LeaseUntil *time.Time `json:"lease_until,omitempty"`
-	Err        string     `json:"err,omitempty"`
+	State          string     `json:"state"`
+	Refs           uint64     `json:"refs"`
+	LeaseUntil     *time.Time `json:"lease_until,omitempty"`
+	UnreferencedAt *time.Time `json:"unreferenced_at,omitempty"`
+	Err            string     `json:"err,omitempty"`
 }
 
 // MemberFinal is one member's view at the end.

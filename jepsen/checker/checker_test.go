@@ -237,6 +237,21 @@ func TestGCLiveness(t *testing.T) {
 	if v := GCLiveness(&Input{Final: f}); v.OK {
 		t.Fatal("expired upload past its grace left in the bucket accepted")
 	}
+	// Unreferenced by a leader whose clock was a minute ahead: not
+	// collectable yet, if and only if clocks were set that far apart.
+	ahead := now.Add(time.Minute)
+	f.Records["c"] = BlobRecord{State: "live", UnreferencedAt: &ahead}
+	if v := GCLiveness(&Input{Final: f, ClockSkew: 90 * time.Second}); !v.OK {
+		t.Fatalf("a blob unreferenced by a leader 1m ahead refused under 90s of skew: %v", v.Problems)
+	}
+	if v := GCLiveness(&Input{Final: f}); v.OK {
+		t.Fatal("a blob unreferenced in the future accepted without clock skew")
+	}
+	long := now.Add(-time.Hour)
+	f.Records["c"] = BlobRecord{State: "live", UnreferencedAt: &long}
+	if v := GCLiveness(&Input{Final: f, ClockSkew: 90 * time.Second}); v.OK {
+		t.Fatal("a blob unreferenced an hour ago accepted under skew")
+	}
 }
 
 func TestScanLog(t *testing.T) {

@@ -287,6 +287,13 @@ func GCLiveness(in *Input) Verdict {
 			// An upload whose lease ended less than the grace period
 			// before the final cycles: not collectable by them yet.
 			young++
+		case r.State == "live" && r.Refs == 0 && r.UnreferencedAt != nil && r.UnreferencedAt.Add(f.Grace).After(f.GCStart) &&
+			r.UnreferencedAt.Before(f.GCStart.Add(in.ClockSkew)):
+			// Unreferenced by a leader whose clock was ahead (by at
+			// most the skew injected): its grace period is not over in
+			// the store's time. Without skew the quiet period before the
+			// final cycles rules this out.
+			young++
 		default:
 			p.addf("leak: object %s is still in the bucket after the final GC cycles, recorded %s with %d references", k, r.State, r.Refs)
 		}
