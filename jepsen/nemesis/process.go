@@ -190,16 +190,22 @@ func (f *killManyFault) Inject(ctx context.Context, c *cluster.Cluster) error {
 }
 
 func (f *killManyFault) Heal(ctx context.Context, c *cluster.Cluster) error {
+	return restartAll(ctx, f.victims, &f.detail)
+}
+
+// restartAll starts every member of victims that is down and notes it in
+// detail.
+func restartAll(ctx context.Context, victims []*cluster.Member, detail *string) error {
 	var errs []error
-	for _, m := range f.victims {
+	for _, m := range victims {
 		if !m.Running() {
 			if err := m.Start(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if len(f.victims) > 0 {
-		f.detail += ", restarted"
+	if len(victims) > 0 {
+		*detail += ", restarted"
 	}
 	return errors.Join(errs...)
 }
@@ -259,16 +265,5 @@ func (f *powerLossFault) Inject(ctx context.Context, c *cluster.Cluster) error {
 }
 
 func (f *powerLossFault) Heal(ctx context.Context, c *cluster.Cluster) error {
-	var errs []error
-	for _, m := range f.victims {
-		if !m.Running() {
-			if err := m.Start(ctx); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	if len(f.victims) > 0 {
-		f.detail += ", restarted"
-	}
-	return errors.Join(errs...)
+	return restartAll(ctx, f.victims, &f.detail)
 }
