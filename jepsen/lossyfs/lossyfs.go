@@ -78,6 +78,18 @@ type fileState struct {
 	pre        map[int64][]byte // page index -> content before the first unsynced write
 }
 
+// Supported reports why a lossy file system cannot be mounted here, or
+// nil: it needs /dev/fuse and root.
+func Supported() error {
+	if os.Geteuid() != 0 {
+		return errors.New("lossyfs: mounting a FUSE file system needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return fmt.Errorf("lossyfs: no FUSE device: %w", err)
+	}
+	return nil
+}
+
 // Mount mounts a lossy view of the directory backing at mountpoint (both
 // must exist). It needs root or fusermount.
 func Mount(backing, mountpoint string) (*FS, error) {

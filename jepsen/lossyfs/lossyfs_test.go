@@ -12,11 +12,8 @@ import (
 
 func mountT(t *testing.T) (*FS, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a FUSE file system needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
+	if err := Supported(); err != nil {
+		t.Skipf("skipping: %v", err)
 	}
 	dir := t.TempDir()
 	backing, mnt := filepath.Join(dir, "disk"), filepath.Join(dir, "mnt")

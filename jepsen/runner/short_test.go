@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/jepsen/cluster"
+	"github.com/metastore/metastore/jepsen/lossyfs"
 	"github.com/metastore/metastore/jepsen/nemesis"
 )
 
@@ -130,6 +131,13 @@ func TestPositiveControls(t *testing.T) {
 	}
 	for _, c := range controls {
 		t.Run(c.name, func(t *testing.T) {
+			for _, mk := range c.sc.Faults {
+				if dn, ok := mk().(nemesis.DiskNeeder); ok && dn.NeedsLossyDisk() {
+					if err := lossyfs.Supported(); err != nil {
+						t.Skipf("the control's faults need lossy disks: %v", err)
+					}
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			res := r.Run(ctx, c.sc)
