@@ -10,6 +10,22 @@ import (
 // echoServer answers every line with the same line.
 func echoServer(t *testing.T) string { return recordingServer(t, nil) }
 
+// proxied starts a proxy in front of target and dials it.
+func proxied(t *testing.T, target string) (*Proxy, net.Conn, *bufio.Reader) {
+	t.Helper()
+	p, err := Listen("127.0.0.1:0", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return p, c, bufio.NewReader(c)
+}
+
 func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string) (time.Duration, error) {
 	t.Helper()
 	start := time.Now()
@@ -27,18 +43,7 @@ func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string) (time.Dura
 }
 
 func TestForwardDelayBlackholeReset(t *testing.T) {
-	p, err := Listen("127.0.0.1:0", echoServer(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
+	p, c, r := proxied(t, echoServer(t))
 	if _, err := roundTrip(t, c, r, "plain"); err != nil {
 		t.Fatal(err)
 	}
@@ -143,17 +148,7 @@ func recordingServer(t *testing.T, got chan<- string) string {
 // faults; Release delivers them.
 func TestHoldOneDirection(t *testing.T) {
 	got := make(chan string, 16)
-	p, err := Listen("127.0.0.1:0", recordingServer(t, got))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
+	p, c, r := proxied(t, recordingServer(t, got))
 	if _, err := roundTrip(t, c, r, "before"); err != nil {
 		t.Fatal(err)
 	}

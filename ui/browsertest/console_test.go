@@ -458,6 +458,24 @@ func newBrowser(t *testing.T, chrome, base string, extra ...chromedp.ExecAllocat
 // console must show as text.
 const abortReason = `gave up <b id="injected">bold</b><img src=x onerror="document.title='pwned'">`
 
+// prepare skips the test in -short mode or without chromium, and builds
+// the metastore and example job binaries: it returns the browser's path
+// and the two binaries'.
+func prepare(t *testing.T) (chrome, msBin, jobBin string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs three metastore processes and a browser")
+	}
+	chrome = chromium()
+	if chrome == "" {
+		t.Skip("no chromium: install Debian's chromium package (.ci/run does) or set METASTORE_CHROMIUM")
+	}
+	bins := t.TempDir()
+	msBin = build(t, bins, "github.com/metastore/metastore/cmd/metastore")
+	jobBin = build(t, bins, "github.com/metastore/metastore/examples/streamjob")
+	return chrome, msBin, jobBin
+}
+
 // TestConsoleInBrowser opens every view of the console in headless
 // Chromium against a three-member cluster with --auth that ran the example
 // job, and checks that each view draws what the API answers without a
@@ -465,16 +483,7 @@ const abortReason = `gave up <b id="injected">bold</b><img src=x onerror="docume
 // the token stays in the tab. Screenshots of the views are saved (see
 // artifacts); -update rewrites the README's screenshot of the job view.
 func TestConsoleInBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs three metastore processes and a browser")
-	}
-	chrome := chromium()
-	if chrome == "" {
-		t.Skip("no chromium: install Debian's chromium package (.ci/run does) or set METASTORE_CHROMIUM")
-	}
-	bins := t.TempDir()
-	msBin := build(t, bins, "github.com/metastore/metastore/cmd/metastore")
-	jobBin := build(t, bins, "github.com/metastore/metastore/examples/streamjob")
+	chrome, msBin, jobBin := prepare(t)
 
 	op := api.GenerateToken()
 	opFile := filepath.Join(t.TempDir(), "operator-token")

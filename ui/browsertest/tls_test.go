@@ -43,16 +43,7 @@ func spki(t *testing.T, file string) string {
 // origin without a console error. The browser accepts exactly the three
 // members' keys (the CA is not installed in the system).
 func TestConsoleOverTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs three metastore processes and a browser")
-	}
-	chrome := chromium()
-	if chrome == "" {
-		t.Skip("no chromium: install Debian's chromium package (.ci/run does) or set METASTORE_CHROMIUM")
-	}
-	bins := t.TempDir()
-	msBin := build(t, bins, "github.com/metastore/metastore/cmd/metastore")
-	jobBin := build(t, bins, "github.com/metastore/metastore/examples/streamjob")
+	chrome, msBin, jobBin := prepare(t)
 	certs := filepath.Join(t.TempDir(), "certs")
 	mustRun := func(args ...string) {
 		t.Helper()
