@@ -480,9 +480,10 @@ func (cy *cycle) markAndDelete() error {
 		}
 		if unsafeSkipMark {
 			// Positive control, faultinject builds only (unsafe_on.go).
-			if err := cy.unsafeDeleteBeforeMark(keys); err != nil {
+			if keys, err = cy.unsafeDeleteBeforeMark(keys); err != nil {
 				return err
 			}
+			now = c.now() // the batch grew while it waited
 		}
 		cy.rep.MarksProposed += len(keys)
 		c.m.marksProposed.Add(float64(len(keys)))

@@ -6,4 +6,4 @@ package gc
 // the positive control it guards (see unsafe_on.go).
 const unsafeSkipMark = false
 
-func (cy *cycle) unsafeDeleteBeforeMark([]string) error { return nil }
+func (cy *cycle) unsafeDeleteBeforeMark(keys []string) ([]string, error) { return keys, nil }

@@ -17,9 +17,13 @@ import (
 // follow as usual, so the collector still makes progress.
 //
 // Between listing and deleting, the control plays the worst scheduler: it
-// waits until one of the listed blobs is referenced again (as the local
-// state machine shows), or for the window at most, then lets the answer
-// of the ack that referenced it reach its client, then deletes.
+// keeps listing the candidates (every 50 ms, adding each new one to the
+// batch) until one of the blobs it listed is referenced again (as the
+// local state machine shows), or for the window at most, then lets the
+// answer of the ack that referenced it reach its client, then deletes the
+// whole batch. Listing again while it waits is what makes it fire in every
+// run: a worker references again a blob that has been a candidate for a
+// while, so every reuse that lands inside a window is of a listed blob.
 var unsafeSkipMark, unsafeListToDelete = unsafeWindow(os.Getenv("METASTORE_UNSAFE_GC_SKIP_MARK"))
 
 // unsafeWindow reads the switch: "1" waits a second at most between
@@ -39,12 +43,14 @@ func unsafeWindow(v string) (bool, time.Duration) {
 // unsafeAnswerDelay is how long the control waits after it saw a listed
 // blob referenced again: the ack's answer must reach its client before the
 // delete, or the suite cannot know the blob was protected.
-const unsafeAnswerDelay = 200 * time.Millisecond
+const unsafeAnswerDelay = 500 * time.Millisecond
 
-// unsafeDeleteBeforeMark waits until a listed blob is referenced again (or
-// unsafeListToDelete), then deletes keys from the object store without any
-// mark.
-func (cy *cycle) unsafeDeleteBeforeMark(keys []string) error {
+// unsafeDeleteBeforeMark lists candidates again and again (adding them to
+// keys) until one of them is referenced again (or unsafeListToDelete),
+// then deletes them all from the object store without any mark. It
+// returns the keys it deleted, for the mark that follows.
+func (cy *cycle) unsafeDeleteBeforeMark(keys []string) ([]string, error) {
+	c := cy.c
 	wait := func(d time.Duration) error {
 		select {
 		case <-cy.ctx.Done():
@@ -53,21 +59,35 @@ func (cy *cycle) unsafeDeleteBeforeMark(keys []string) error {
 			return nil
 		}
 	}
+	listed := map[string]bool{}
+	for _, k := range keys {
+		listed[k] = true
+	}
 	for deadline := time.Now().Add(unsafeListToDelete); time.Now().Before(deadline); {
-		if cy.c.anyReferenced(keys) {
+		if c.anyReferenced(keys) {
 			if err := wait(unsafeAnswerDelay); err != nil {
-				return err
+				return nil, err
 			}
 			break
 		}
 		if err := wait(50 * time.Millisecond); err != nil {
-			return err
+			return nil, err
+		}
+		more, err := c.f.GCCandidates(c.now().Add(-c.cfg.Grace), c.cfg.BatchSize)
+		if err != nil {
+			continue
+		}
+		for _, k := range more {
+			if !listed[k] {
+				listed[k] = true
+				keys = append(keys, k)
+			}
 		}
 	}
 	if _, err := cy.deleteObjects(keys); err != nil && cy.ctx.Err() != nil {
-		return cy.ctx.Err()
+		return nil, cy.ctx.Err()
 	}
-	return nil
+	return keys, nil
 }
 
 // anyReferenced reports whether one of keys has a reference in the local

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,5 +88,53 @@ func TestSnapshotIntegrity(t *testing.T) {
 	}
 	if err := checkSnapshots(dir, store); !errors.As(err, &ce) || ce.Path != meta {
 		t.Fatalf("garbage meta.json: %v", err)
+	}
+}
+
+// A crash while Raft removes an old snapshot (one file after the other)
+// leaves its directory with meta.json or state.bin only. With a newer
+// snapshot whole, the member removes it at start and starts; a newest
+// snapshot with a file missing is still damage.
+func TestRemoveSnapshotsCutShortByACrash(t *testing.T) {
+	for _, missing := range []string{"meta.json", "state.bin"} {
+		t.Run(missing, func(t *testing.T) {
+			base := t.TempDir()
+			store, err := raft.NewFileSnapshotStore(base, 3, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(base, "snapshots")
+			old := makeSnapshot(t, store, 10, strings.Repeat("old state ", 1000))
+			id := makeSnapshot(t, store, 20, strings.Repeat("new state ", 1000))
+			if err := os.Remove(filepath.Join(dir, old, missing)); err != nil {
+				t.Fatal(err)
+			}
+			if err := checkSnapshots(dir, store); err == nil {
+				t.Fatal("the half-removed snapshot passes the check: the test proves nothing")
+			}
+			log := slog.New(slog.DiscardHandler)
+			if err := removePartialSnapshots(dir, log); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, old)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the half-removed snapshot %s is still there: %v", old, err)
+			}
+			if err := checkSnapshots(dir, store); err != nil {
+				t.Fatalf("after the removal: %v", err)
+			}
+
+			// The newest snapshot with a file missing is not a removal
+			// cut short: it stays, and the check refuses it.
+			if err := os.Remove(filepath.Join(dir, id, missing)); err != nil {
+				t.Fatal(err)
+			}
+			if err := removePartialSnapshots(dir, log); err != nil {
+				t.Fatal(err)
+			}
+			var ce *CorruptError
+			if err := checkSnapshots(dir, store); !errors.As(err, &ce) {
+				t.Fatalf("newest snapshot without %s: %v, want a CorruptError", missing, err)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -472,11 +473,20 @@ func (n *Node) catchUpFromSnapshot() error {
 	return nil
 }
 
-// removePartialSnapshots removes the snapshot directories ending in
-// ".tmp" in dir: snapshots being written when the process died (a crash
-// during persist, or a full disk). Raft's snapshot store skips them but
-// never removes them. Nothing writes a snapshot before Raft starts, so
-// every one found here is abandoned.
+// removePartialSnapshots removes, from the snapshot store's directory
+// dir, the snapshots a crash left half made or half removed:
+//
+//   - directories ending in ".tmp": snapshots being written when the
+//     process died (a crash during persist, or a full disk). Raft's
+//     snapshot store skips them but never removes them. Nothing writes a
+//     snapshot before Raft starts, so every one found here is abandoned.
+//   - a snapshot directory missing its meta.json or its state.bin while a
+//     newer snapshot is whole: Raft removes the snapshots past the ones it
+//     retains (os.RemoveAll, one file after the other) right after a new
+//     one is complete, so a crash in the middle leaves one of the two
+//     files. Raft would never use that snapshot again.
+//
+// Any other damage is left for checkSnapshots to report.
 func removePartialSnapshots(dir string, log *slog.Logger) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -485,14 +495,46 @@ func removePartialSnapshots(dir string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("node: list snapshots: %w", err)
 	}
+	type snap struct {
+		name        string
+		term, index uint64
+		whole       bool
+	}
+	var snaps []snap
 	for _, e := range entries {
-		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
+		if !e.IsDir() {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		log.Warn("removing a partial snapshot left by a crash or a full disk while it was written", "dir", path)
+		if strings.HasSuffix(e.Name(), ".tmp") {
+			log.Warn("removing a partial snapshot left by a crash or a full disk while it was written", "dir", path)
+			if err := os.RemoveAll(path); err != nil {
+				return fmt.Errorf("node: remove partial snapshot: %w", err)
+			}
+			continue
+		}
+		var term, index, ts uint64
+		if _, err := fmt.Sscanf(e.Name(), "%d-%d-%d", &term, &index, &ts); err != nil {
+			continue // not a snapshot of Raft's store: checkSnapshots names it
+		}
+		_, merr := os.Stat(filepath.Join(path, "meta.json"))
+		_, serr := os.Stat(filepath.Join(path, "state.bin"))
+		snaps = append(snaps, snap{name: e.Name(), term: term, index: index, whole: merr == nil && serr == nil})
+	}
+	for _, s := range snaps {
+		if s.whole {
+			continue
+		}
+		newer := slices.ContainsFunc(snaps, func(o snap) bool {
+			return o.whole && (o.term > s.term || o.term == s.term && o.index > s.index)
+		})
+		if !newer {
+			continue
+		}
+		path := filepath.Join(dir, s.name)
+		log.Warn("removing an old snapshot whose removal a crash cut short (a newer snapshot is whole)", "dir", path)
 		if err := os.RemoveAll(path); err != nil {
-			return fmt.Errorf("node: remove partial snapshot: %w", err)
+			return fmt.Errorf("node: remove old snapshot: %w", err)
 		}
 	}
 	return nil

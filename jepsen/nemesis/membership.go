@@ -3,6 +3,7 @@ package nemesis
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -198,3 +199,166 @@ func (f *transferFault) Inject(ctx context.Context, c *cluster.Cluster) error {
 }
 
 func (f *transferFault) Heal(context.Context, *cluster.Cluster) error { return nil }
+
+type membershipKillFault struct {
+	remove bool // remove a follower (else: add the spare)
+	target *cluster.Member
+	leader *cluster.Member
+	voters []string
+	detail string
+}
+
+// MembershipKillLeader returns the fault that kills the leader while a
+// membership change is under way: it adds the spare (started with --join)
+// or removes a follower (DELETE /v1/members/{id}), at random, and kills
+// the leader as soon as the leader's configuration shows the change (the
+// entry appended, maybe not committed), or after two seconds. Heal
+// restarts the old leader and brings the configuration back to the
+// voters it had: the spare removed and wiped if it made it in, the
+// follower wiped and re-joined if its removal was committed.
+func MembershipKillLeader() Fault { return &membershipKillFault{} }
+
+func (f *membershipKillFault) Name() string     { return "membership-kill-leader" }
+func (f *membershipKillFault) Describe() string { return f.detail }
+
+func (f *membershipKillFault) Inject(ctx context.Context, c *cluster.Cluster) error {
+	*f = membershipKillFault{}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := c.Status(ctx, leader)
+	if err != nil {
+		return err
+	}
+	f.leader, f.voters = leader, st.Voters()
+	for _, m := range c.Members() {
+		if m.Spare && !m.Running() {
+			f.target = m
+			break
+		}
+	}
+	fs := c.Followers(leader)
+	if f.target == nil || rand.IntN(2) == 0 {
+		if len(fs) == 0 {
+			return fmt.Errorf("no follower to remove and no idle spare to add")
+		}
+		f.remove, f.target = true, fs[rand.IntN(len(fs))]
+	}
+	// The request may hang or be retried while its leader is dead: it
+	// gets a few seconds of its own, and Inject does not wait longer.
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	change := make(chan error, 1)
+	if f.remove {
+		go func() {
+			_, err := c.Send(rctx, "DELETE", "/v1/members/"+f.target.ID, nil, nil)
+			change <- err
+		}()
+	} else {
+		if err := f.target.Wipe(); err != nil {
+			return err
+		}
+		go func() { change <- f.target.StartJoin(rctx) }()
+	}
+	// The change is in the leader's configuration once the entry is
+	// appended: kill then, before it is known to be committed.
+	seen := false
+	deadline := time.Now().Add(2 * time.Second)
+	for !seen && time.Now().Before(deadline) {
+		if st, err := c.Status(ctx, leader); err == nil {
+			seen = slices.Contains(st.Voters(), f.target.ID) == !f.remove
+		}
+		if !seen {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	if err := leader.Kill(); err != nil {
+		return err
+	}
+	verb := "adding"
+	if f.remove {
+		verb = "removing"
+	}
+	f.detail = fmt.Sprintf("killed %s (leader) while %s %s (change seen in its configuration: %v)", leader.ID, verb, f.target.ID, seen)
+	f.detail += fmt.Sprintf("; the change request answered: %v", errOrOK(<-change))
+	return nil
+}
+
+func errOrOK(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+func (f *membershipKillFault) Heal(ctx context.Context, c *cluster.Cluster) error {
+	if f.leader == nil {
+		return nil
+	}
+	// A follower whose removal was committed but never reached it keeps
+	// asking for votes in a configuration that no longer has it (Raft
+	// tells a removed server nothing): stop it before looking for the
+	// leader, as an operator stops a removed machine. It is started
+	// again below if it is still a voter.
+	if f.remove && f.target.Running() {
+		if err := f.target.Kill(); err != nil {
+			return err
+		}
+	}
+	if !f.leader.Running() {
+		if err := f.leader.Start(ctx); err != nil {
+			return err
+		}
+	}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := c.Status(ctx, leader)
+	if err != nil {
+		return err
+	}
+	in := slices.Contains(st.Voters(), f.target.ID)
+	switch {
+	case f.remove && in:
+		f.detail += "; the removal did not take"
+		if err := f.target.Start(ctx); err != nil {
+			return err
+		}
+	case f.remove:
+		f.detail += "; the removal took: " + f.target.ID + " re-joined empty"
+		if err := f.target.Wipe(); err != nil {
+			return err
+		}
+		if err := f.target.StartJoin(ctx); err != nil {
+			return err
+		}
+	case in:
+		f.detail += "; the addition took: " + f.target.ID + " removed again"
+		if _, err := c.Send(ctx, "DELETE", "/v1/members/"+f.target.ID, nil, nil); err != nil {
+			return fmt.Errorf("remove %s: %w", f.target.ID, err)
+		}
+		if err := waitVoters(ctx, c, slices.Clone(f.voters)); err != nil {
+			return err
+		}
+		fallthrough
+	default:
+		if !in {
+			f.detail += "; the addition did not take"
+		}
+		if f.target.Running() {
+			if err := f.target.Kill(); err != nil {
+				return err
+			}
+		}
+		if err := f.target.Wipe(); err != nil {
+			return err
+		}
+	}
+	return waitVoters(ctx, c, slices.Clone(f.voters))
+}

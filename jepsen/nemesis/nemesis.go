@@ -51,6 +51,10 @@
 //	spare-join                    the spare joins (4 voters), heal
 //	                              removes and wipes it again
 //	leader-transfer               POST /v1/leader/transfer
+//	membership-kill-leader        the spare added (--join) or a follower
+//	                              removed, and the leader killed as soon
+//	                              as its configuration shows the change;
+//	                              heal restarts it and restores the voters
 //	s3-errors, s3-timeouts,       rules of the S3 proxy (cluster.S3):
 //	s3-lost-put, s3-lost-delete   5xx answers, held-then-dropped requests,
 //	                              PUT or DELETE applied but the reply lost
@@ -287,7 +291,7 @@ func Catalog() []Fault {
 		Partition(BridgePartition), Partition(OneWayLeaderToFollower), Partition(OneWayFollowerToLeader),
 		LinkDelay(50*time.Millisecond, 50*time.Millisecond), LinkLoss(0.02, 0.1), LinkBlackholeLeader(),
 		SnapshotInstall(),
-		MemberRejoin(), SpareJoin(), LeaderTransfer(),
+		MemberRejoin(), SpareJoin(), LeaderTransfer(), MembershipKillLeader(),
 		S3Errors(0.3), S3Timeouts(2*time.Second, 0.3), S3LostReply(LostPut), S3LostReply(LostDelete),
 		GCCrashAfterMark(), SnapshotPersistCrash(),
 		ClockSkew(90 * time.Second),

@@ -73,7 +73,8 @@ func FaultNames() []string {
 // once in half of them (Together): crashes of one member, a majority and
 // the whole cluster, followers paused as well as leaders, clocks set
 // apart while the leadership moves, one-way cuts that drop answers too,
-// a member killed while another is out of the configuration. The
+// a member killed while another is out of the configuration, the leader
+// killed in the middle of a membership change. The
 // power-loss faults are in the long tier only until the open finding of
 // docs/consistency.md ("Findings", 4) is explained.
 func ShortTier() []Scenario {
@@ -98,7 +99,7 @@ func ShortTier() []Scenario {
 		one("partition-one-way-follower-to-leader"),
 		seq("link-delay", "link-loss"),
 		one("snapshot-install"),
-		{Name: "member-rejoin&kill-random+leader-transfer", Faults: []func() nemesis.Fault{together("member-rejoin", "kill-random"), catalogFault("leader-transfer")}, Duration: d},
+		{Name: "member-rejoin&kill-random+membership-kill-leader+leader-transfer", Faults: []func() nemesis.Fault{together("member-rejoin", "kill-random"), catalogFault("membership-kill-leader"), catalogFault("leader-transfer")}, Duration: d},
 		{Name: "s3-errors+s3-lost-replies", Faults: []func() nemesis.Fault{catalogFault("s3-errors"), catalogFault("s3-lost-delete"), catalogFault("s3-lost-put")}, Duration: d, Hold: 3 * time.Second},
 		one("gc-crash-after-mark"),
 	}
