@@ -65,6 +65,7 @@ func main() {
 	reuseWindow := fs.Duration("reuse-window", 0, "spread of the ages at which a blob is referenced again past the grace period, beyond the GC interval (default 1s: the GC control's window)")
 	gcBatch := fs.Int("gc-batch", 0, "the members' GC batch size (default 100)")
 	keepAll := fs.Bool("keep", false, "keep the artifacts of passed scenarios too")
+	healthTimeout := fs.Duration("health-timeout", 0, "run: how long the nemesis waits for the cluster to be healthy after each heal (default 90s)")
 	var env multi
 	fs.Var(&env, "env", "KEY=VALUE added to every member's environment (repeatable), e.g. METASTORE_UNSAFE_STALE_READS=1")
 	flag.CommandLine = fs
@@ -101,7 +102,7 @@ func main() {
 		if d == 0 {
 			d = 30 * time.Second
 		}
-		sc := runner.Scenario{Name: "no-fault", Duration: d}
+		sc := runner.Scenario{Name: "no-fault", Duration: d, HealthTimeout: *healthTimeout}
 		if *faults != "" {
 			sc.Name = *faults
 			for _, name := range strings.Split(*faults, ",") {
