@@ -152,7 +152,7 @@ func (r *Runner) RunTier(ctx context.Context, scenarios []Scenario) []*ScenarioR
 		r.printf("=== scenario %d/%d: %s (%s)\n", i+1, len(scenarios), sc.Name, sc.Duration)
 		res := r.Run(ctx, sc)
 		results = append(results, res)
-		r.report(res)
+		r.Report(res)
 		if res.Passed() {
 			passed++
 		} else {
@@ -166,7 +166,8 @@ func (r *Runner) RunTier(ctx context.Context, scenarios []Scenario) []*ScenarioR
 	return results
 }
 
-func (r *Runner) report(res *ScenarioResult) {
+// Report prints the report of one scenario run (RunTier prints it for each).
+func (r *Runner) Report(res *ScenarioResult) {
 	for _, f := range res.Faults {
 		status := "ok"
 		if f.Err != nil {

@@ -1,10 +1,11 @@
 // Command jepsen runs the metastore consistency suite: real metastore
 // processes in network namespaces, real faults, checked histories.
 //
-//	go run ./jepsen/cmd/jepsen short                       # the CI tier, about ten scenarios
+//	go run ./jepsen/cmd/jepsen short                       # the CI tier: twelve scenarios
 //	go run ./jepsen/cmd/jepsen long --count 30 --duration 60s
 //	go run ./jepsen/cmd/jepsen run --fault kill-leader --duration 30s
 //	go run ./jepsen/cmd/jepsen faults                      # list the faults
+//	go run ./jepsen/cmd/jepsen control gc-skip-mark         # a positive control: must fire
 //
 // Each scenario prints its fault, the operations done (ok, fail, unknown)
 // and every checker's verdict; the last line is "scenarios: N passed, M
@@ -31,12 +32,13 @@ import (
 )
 
 func usage() {
-	fmt.Fprint(os.Stderr, `usage: jepsen short|long|run|faults [flags]
+	fmt.Fprint(os.Stderr, `usage: jepsen short|long|run|faults|control [flags]
 
-  short                         the short tier (CI): about ten scenarios, one fault family each
+  short                         the short tier (CI): twelve scenarios of 30s, faults overlapping
   long --count N --duration D   N scenarios of duration D, round the whole fault catalog
   run --fault NAME[,NAME...]    one scenario with the named faults (none: no fault)
   faults                        list the faults
+  control NAME[,NAME...]|all    positive controls: each must make its checker fail (exit 0 when all fire)
 
 flags:
 `)
@@ -65,11 +67,33 @@ func main() {
 	reuseWindow := fs.Duration("reuse-window", 0, "spread of the ages at which a blob is referenced again past the grace period, beyond the GC interval (default 1s: the GC control's window)")
 	gcBatch := fs.Int("gc-batch", 0, "the members' GC batch size (default 100)")
 	keepAll := fs.Bool("keep", false, "keep the artifacts of passed scenarios too")
+	dryRun := fs.Bool("dry-run", false, "print the scenarios the command would run, and run nothing")
 	healthTimeout := fs.Duration("health-timeout", 0, "run: how long the nemesis waits for the cluster to be healthy after each heal (default 90s)")
 	var env multi
 	fs.Var(&env, "env", "KEY=VALUE added to every member's environment (repeatable), e.g. METASTORE_UNSAFE_STALE_READS=1")
 	flag.CommandLine = fs
-	if err := fs.Parse(os.Args[2:]); err != nil {
+	args := os.Args[2:]
+	var controls []runner.Control
+	if cmd == "control" {
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			fmt.Fprintln(os.Stderr, "jepsen: control needs a name (or all):", controlNames())
+			os.Exit(2)
+		}
+		for _, name := range strings.Split(args[0], ",") {
+			if name == "all" {
+				controls = append(controls, runner.Controls()...)
+				continue
+			}
+			c, err := runner.ControlNamed(name)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "jepsen:", err)
+				os.Exit(2)
+			}
+			controls = append(controls, c)
+		}
+		args = args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
 		os.Exit(2)
 	}
 
@@ -115,6 +139,10 @@ func main() {
 			}
 		}
 		scenarios = []runner.Scenario{sc}
+	case "control":
+		for _, c := range controls {
+			scenarios = append(scenarios, c.Scenario)
+		}
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -123,6 +151,16 @@ func main() {
 		os.Exit(2)
 	}
 
+	if *dryRun {
+		for _, sc := range scenarios {
+			var names []string
+			for _, mk := range sc.Faults {
+				names = append(names, mk().Name())
+			}
+			fmt.Printf("%s: %s, faults %v, env %v\n", sc.Name, sc.Duration, names, env)
+		}
+		return
+	}
 	if err := cluster.Supported(); err != nil {
 		fmt.Fprintf(os.Stderr, "jepsen: cannot run here: %v\n", err)
 		os.Exit(2)
@@ -136,6 +174,9 @@ func main() {
 	}
 	defer r.Close()
 	start := time.Now()
+	if cmd == "control" {
+		os.Exit(runControls(ctx, r, controls, start))
+	}
 	results := r.RunTier(ctx, scenarios)
 	fmt.Printf("total time %s\n", time.Since(start).Round(time.Second))
 	for _, res := range results {
@@ -148,6 +189,36 @@ func main() {
 		r.Close()
 		os.Exit(1)
 	}
+}
+
+// runControls runs each control and reports whether it fired; it returns
+// the exit status: 0 when every control fired, 1 when one did not.
+func runControls(ctx context.Context, r *runner.Runner, controls []runner.Control, start time.Time) int {
+	defer r.Close()
+	missed := 0
+	for _, c := range controls {
+		res := r.Run(ctx, c.Scenario)
+		r.Report(res)
+		if fired, why := c.Fired(res); fired {
+			fmt.Printf("control %s (%s): FIRED\n", c.Name, c.Breaks)
+		} else {
+			missed++
+			fmt.Printf("control %s (%s): DID NOT FIRE: %s\n", c.Name, c.Breaks, why)
+		}
+	}
+	fmt.Printf("controls: %d fired, %d did not; total time %s\n", len(controls)-missed, missed, time.Since(start).Round(time.Second))
+	if missed > 0 {
+		return 1
+	}
+	return 0
+}
+
+func controlNames() string {
+	var names []string
+	for _, c := range runner.Controls() {
+		names = append(names, c.Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 type multi []string
