@@ -48,6 +48,10 @@ func TestValidateDelta(t *testing.T) {
 		{"zero length", Delta{AddSegments: []Segment{seg("a", 0, 0, 1, 1)}}, CodeInvalid},
 		{"seq reversed", Delta{AddSegments: []Segment{seg("a", 0, 1, 5, 1)}}, CodeInvalid},
 		{"bad key", Delta{AddSegments: []Segment{seg("../a", 0, 1, 1, 1)}}, CodeInvalid},
+		{"crc32c", Delta{AddSegments: []Segment{{Key: "a", Length: 1, CRC32C: "e3069283"}}}, ""},
+		{"crc32c upper case", Delta{AddSegments: []Segment{{Key: "a", Length: 1, CRC32C: "E3069283"}}}, CodeInvalid},
+		{"crc32c short", Delta{AddSegments: []Segment{{Key: "a", Length: 1, CRC32C: "e306928"}}}, CodeInvalid},
+		{"base crc32c not hex", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 1, CRC32C: "e306928g"}}}}, CodeInvalid},
 		{"base twice", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 1}, {Key: "b", Length: 1}}}}, CodeDuplicate},
 		{"segment at a new base", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 1}}}, AddSegments: []Segment{seg("b", 0, 1, 1, 1)}}, CodeDuplicate},
 	}
@@ -168,4 +172,14 @@ func norm(m Manifest) Manifest {
 		m.Segments = nil
 	}
 	return m
+}
+
+// TestCRC32C: the Castagnoli check value, in the wire form.
+func TestCRC32C(t *testing.T) {
+	if got := CRC32C([]byte("123456789")); got != "e3069283" || !ValidCRC32C(got) {
+		t.Fatalf("CRC32C(123456789) = %q, want e3069283", got)
+	}
+	if got := CRC32C(nil); got != "00000000" {
+		t.Fatalf("CRC32C(nil) = %q", got)
+	}
 }
