@@ -218,8 +218,8 @@ func (r *countingReader) Read(p []byte) (int, error) {
 // the end) through GET /v1/objects/{key}?offset=&length=. The attempts until
 // the answer's headers arrive follow the client's retry rules (a read is
 // always safe to repeat); the body is then the caller's to read and close,
-// bounded by ctx only. The reader does not check the number of bytes:
-// Restore.OpenState does.
+// bounded by ctx only. The reader checks neither the number of bytes nor
+// their checksum: Restore.OpenState and ReadRange do.
 func (c *Client) ReadBlob(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	return c.readBlob(ctx, key, offset, length, "")
 }

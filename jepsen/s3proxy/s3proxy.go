@@ -258,7 +258,7 @@ func (p *Proxy) Fired(id int) int {
 }
 
 // Holding returns how many requests the rule with id holds now (ActLate:
-// read, not yet forwarded), also after it was removed.
+// read, not yet forwarded and logged), also after it was removed.
 func (p *Proxy) Holding(id int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -425,9 +425,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	classify(r, req)
+	held := 0 // the rule holding the request (ActLate), once logged
 	defer func() {
 		req.Latency = time.Since(req.Start)
 		p.record(req)
+		if held != 0 {
+			p.addHeld(held, -1)
+		}
 	}()
 
 	var body io.Reader = r.Body
@@ -500,7 +504,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			body = bytes.NewReader(raw)
-			p.addHeld(rl.id, 1)
+			held = rl.id
+			p.addHeld(held, 1)
 			var hold <-chan time.Time
 			if rl.Hold > 0 {
 				t := time.NewTimer(rl.Hold)
@@ -513,7 +518,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			req.Late = r.Context().Err() != nil
 			resp, err := p.forward(r, body, req)
-			p.addHeld(rl.id, -1)
 			if err != nil {
 				req.Err = err.Error()
 			} else {
