@@ -34,7 +34,7 @@
 //   - late: read the request's body in full, hold it until the client has
 //     given up (its connection closed) or for Hold, then forward it (the
 //     server applies it after the client gave up) and drop the client's
-//     connection. Holding lists the requests a rule holds.
+//     connection. Holding counts the requests a rule holds.
 //   - corrupt: forward the request and flip 1 to 3 bytes of a successful
 //     answer's body (same length, headers unchanged); Request.Flipped
 //     counts them.
