@@ -93,7 +93,11 @@ func (f *s3Fault) Name() string { return f.name }
 func (f *s3Fault) Describe() string {
 	var parts []string
 	for _, r := range f.rules {
-		parts = append(parts, fmt.Sprintf("%s %v prob %.2f", r.Action, r.Ops, r.Prob))
+		part := fmt.Sprintf("%s %v prob %.2f", r.Action, r.Ops, r.Prob)
+		if r.Action == s3proxy.ActDelay {
+			part += fmt.Sprintf(" by %s to %s", r.Delay, r.Delay+r.Jitter)
+		}
+		parts = append(parts, part)
 	}
 	d := fmt.Sprintf("S3 proxy rules [%s]; %d requests hit", strings.Join(parts, "; "), f.hits)
 	if f.late > 0 {
