@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/metastore/metastore/manifests"
 )
 
 // UploadSlot is where to upload one blob: a key held by an upload intent
@@ -216,10 +218,71 @@ func (r *countingReader) Read(p []byte) (int, error) {
 // the end) through GET /v1/objects/{key}?offset=&length=. The attempts until
 // the answer's headers arrive follow the client's retry rules (a read is
 // always safe to repeat); the body is then the caller's to read and close,
-// bounded by ctx only. The reader does not check the number of bytes:
-// Restore.OpenState does.
+// bounded by ctx only. The reader checks neither the number of bytes nor
+// their checksum: Restore.OpenState and ReadRange do.
 func (c *Client) ReadBlob(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	return c.readBlob(ctx, key, offset, length, "")
+}
+
+// ReadRange reads the Length bytes of rg's blob at rg.Offset (a base or
+// segment of a restore plan, as Restore.Ranges lists them) and, when rg
+// declares a CRC32C, verifies them: a read whose bytes do not match (or
+// that breaks off, or ends short) is repeated, up to Config.MaxAttempts
+// reads, after which the error is a *ChecksumError (ErrChecksum) naming
+// the key, offset, length, the CRC32C wanted and the one read. The whole
+// range is held in memory, so no byte reaches the caller unverified.
+// Without auth's read grants; Restore.OpenState reads with them.
+func (c *Client) ReadRange(ctx context.Context, rg manifests.Segment) ([]byte, error) {
+	return c.readRange(ctx, rg, "")
+}
+
+func (c *Client) readRange(ctx context.Context, rg manifests.Segment, grant string) ([]byte, error) {
+	for attempt := 1; ; attempt++ {
+		b, err := c.readRangeOnce(ctx, rg, grant)
+		var fail error
+		switch {
+		case err != nil && !errors.Is(err, errRangeBroken):
+			return nil, err
+		case err != nil:
+			fail = err
+		case rg.CRC32C == "":
+			return b, nil
+		default:
+			got := manifests.CRC32C(b)
+			if got == rg.CRC32C {
+				return b, nil
+			}
+			fail = &ChecksumError{Key: rg.Key, Offset: rg.Offset, Length: rg.Length, Want: rg.CRC32C, Got: got, Attempts: attempt}
+		}
+		if attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
+			return nil, fail
+		}
+		c.retries.Add(1)
+		c.logger.Debug("metastore client: reading a range again", "key", rg.Key, "offset", rg.Offset, "length", rg.Length, "attempt", attempt, "err", fail)
+		if err := c.backoff(ctx, attempt, 0); err != nil {
+			return nil, fail
+		}
+	}
+}
+
+// errRangeBroken marks a ranged read whose body broke off or had the
+// wrong length: worth reading again.
+var errRangeBroken = errors.New("client: ranged read broke off")
+
+func (c *Client) readRangeOnce(ctx context.Context, rg manifests.Segment, grant string) ([]byte, error) {
+	rc, err := c.readBlob(ctx, rg.Key, int64(rg.Offset), int64(rg.Length), grant)
+	if err != nil {
+		return nil, fmt.Errorf("client: reading %s@%d: %w", rg.Key, rg.Offset, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, int64(rg.Length)+1))
+	if err != nil {
+		return nil, fmt.Errorf("client: reading %s@%d: %w: %w", rg.Key, rg.Offset, errRangeBroken, err)
+	}
+	if uint64(len(b)) != rg.Length {
+		return nil, fmt.Errorf("client: %s@%d: %w: read %d bytes of a %d-byte range", rg.Key, rg.Offset, errRangeBroken, len(b), rg.Length)
+	}
+	return b, nil
 }
 
 // readBlob is ReadBlob with grant, the signed query (expires, sig) of a

@@ -71,7 +71,29 @@ var (
 	// know (new after a topology change), or of a job without a completed
 	// checkpoint. No request was made.
 	ErrNoPriorState = errors.New("metastore: no prior state")
+	// ErrChecksum: the bytes of a range read back (Restore.OpenState,
+	// ReadRange) did not match the CRC32C its worker declared in the ack,
+	// in every one of the client's attempts; the error is a
+	// *ChecksumError naming the range.
+	ErrChecksum = errors.New("metastore: checksum mismatch")
 )
+
+// ChecksumError is a range whose bytes did not match its declared CRC32C
+// in any of Attempts reads.
+type ChecksumError struct {
+	Key            string
+	Offset, Length uint64
+	// Want is the declared CRC32C, Got that of the last read's bytes.
+	Want, Got string
+	Attempts  int
+}
+
+func (e *ChecksumError) Error() string {
+	return fmt.Sprintf("metastore: blob %s offset %d length %d: crc32c mismatch: want %s, got %s (%d reads)", e.Key, e.Offset, e.Length, e.Want, e.Got, e.Attempts)
+}
+
+// Unwrap makes the error match ErrChecksum.
+func (e *ChecksumError) Unwrap() error { return ErrChecksum }
 
 // API error codes of the HTTP layer (api package); the state machine's
 // codes are fsm.Code values.

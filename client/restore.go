@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -116,7 +117,7 @@ func (r *Restore) Ranges() []manifests.Segment {
 	}
 	out := make([]manifests.Segment, 0, len(m.Bases)+len(m.Segments))
 	for _, b := range m.Bases {
-		out = append(out, manifests.Segment{Key: b.Key, Offset: b.Offset, Length: b.Length})
+		out = append(out, manifests.Segment{Key: b.Key, Offset: b.Offset, Length: b.Length, CRC32C: b.CRC32C})
 	}
 	segs := slices.Clone(m.Segments)
 	slices.SortStableFunc(segs, func(a, b manifests.Segment) int {
@@ -128,7 +129,10 @@ func (r *Restore) Ranges() []manifests.Segment {
 // OpenState returns a reader over the task's restored state: the bytes of
 // the manifest's bases, then of its segments in sequence order. Each range
 // is read lazily, with one ranged GET when the reader reaches it (and
-// another for the rest of a range whose read broke off).
+// another for the rest of a range whose read broke off). A range that
+// declares a CRC32C is read whole and verified before any of its bytes is
+// returned, as ReadRange does: a mismatch is read again, then fails the
+// read with a *ChecksumError (ErrChecksum).
 //
 // It makes no request at all when there is nothing to read, and then
 // returns an error matching ErrNothingToRecover (the task had no state
@@ -170,6 +174,13 @@ func (s *stateReader) Read(p []byte) (int, error) {
 		}
 		rg := s.ranges[0]
 		if !s.opened {
+			if rg.CRC32C != "" {
+				b, err := s.c.readRange(s.ctx, rg, s.grants[rg.Key])
+				if err != nil {
+					return 0, err
+				}
+				s.cur = io.NopCloser(bytes.NewReader(b))
+			}
 			s.opened, s.left, s.breaks = true, rg.Length, 0
 		}
 		if s.left == 0 {

@@ -167,7 +167,14 @@ func (s *TaskState) AddBlob(key string, size uint64, checksum string) error {
 // AddSegment adds a changelog segment: length bytes of blob key at offset,
 // holding the state changes with sequence numbers firstSeq..lastSeq.
 func (s *TaskState) AddSegment(key string, offset, length, firstSeq, lastSeq uint64) error {
-	sg := manifests.Segment{Key: key, Offset: offset, Length: length, FirstSeq: firstSeq, LastSeq: lastSeq}
+	return s.AddSegmentCRC(key, offset, length, firstSeq, lastSeq, "")
+}
+
+// AddSegmentCRC is AddSegment with the CRC32C of the segment's bytes
+// (manifests.CRC32C), which the ack declares and every restore verifies
+// when it reads them back ("": none).
+func (s *TaskState) AddSegmentCRC(key string, offset, length, firstSeq, lastSeq uint64, crc32c string) error {
+	sg := manifests.Segment{Key: key, Offset: offset, Length: length, FirstSeq: firstSeq, LastSeq: lastSeq, CRC32C: crc32c}
 	if err := (manifests.Delta{AddSegments: []manifests.Segment{sg}}).Validate(); err != nil {
 		return err
 	}

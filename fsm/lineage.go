@@ -73,6 +73,8 @@ type record struct {
 	LastSeq  uint64 `json:"last_seq,omitempty"`
 	Added    uint64 `json:"added"`
 	Dropped  uint64 `json:"dropped,omitempty"`
+	// CRC32C is the checksum the ack declared for the range (empty: none).
+	CRC32C string `json:"crc32c,omitempty"`
 }
 
 func (r *record) presentAt(e uint64) bool { return r.Added <= e && (r.Dropped == 0 || r.Dropped > e) }
@@ -220,7 +222,7 @@ func (v lineageView) Bases(fn func(manifests.Base) error) error {
 		return nil
 	}
 	return v.each(kindBase, func(ref manifests.Ref, r *record) error {
-		return fn(manifests.Base{Key: ref.Key, Offset: ref.Offset, Length: r.Length})
+		return fn(manifests.Base{Key: ref.Key, Offset: ref.Offset, Length: r.Length, CRC32C: r.CRC32C})
 	})
 }
 
@@ -257,7 +259,7 @@ func (v lineageView) manifest() (*manifests.Manifest, error) {
 }
 
 func segmentOf(ref manifests.Ref, r *record) manifests.Segment {
-	return manifests.Segment{Key: ref.Key, Offset: ref.Offset, Length: r.Length, FirstSeq: r.FirstSeq, LastSeq: r.LastSeq}
+	return manifests.Segment{Key: ref.Key, Offset: ref.Offset, Length: r.Length, FirstSeq: r.FirstSeq, LastSeq: r.LastSeq, CRC32C: r.CRC32C}
 }
 
 // ManifestAck is the manifest part of a state ack.
@@ -320,12 +322,54 @@ func (m *ManifestAck) Validate() error {
 			return err
 		}
 	}
+	if err := m.checkCRCs(); err != nil {
+		return err
+	}
 	if err := m.delta().Validate(); err != nil {
 		field := "manifest.delta"
 		if m.Full != nil {
 			field = "manifest.full"
 		}
 		return manifestErr(field, err)
+	}
+	return nil
+}
+
+// checkCRCs checks the shape of every declared CRC32C (8 lowercase hex
+// digits, or absent), naming the field; the bytes are the client's to
+// verify when it reads them back.
+func (m *ManifestAck) checkCRCs() error {
+	check := func(field string, ref manifests.Ref, v string) error {
+		if manifests.ValidCRC32C(v) {
+			return nil
+		}
+		return ruleErr(CodeInvalid, field, "%s: a crc32c is 8 lowercase hex digits (CRC32C, Castagnoli, of the range's bytes), not %q", ref, v)
+	}
+	if d := m.Delta; d != nil {
+		if d.Materialize != nil {
+			for _, b := range d.Materialize.Bases {
+				if err := check("manifest.delta.materialize.bases.crc32c", b.ID(), b.CRC32C); err != nil {
+					return err
+				}
+			}
+		}
+		for _, s := range d.AddSegments {
+			if err := check("manifest.delta.add_segments.crc32c", s.ID(), s.CRC32C); err != nil {
+				return err
+			}
+		}
+	}
+	if f := m.Full; f != nil {
+		for _, b := range f.Bases {
+			if err := check("manifest.full.bases.crc32c", b.ID(), b.CRC32C); err != nil {
+				return err
+			}
+		}
+		for _, s := range f.Segments {
+			if err := check("manifest.full.segments.crc32c", s.ID(), s.CRC32C); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -635,12 +679,12 @@ func applyManifest(t *txn, j *Job, gen, epoch uint64, task string, p *manifestPl
 		}
 	}
 	for _, b := range c.AddBases {
-		if err := addRecord(t, target.ID, kindBase, b.ID(), &record{Length: b.Length, Added: epoch}, epoch); err != nil {
+		if err := addRecord(t, target.ID, kindBase, b.ID(), &record{Length: b.Length, Added: epoch, CRC32C: b.CRC32C}, epoch); err != nil {
 			return 0, err
 		}
 	}
 	for _, s := range c.AddSegments {
-		if err := addRecord(t, target.ID, kindSegment, s.ID(), &record{Length: s.Length, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq, Added: epoch}, epoch); err != nil {
+		if err := addRecord(t, target.ID, kindSegment, s.ID(), &record{Length: s.Length, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq, Added: epoch, CRC32C: s.CRC32C}, epoch); err != nil {
 			return 0, err
 		}
 	}
@@ -853,7 +897,7 @@ func copyManifest(t *txn, src *Lineage, at uint64, dst *Lineage) error {
 		if !ok {
 			return false, &corruptError{"record key"}
 		}
-		items = append(items, item{k[8], ref, record{Length: r.Length, FirstSeq: r.FirstSeq, LastSeq: r.LastSeq}})
+		items = append(items, item{k[8], ref, record{Length: r.Length, FirstSeq: r.FirstSeq, LastSeq: r.LastSeq, CRC32C: r.CRC32C}})
 		return true, nil
 	})
 	if err != nil {

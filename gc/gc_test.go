@@ -326,6 +326,53 @@ func TestExpiredIntentIsCollected(t *testing.T) {
 	}
 }
 
+// TestLateUploadOfAbandonedIntent: an upload whose worker gave up (the
+// S3 PUT lands after the client saw it fail, as the s3-late-put fault
+// makes it) for an intent nothing commits. Landed within the lease, the
+// object goes with the expired intent; landed after the intent was
+// collected, it waits for its tombstone to be purged and the orphan sweep
+// then deletes it. Nothing is left either way.
+func TestLateUploadOfAbandonedIntent(t *testing.T) {
+	e := newEnv(t)
+	e.startJob("j", 1)
+	const within, after = "j/t0/late-within-lease", "j/t0/late-after-collection"
+	e.do(fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 1, Task: "t0", Keys: []string{within, after}, LeaseUntil: t0.Add(time.Hour)})
+	c := e.collector(baseConfig())
+
+	e.clock.Advance(10 * time.Minute)
+	e.put(within, 64) // the late PUT of a worker that abandoned the slot
+	e.clock.Advance(51 * time.Minute)
+	if rep := e.runOnce(c, RunOptions{}); rep.ExpiredIntents != 2 {
+		t.Fatalf("lease over: %+v", rep)
+	}
+	e.clock.Advance(grace)
+	if rep := e.runOnce(c, RunOptions{}); rep.Deleted != 2 {
+		t.Fatalf("grace over: %+v", rep)
+	}
+	if e.has(within) || e.blob(within).State != fsm.BlobGone || e.blob(after).State != fsm.BlobGone {
+		t.Fatalf("after collection: %s in store %v, %s", e.blob(within).State, e.has(within), e.blob(after).State)
+	}
+
+	// The other PUT lands only now: the store still knows the key (a
+	// tombstone), so the sweep leaves it until the tombstone is purged.
+	e.put(after, 64)
+	e.age(after, e.clock.Now().Add(-2*time.Hour))
+	if rep := e.runOnce(c, RunOptions{Orphans: true}); rep.OrphansDeleted != 0 || !e.has(after) {
+		t.Fatalf("swept while its tombstone lives: %+v", rep)
+	}
+	e.clock.Advance(baseConfig().TombstoneTTL + time.Minute)
+	if rep := e.runOnce(c, RunOptions{}); rep.Purged != 2 {
+		t.Fatalf("tombstones: %+v", rep)
+	}
+	if rep := e.runOnce(c, RunOptions{Orphans: true}); rep.OrphansDeleted != 1 || e.has(after) {
+		t.Fatalf("late object after the purge: %+v, in store %v", rep, e.has(after))
+	}
+	if got := e.listStore(); len(got) != 0 {
+		t.Fatalf("left in the store: %v", got)
+	}
+	e.fsck()
+}
+
 func TestOrphanSweep(t *testing.T) {
 	e := newEnv(t)
 	_, referenced, _ := fill(e)

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"regexp"
 	"slices"
 	"strings"
@@ -82,6 +83,10 @@ type Segment struct {
 	Length   uint64 `json:"length"`
 	FirstSeq uint64 `json:"first_seq"`
 	LastSeq  uint64 `json:"last_seq"`
+	// CRC32C is the worker's CRC32C (Castagnoli) of the segment's Length
+	// bytes, as 8 lowercase hex digits (see CRC32C); empty if the worker
+	// declared none. A restore verifies the bytes it reads against it.
+	CRC32C string `json:"crc32c,omitempty"`
 }
 
 // Base is a materialized base: a range of a blob holding a full copy of the
@@ -90,6 +95,34 @@ type Base struct {
 	Key    string `json:"key"`
 	Offset uint64 `json:"offset"`
 	Length uint64 `json:"length"`
+	// CRC32C is as for Segment.
+	CRC32C string `json:"crc32c,omitempty"`
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC32C returns the CRC32C (Castagnoli) of b in the form of
+// Segment.CRC32C: 8 lowercase hex digits.
+func CRC32C(b []byte) string { return FormatCRC32C(crc32.Checksum(b, castagnoli)) }
+
+// FormatCRC32C formats a CRC32C value as Segment.CRC32C does.
+func FormatCRC32C(sum uint32) string { return fmt.Sprintf("%08x", sum) }
+
+// ValidCRC32C reports whether s has the form of Segment.CRC32C: empty (no
+// checksum declared) or 8 lowercase hex digits.
+func ValidCRC32C(s string) bool {
+	if s == "" {
+		return true
+	}
+	if len(s) != 8 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Ref identifies a segment or base: its blob key and offset.
@@ -190,6 +223,9 @@ func (d Delta) Validate() error {
 			if b.Length == 0 {
 				return errf(CodeInvalid, b.ID().String(), "a base has a positive length")
 			}
+			if !ValidCRC32C(b.CRC32C) {
+				return errf(CodeInvalid, b.ID().String(), "crc32c %q is not 8 lowercase hex digits", b.CRC32C)
+			}
 			if seen[b.ID()] {
 				return errf(CodeDuplicate, b.ID().String(), "base listed twice")
 			}
@@ -215,6 +251,9 @@ func (d Delta) Validate() error {
 		}
 		if s.FirstSeq > s.LastSeq {
 			return errf(CodeInvalid, s.ID().String(), "first_seq %d is above last_seq %d", s.FirstSeq, s.LastSeq)
+		}
+		if !ValidCRC32C(s.CRC32C) {
+			return errf(CodeInvalid, s.ID().String(), "crc32c %q is not 8 lowercase hex digits", s.CRC32C)
 		}
 		if seen[s.ID()] {
 			return errf(CodeDuplicate, s.ID().String(), "segment added twice, or at the offset of a new base")

@@ -48,8 +48,12 @@ func TestValidateDelta(t *testing.T) {
 		{"zero length", Delta{AddSegments: []Segment{seg("a", 0, 0, 1, 1)}}, CodeInvalid},
 		{"seq reversed", Delta{AddSegments: []Segment{seg("a", 0, 1, 5, 1)}}, CodeInvalid},
 		{"bad key", Delta{AddSegments: []Segment{seg("../a", 0, 1, 1, 1)}}, CodeInvalid},
-		{"base twice", Delta{Materialize: &Materialization{Bases: []Base{{"b", 0, 1}, {"b", 0, 1}}}}, CodeDuplicate},
-		{"segment at a new base", Delta{Materialize: &Materialization{Bases: []Base{{"b", 0, 1}}}, AddSegments: []Segment{seg("b", 0, 1, 1, 1)}}, CodeDuplicate},
+		{"crc32c", Delta{AddSegments: []Segment{{Key: "a", Length: 1, CRC32C: "e3069283"}}}, ""},
+		{"crc32c upper case", Delta{AddSegments: []Segment{{Key: "a", Length: 1, CRC32C: "E3069283"}}}, CodeInvalid},
+		{"crc32c short", Delta{AddSegments: []Segment{{Key: "a", Length: 1, CRC32C: "e306928"}}}, CodeInvalid},
+		{"base crc32c not hex", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 1, CRC32C: "e306928g"}}}}, CodeInvalid},
+		{"base twice", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 1}, {Key: "b", Length: 1}}}}, CodeDuplicate},
+		{"segment at a new base", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 1}}}, AddSegments: []Segment{seg("b", 0, 1, 1, 1)}}, CodeDuplicate},
 	}
 	for _, tc := range cases {
 		if got := code(tc.d.Validate()); got != tc.code {
@@ -66,7 +70,7 @@ func TestValidateDelta(t *testing.T) {
 }
 
 func TestApplyRules(t *testing.T) {
-	m := Manifest{Bases: []Base{{"base1", 0, 100}}, Segments: []Segment{seg("log1", 0, 10, 1, 10), seg("log1", 10, 10, 11, 20), seg("log2", 0, 10, 21, 30)}}
+	m := Manifest{Bases: []Base{{Key: "base1", Offset: 0, Length: 100}}, Segments: []Segment{seg("log1", 0, 10, 1, 10), seg("log1", 10, 10, 11, 20), seg("log2", 0, 10, 21, 30)}}
 	if _, err := Apply(m, Delta{DropSegments: []Ref{{"log9", 0}}}); code(err) != CodeNotInManifest {
 		t.Fatalf("drop of an unknown segment: %v", err)
 	}
@@ -74,11 +78,11 @@ func TestApplyRules(t *testing.T) {
 		t.Fatalf("add of a present segment: %v", err)
 	}
 	// Materialize at seq 21: the first two segments and the old base go.
-	got, err := Apply(m, Delta{Materialize: &Materialization{Bases: []Base{{"base2", 0, 50}}, TruncateBefore: 21}, AddSegments: []Segment{seg("log3", 0, 5, 31, 32)}})
+	got, err := Apply(m, Delta{Materialize: &Materialization{Bases: []Base{{Key: "base2", Offset: 0, Length: 50}}, TruncateBefore: 21}, AddSegments: []Segment{seg("log3", 0, 5, 31, 32)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Manifest{Bases: []Base{{"base2", 0, 50}}, Segments: []Segment{seg("log2", 0, 10, 21, 30), seg("log3", 0, 5, 31, 32)}}
+	want := Manifest{Bases: []Base{{Key: "base2", Offset: 0, Length: 50}}, Segments: []Segment{seg("log2", 0, 10, 21, 30), seg("log3", 0, 5, 31, 32)}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("materialized:\n got %+v\nwant %+v", got, want)
 	}
@@ -92,7 +96,7 @@ func TestApplyRules(t *testing.T) {
 }
 
 func TestCheckRanges(t *testing.T) {
-	c := Change{AddSegments: []Segment{seg("a", 90, 10, 1, 1)}, AddBases: []Base{{"b", 0, 5}}}
+	c := Change{AddSegments: []Segment{seg("a", 90, 10, 1, 1)}, AddBases: []Base{{Key: "b", Offset: 0, Length: 5}}}
 	size := func(key string) (uint64, error) {
 		if key == "a" {
 			return 100, nil
@@ -122,7 +126,7 @@ func TestDiffRoundTrip(t *testing.T) {
 	random := func() Manifest {
 		var m Manifest
 		for i := 0; i < r.IntN(3); i++ {
-			m.Bases = append(m.Bases, Base{fmt.Sprintf("base%d", r.IntN(4)), uint64(i * 100), uint64(1 + r.IntN(99))})
+			m.Bases = append(m.Bases, Base{Key: fmt.Sprintf("base%d", r.IntN(4)), Offset: uint64(i * 100), Length: uint64(1 + r.IntN(99))})
 		}
 		seen := map[Ref]bool{}
 		for i := 0; i < r.IntN(30); i++ {
@@ -154,7 +158,7 @@ func TestDiffRoundTrip(t *testing.T) {
 			t.Fatalf("round %d:\n got %+v\nwant %+v", i, got, next)
 		}
 	}
-	full, err := Apply(Manifest{}, Full(Manifest{Bases: []Base{{"b", 0, 1}}, Segments: []Segment{seg("s", 0, 1, 1, 1)}}))
+	full, err := Apply(Manifest{}, Full(Manifest{Bases: []Base{{Key: "b", Offset: 0, Length: 1}}, Segments: []Segment{seg("s", 0, 1, 1, 1)}}))
 	if err != nil || len(full.Bases) != 1 || len(full.Segments) != 1 {
 		t.Fatalf("full: %+v %v", full, err)
 	}
@@ -168,4 +172,14 @@ func norm(m Manifest) Manifest {
 		m.Segments = nil
 	}
 	return m
+}
+
+// TestCRC32C: the Castagnoli check value, in the wire form.
+func TestCRC32C(t *testing.T) {
+	if got := CRC32C([]byte("123456789")); got != "e3069283" || !ValidCRC32C(got) {
+		t.Fatalf("CRC32C(123456789) = %q, want e3069283", got)
+	}
+	if got := CRC32C(nil); got != "00000000" {
+		t.Fatalf("CRC32C(nil) = %q", got)
+	}
 }

@@ -58,6 +58,14 @@
 //	s3-errors, s3-timeouts,       rules of the S3 proxy (cluster.S3):
 //	s3-lost-put, s3-lost-delete   5xx answers, held-then-dropped requests,
 //	                              PUT or DELETE applied but the reply lost
+//	s3-slow                       30% of requests delayed 0.5 s to 2 s
+//	s3-late-put                   half the PUTs read in full, held until
+//	                              the worker gives up, then forwarded:
+//	                              the object lands after the failure
+//	                              (Describe counts them)
+//	s3-corrupt-get                30% of GET answers with 1 to 3 bytes
+//	                              flipped (same length); restores verify
+//	                              each range's CRC32C and read again
 //	gc-crash-after-mark           the leader crashes at the fault point
 //	                              between a GC deleting mark and the delete;
 //	                              after the heal the new leader must have
@@ -293,6 +301,7 @@ func Catalog() []Fault {
 		SnapshotInstall(),
 		MemberRejoin(), SpareJoin(), LeaderTransfer(), MembershipKillLeader(),
 		S3Errors(0.3), S3Timeouts(2*time.Second, 0.3), S3LostReply(LostPut), S3LostReply(LostDelete),
+		S3Slow(500*time.Millisecond, 1500*time.Millisecond, 0.3), S3LatePut(time.Minute, 0.5), S3CorruptGet(0.3),
 		GCCrashAfterMark(), SnapshotPersistCrash(),
 		ClockSkew(90 * time.Second),
 		PowerLoss(), PowerLossAll(), PowerLossAllTorn(),

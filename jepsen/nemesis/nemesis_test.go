@@ -31,14 +31,18 @@ func marker(ctx context.Context, c *cluster.Cluster, epoch int) (string, error) 
 
 // s3Traffic makes the object store busy while an S3 fault holds: uploads
 // (PUT through the proxy), garbage and GC cycles (DeleteObjects), verify
-// (HEAD).
+// (HEAD), reads of a live blob (GET).
 func s3Traffic(ctx context.Context, c *cluster.Cluster) {
 	for ctx.Err() == nil {
-		if job, _, _, err := MakeGarbage(ctx, c); err == nil {
+		job, _, live, err := MakeGarbage(ctx, c)
+		if err == nil {
 			_, _ = c.Send(ctx, "GET", "/v1/jobs/"+job+"/verify", nil, nil)
 		}
 		if l, err := c.Leader(ctx); err == nil {
 			_, _ = c.Do(ctx, l, "POST", "/v1/gc/run", nil)
+			if live != "" {
+				_, _ = c.Do(ctx, l, "GET", "/v1/objects/"+live, nil)
+			}
 		}
 	}
 }

@@ -23,7 +23,7 @@
 // a probability and a maximum count. The first matching rule that fires
 // applies one Action:
 //
-//   - delay: wait Delay, then forward.
+//   - delay: wait Delay plus a random part of Jitter, then forward.
 //   - error: answer Status (default 503) with an S3 error document; nothing
 //     is forwarded.
 //   - timeout: hold the request for Hold (default: until the client gives
@@ -31,6 +31,13 @@
 //   - lose_reply: forward the request (the server applies it) and then
 //     reset the client's connection, or, with Status set, answer that
 //     status instead. The caller cannot tell the write happened.
+//   - late: read the request's body in full, hold it until the client has
+//     given up (its connection closed) or for Hold, then forward it (the
+//     server applies it after the client gave up) and drop the client's
+//     connection. Holding counts the requests a rule holds.
+//   - corrupt: forward the request and flip 1 to 3 bytes of a successful
+//     answer's body (same length, headers unchanged); Request.Flipped
+//     counts them.
 package s3proxy
 
 import (
@@ -75,6 +82,8 @@ const (
 	ActError     Action = "error"
 	ActTimeout   Action = "timeout"
 	ActLoseReply Action = "lose_reply"
+	ActLate      Action = "late"
+	ActCorrupt   Action = "corrupt"
 )
 
 // Rule selects requests and the fault to inject into them.
@@ -89,13 +98,16 @@ type Rule struct {
 	// Client restricts the rule to one client name (member id or IP).
 	Client string `json:"client,omitempty"`
 	Action Action `json:"action"`
-	// Delay is the wait of ActDelay.
-	Delay time.Duration `json:"delay,omitempty"`
+	// Delay is the wait of ActDelay; Jitter adds a uniform random part
+	// in [0, Jitter) to it.
+	Delay  time.Duration `json:"delay,omitempty"`
+	Jitter time.Duration `json:"jitter,omitempty"`
 	// Status is the answer of ActError (default 503) and, if set, of
 	// ActLoseReply instead of a connection reset.
 	Status int `json:"status,omitempty"`
 	// Hold is how long ActTimeout holds a request before dropping its
-	// connection (0: until the client goes away).
+	// connection, and ActLate at most before forwarding it (0: until the
+	// client goes away).
 	Hold time.Duration `json:"hold,omitempty"`
 	// Prob is the probability that a matching request is hit (0 means 1).
 	Prob float64 `json:"prob,omitempty"`
@@ -128,7 +140,12 @@ type Request struct {
 	Latency   time.Duration `json:"latency"`
 	// Fault names the injected fault ("rule-name: action"), empty if none.
 	Fault string `json:"fault,omitempty"`
-	Err   string `json:"err,omitempty"`
+	// Late tells that the request was forwarded after its client gave up
+	// (ActLate); Flipped is the number of bytes ActCorrupt flipped in the
+	// answer's body.
+	Late    bool   `json:"late,omitempty"`
+	Flipped int    `json:"flipped,omitempty"`
+	Err     string `json:"err,omitempty"`
 }
 
 // Options configure a Proxy.
@@ -157,6 +174,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	rules  []*rule
 	fired  map[int]int // rule id -> hits
+	held   map[int]int // rule id -> requests ActLate holds now
 	nextID int
 	log    []Request
 	seq    uint64
@@ -204,7 +222,7 @@ func (p *Proxy) Upstream() string { return p.upstream }
 // id.
 func (p *Proxy) AddRule(r Rule) (int, error) {
 	switch r.Action {
-	case ActDelay, ActError, ActTimeout, ActLoseReply:
+	case ActDelay, ActError, ActTimeout, ActLoseReply, ActLate, ActCorrupt:
 	default:
 		return 0, fmt.Errorf("s3proxy: unknown action %q", r.Action)
 	}
@@ -237,6 +255,23 @@ func (p *Proxy) Fired(id int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.fired[id]
+}
+
+// Holding returns how many requests the rule with id holds now (ActLate:
+// read, not yet forwarded and logged), also after it was removed.
+func (p *Proxy) Holding(id int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held[id]
+}
+
+func (p *Proxy) addHeld(id, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = map[int]int{}
+	}
+	p.held[id] += n
 }
 
 // ClearRules removes every rule.
@@ -390,9 +425,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	classify(r, req)
+	held := 0 // the rule holding the request (ActLate), once logged
 	defer func() {
 		req.Latency = time.Since(req.Start)
 		p.record(req)
+		if held != 0 {
+			p.addHeld(held, -1)
+		}
 	}()
 
 	var body io.Reader = r.Body
@@ -424,7 +463,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rl != nil {
 		switch rl.Action {
 		case ActDelay:
-			t := time.NewTimer(rl.Delay)
+			d := rl.Delay
+			if rl.Jitter > 0 {
+				d += rand.N(rl.Jitter)
+			}
+			t := time.NewTimer(d)
 			select {
 			case <-t.C:
 			case <-r.Context().Done():
@@ -454,6 +497,36 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			dropConn(w)
 			return
+		case ActLate:
+			raw, err := io.ReadAll(io.LimitReader(body, 64<<20))
+			if err != nil {
+				req.Err = "read request body: " + err.Error()
+				return
+			}
+			body = bytes.NewReader(raw)
+			held = rl.id
+			p.addHeld(held, 1)
+			var hold <-chan time.Time
+			if rl.Hold > 0 {
+				t := time.NewTimer(rl.Hold)
+				defer t.Stop()
+				hold = t.C
+			}
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			req.Late = r.Context().Err() != nil
+			resp, err := p.forward(r, body, req)
+			if err != nil {
+				req.Err = err.Error()
+			} else {
+				req.Upstream = resp.StatusCode
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			dropConn(w)
+			return
 		}
 	}
 
@@ -468,7 +541,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req.Upstream = resp.StatusCode
 
 	var respBody io.Reader = resp.Body
-	if req.Op == OpDeleteBatch || (rl != nil && rl.Action == ActLoseReply) {
+	corrupt := rl != nil && rl.Action == ActCorrupt && resp.StatusCode/100 == 2 && r.Method != http.MethodHead
+	if req.Op == OpDeleteBatch || corrupt || (rl != nil && rl.Action == ActLoseReply) {
 		raw, err := io.ReadAll(resp.Body)
 		if err != nil {
 			req.Err = "read upstream body: " + err.Error()
@@ -488,6 +562,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					}
 				}
 			}
+		}
+		if corrupt && len(raw) > 0 {
+			// Distinct positions, each XORed with a nonzero byte: the
+			// body always differs from what the server sent.
+			flipped := map[int]bool{}
+			for n := min(len(raw), 1+rand.IntN(3)); len(flipped) < n; {
+				if i := rand.IntN(len(raw)); !flipped[i] {
+					flipped[i] = true
+					raw[i] ^= byte(1 + rand.IntN(255))
+				}
+			}
+			req.Flipped = len(flipped)
 		}
 		respBody = bytes.NewReader(raw)
 	}

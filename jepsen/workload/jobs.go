@@ -469,7 +469,7 @@ func (wk *worker) mutate(ctx context.Context, gen, e uint64) {
 	w := wk.j.w
 	ts := wk.ts
 	if key, size, ok := wk.upload(ctx, gen, e); ok {
-		if ts.AddBlob(key, size, "") == nil && ts.AddSegment(key, 0, size, wk.seq, wk.seq+9) == nil {
+		if ts.AddBlob(key, size, "") == nil && ts.AddSegmentCRC(key, 0, size, wk.seq, wk.seq+9, w.crc(key, 0, size)) == nil {
 			wk.seq += 10
 		}
 	}
@@ -481,7 +481,7 @@ func (wk *worker) mutate(ctx context.Context, gen, e uint64) {
 	case r < 0.15:
 		if key, size, ok := wk.upload(ctx, gen, e); ok {
 			if ts.AddBlob(key, size, "") == nil {
-				_ = ts.Materialize([]manifests.Base{{Key: key, Offset: 0, Length: size}}, wk.seq)
+				_ = ts.Materialize([]manifests.Base{{Key: key, Offset: 0, Length: size, CRC32C: w.crc(key, 0, size)}}, wk.seq)
 			}
 		}
 	case r < 0.35:
@@ -551,7 +551,7 @@ func (wk *worker) reuse(ctx context.Context) {
 		if off >= l.size || wk.ts.Has(ref) {
 			return
 		}
-		if wk.ts.AddSegment(l.key, off, l.size-off, wk.seq, wk.seq+9) == nil {
+		if wk.ts.AddSegmentCRC(l.key, off, l.size-off, wk.seq, wk.seq+9, w.crc(l.key, off, l.size-off)) == nil {
 			wk.seq += 10
 			wk.reused, wk.lastReused = &ref, &ref
 			wk.reusedAt = time.Now()
@@ -614,6 +614,16 @@ func (wk *worker) upload(ctx context.Context, gen, e uint64) (string, uint64, bo
 	err = wk.c.PutObject(octx, slot, bytes.NewReader(content), int64(size))
 	w.h.Finish(op, err, true)
 	return slot.Key, size, err == nil
+}
+
+// crc is the CRC32C that an ack declares for length bytes of blob key at
+// off: of what the workload uploaded there.
+func (w *Workload) crc(key string, off, length uint64) string {
+	v, ok := w.contents.Load(key)
+	if !ok || off+length > uint64(len(v.([]byte))) {
+		panic(fmt.Sprintf("workload: crc of %s@%d+%d, which it did not upload", key, off, length))
+	}
+	return manifests.CRC32C(v.([]byte)[off : off+length])
 }
 
 // makeContent is the unique content of a blob: its key, repeated.

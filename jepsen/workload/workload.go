@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -414,13 +413,12 @@ const CodeContent = "content_mismatch"
 // ErrContent is a blob read whose bytes differ from what was uploaded.
 var ErrContent = errors.New("workload: blob content differs from what was uploaded")
 
+// readRange reads a range of a restore plan through the client's
+// verifying path (ReadRange: the CRC32C its ack declared, read again on
+// a mismatch) and compares the bytes with what was uploaded: a mismatch
+// that got past the client is ErrContent.
 func (w *Workload) readRange(ctx context.Context, c *client.Client, rg manifests.Segment) error {
-	rc, err := c.ReadBlob(ctx, rg.Key, int64(rg.Offset), int64(rg.Length))
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	got, err := io.ReadAll(io.LimitReader(rc, int64(rg.Length)+1))
+	got, err := c.ReadRange(ctx, rg)
 	if err != nil {
 		return err
 	}
