@@ -100,7 +100,7 @@ func ShortTier() []Scenario {
 		seq("link-delay", "link-loss"),
 		one("snapshot-install"),
 		{Name: "member-rejoin&kill-random+membership-kill-leader+leader-transfer", Faults: []func() nemesis.Fault{together("member-rejoin", "kill-random"), catalogFault("membership-kill-leader"), catalogFault("leader-transfer")}, Duration: d},
-		{Name: "s3-errors+s3-lost-replies", Faults: []func() nemesis.Fault{catalogFault("s3-errors"), catalogFault("s3-lost-delete"), catalogFault("s3-lost-put")}, Duration: d, Hold: 3 * time.Second},
+		{Name: "s3-errors+s3-lost-replies+s3-corrupt-get+s3-late-put", Faults: []func() nemesis.Fault{catalogFault("s3-errors"), catalogFault("s3-lost-delete"), catalogFault("s3-lost-put"), catalogFault("s3-corrupt-get"), catalogFault("s3-late-put")}, Duration: d, Hold: 3 * time.Second},
 		one("gc-crash-after-mark"),
 	}
 }
