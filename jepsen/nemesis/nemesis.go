@@ -1,7 +1,8 @@
 // Package nemesis injects faults into a cluster under test (package
 // jepsen/cluster): process crashes and pauses, network partitions, slow and
 // lossy Raft links, snapshot installs, membership changes, leadership
-// transfers, object-store failures, and crashes at fault points compiled
+// transfers, object-store failures, disk faults (EIO, ENOSPC, fsync
+// stalls), and crashes at fault points compiled
 // into the metastore's faultinject build.
 //
 // Every fault implements Fault. A Runner runs one: it checks the cluster
@@ -66,6 +67,19 @@
 //	                              of the pages dropped) by jepsen/lossyfs,
 //	                              a new boot id; heal restarts (needs
 //	                              cluster.Options.LossyDisk: DiskNeeder)
+//	disk-eio-leader               half the writes and fsyncs of the leader's
+//	                              raft/raft.db and fsm.db fail with EIO
+//	                              (jepsen/lossyfs SetFault); the member
+//	                              must stop rather than go on; heal
+//	                              clears it, restarts the member if it
+//	                              exited (LossyDisk)
+//	disk-full-follower            a follower's disk is full: writes that
+//	                              need space, fallocate and growing
+//	                              truncations fail with ENOSPC, statfs
+//	                              reports no space; heal clears it,
+//	                              restarts the member if it exited
+//	fsync-stall-leader            every fsync of the leader's files is held
+//	                              3s (until the heal); heal releases them
 //	clock-skew                    every member's clock set off by up to
 //	                              90s (the leader's by 60s or more, an
 //	                              upload lease); heal sets them right
@@ -292,6 +306,7 @@ func Catalog() []Fault {
 		GCCrashAfterMark(), SnapshotPersistCrash(),
 		ClockSkew(90 * time.Second),
 		PowerLoss(), PowerLossAll(), PowerLossAllTorn(),
+		DiskEIO(Leader), DiskFull(Follower), FsyncStall(Leader, 3*time.Second),
 	}
 }
 
