@@ -2,8 +2,8 @@
 // jepsen/cluster): process crashes and pauses, network partitions, slow and
 // lossy Raft links, snapshot installs, membership changes, leadership
 // transfers, object-store failures, disk faults (EIO, ENOSPC, fsync
-// stalls), and crashes at fault points compiled
-// into the metastore's faultinject build.
+// stalls), and crashes at fault points compiled into the metastore's
+// faultinject build.
 //
 // Every fault implements Fault. A Runner runs one: it checks the cluster
 // is healthy (cluster.WaitCaughtUp: one leader, every voter serving, ready
