@@ -72,7 +72,7 @@ func TestFaultEIO(t *testing.T) {
 }
 
 // ENOSPC fails what needs new space (appends, writes into a hole,
-// fallocate, a truncation that grows the file), not overwrites, and the
+// any fallocate, a truncation that grows the file), not overwrites, and the
 // file system reports no free space; clearing it restores both.
 func TestFaultENOSPC(t *testing.T) {
 	l, mnt := mountT(t)
@@ -93,7 +93,7 @@ func TestFaultENOSPC(t *testing.T) {
 	if _, err := f.WriteAt([]byte("overwrite"), 10); err != nil {
 		t.Errorf("overwrite of allocated space under ENOSPC: %v", err)
 	}
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, 8*pageSize); !errors.Is(err, syscall.ENOSPC) {
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, pageSize); !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("fallocate under ENOSPC: %v, want ENOSPC", err)
 	}
 	if err := f.Truncate(8 * pageSize); !errors.Is(err, syscall.ENOSPC) {
@@ -130,6 +130,10 @@ func TestFaultFsyncStall(t *testing.T) {
 	l, mnt := mountT(t)
 	f := syncedFile(t, mnt, "f", []byte("synced"))
 	other := syncedFile(t, mnt, "other", []byte("synced"))
+	var mst syscall.Stat_t
+	if err := syscall.Stat(mnt, &mst); err != nil {
+		t.Fatal(err)
+	}
 	if err := l.SetFault(Fault{Kind: FsyncStall}); err != nil {
 		t.Fatal(err)
 	}
@@ -157,8 +161,16 @@ func TestFaultFsyncStall(t *testing.T) {
 		t.Errorf("a stalled fsync made its file synced (%d files unsynced, want 2)", files)
 	}
 	h := l.ClearFault()
-	if err := <-done; err != nil {
-		t.Errorf("the stalled fsync failed after the clear: %v", err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the stalled fsync failed after the clear: %v", err)
+		}
+	case <-ctx.Done():
+		// Abort the connection, or closing the files would wait for
+		// the fsync forever.
+		abort(unix.Minor(mst.Dev))
+		t.Fatal("ClearFault did not release the stalled fsync")
 	}
 	if h.Fsyncs != 1 || h.Writes != 0 {
 		t.Errorf("hits: %+v, want 1 fsync", h)
