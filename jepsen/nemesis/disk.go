@@ -10,9 +10,15 @@ import (
 	"github.com/metastore/metastore/jepsen/lossyfs"
 )
 
-// raftFiles matches the Raft log and stable store (raft/raft.db) and the
-// state machine file (fsm.db), relative to the data directory.
-var raftFiles = regexp.MustCompile(`^(raft/raft\.db|fsm\.db)$`)
+// raftLog matches the Raft log and stable store (the current term and
+// vote), relative to the data directory.
+var raftLog = regexp.MustCompile(`^raft/raft\.db$`)
+
+// ioErrorPanic is the panic of a member that stops on an I/O error
+// (hashicorp/raft's "failed to save current term: write .../raft.db:
+// input/output error", the state machine's "fsm: apply batch ending at
+// index N: write .../fsm.db: input/output error").
+var ioErrorPanic = regexp.MustCompile(`: input/output error$`)
 
 // diskFault is a fault of a member's disk (lossyfs.FS.SetFault) for the
 // hold.
@@ -21,6 +27,7 @@ type diskFault struct {
 	target Target
 	fault  lossyfs.Fault
 	what   string // what the fault does, for Describe
+	panics []*regexp.Regexp
 
 	victim   *cluster.Member
 	isLeader bool
@@ -29,16 +36,19 @@ type diskFault struct {
 }
 
 // DiskEIO returns the fault that makes half of the writes and fsyncs of
-// the target member's Raft log (raft/raft.db) and state machine file
-// (fsm.db) fail with EIO for the hold. The member must stop rather than go
-// on as if the data were durable (hashicorp/raft steps down when a log
-// append fails and panics when it cannot record a term; the state machine
-// panics on a failed write). Heal clears the fault and restarts the member
-// if it exited.
+// the target member's Raft log and stable store (raft/raft.db) fail with
+// EIO for the hold. The member must not go on as if what failed were
+// durable: hashicorp/raft answers the entries of a failed append with the
+// error and steps down, and panics when it cannot record a term (an
+// expected panic: PanicExpecter). The state machine file is left alone:
+// the state machine panics at its first failed write (fsm.ApplyBatch), so
+// the member would stop before its log's fsyncs ever failed. Heal clears
+// the fault and restarts the member if it exited.
 func DiskEIO(t Target) Fault {
 	return &diskFault{name: "disk-eio-" + string(t), target: t,
-		fault: lossyfs.Fault{Kind: lossyfs.EIO, Ops: lossyfs.OpWrite | lossyfs.OpFsync, PathMatch: raftFiles, Prob: 0.5},
-		what:  "EIO on half the writes and fsyncs of raft/raft.db and fsm.db"}
+		fault:  lossyfs.Fault{Kind: lossyfs.EIO, Ops: lossyfs.OpWrite | lossyfs.OpFsync, PathMatch: raftLog, Prob: 0.5},
+		what:   "EIO on half the writes and fsyncs of raft/raft.db",
+		panics: []*regexp.Regexp{ioErrorPanic}}
 }
 
 // DiskFull returns the fault that fills the target member's disk for the
@@ -63,6 +73,8 @@ func FsyncStall(t Target, delay time.Duration) Fault {
 func (f *diskFault) Name() string         { return f.name }
 func (f *diskFault) Describe() string     { return f.detail }
 func (f *diskFault) NeedsLossyDisk() bool { return true }
+
+func (f *diskFault) ExpectedPanics() []*regexp.Regexp { return f.panics }
 
 func (f *diskFault) Inject(ctx context.Context, c *cluster.Cluster) error {
 	m, isLeader, err := pick(ctx, c, f.target)

@@ -68,9 +68,10 @@
 //	                              a new boot id; heal restarts (needs
 //	                              cluster.Options.LossyDisk: DiskNeeder)
 //	disk-eio-leader               half the writes and fsyncs of the leader's
-//	                              raft/raft.db and fsm.db fail with EIO
+//	                              Raft log (raft/raft.db) fail with EIO
 //	                              (jepsen/lossyfs SetFault); the member
-//	                              must stop rather than go on; heal
+//	                              must step down or stop (its panic on
+//	                              EIO is expected: PanicExpecter); heal
 //	                              clears it, restarts the member if it
 //	                              exited (LossyDisk)
 //	disk-full-follower            a follower's disk is full: writes that
@@ -93,6 +94,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -123,6 +125,13 @@ type DiskNeeder interface {
 // ("killed n2 (leader)"), after Inject.
 type Describer interface {
 	Describe() string
+}
+
+// PanicExpecter is implemented by faults that make a member panic on
+// purpose: the store stops with a panic on an I/O error it cannot recover
+// from. The logs checker skips panics whose line matches one of these.
+type PanicExpecter interface {
+	ExpectedPanics() []*regexp.Regexp
 }
 
 // MinHolder is implemented by faults that must stay in force for a
@@ -346,6 +355,16 @@ func (f *togetherFault) NeedsLossyDisk() bool {
 		}
 	}
 	return false
+}
+
+func (f *togetherFault) ExpectedPanics() []*regexp.Regexp {
+	var out []*regexp.Regexp
+	for _, x := range f.faults {
+		if pe, ok := x.(PanicExpecter); ok {
+			out = append(out, pe.ExpectedPanics()...)
+		}
+	}
+	return out
 }
 
 func (f *togetherFault) ClockSkew() time.Duration {
