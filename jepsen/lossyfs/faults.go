@@ -20,7 +20,9 @@ package lossyfs
 // that need new space (past the end of the file or into a hole), fallocate
 // and truncations that grow a file, as on a file system that allocates
 // space at write time; while an ENOSPC fault is set the file system reports
-// no free space (statfs), whatever its PathMatch. The kernel holds a file's
+// no free space (statfs), whatever its PathMatch. The data of a failed write
+// may be seen for a moment through a shared mapping of the file (forget).
+// The kernel holds a file's
 // lock while a FUSE fsync of it runs, so writes to a file whose fsync is
 // stalled wait too (a local file system would let most of them through).
 
@@ -318,6 +320,19 @@ func (l *FS) fsyncFailed(fd int, st *fileState) {
 		st.pre[page] = make([]byte, min(pageSize, s.Size-page*pageSize))
 		st.failed[page] = true
 	}
+}
+
+// forget drops the kernel's cached pages of [off, off+n) after a write of
+// them failed. The kernel copies a write into its page cache before it asks
+// the FUSE server, and on an error only marks the pages not up to date: a
+// shared mapping of the file (bbolt reads through one) would go on showing
+// the bytes that were never written, where a local file system refuses the
+// write before it touches the page. The invalidation cannot run in the
+// write's handler (the kernel holds the pages locked until the handler
+// answers), so it runs right after, and a mapping may see the bytes for a
+// moment.
+func (f *file) forget(off, n int64) {
+	go f.ino.NotifyContent(off, n)
 }
 
 // faultPath is the path of the open file in the mount, for PathMatch

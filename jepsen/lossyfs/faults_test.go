@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -267,5 +269,66 @@ func TestSetFaultValidates(t *testing.T) {
 	}
 	if l.fault.Load() != nil {
 		t.Error("a refused fault is in force")
+	}
+}
+
+// A write that fails leaves nothing behind that a shared mapping sees
+// (the kernel copies a write into its page cache before the server
+// refuses it: forget). The mapping is read by another process: a process
+// that maps a file of a FUSE file system it serves can deadlock.
+func TestFailedWriteInvisibleThroughMapping(t *testing.T) {
+	l, mnt := mountT(t)
+	path := filepath.Join(mnt, "f")
+	if err := os.WriteFile(path, bytes.Repeat([]byte("d"), pageSize), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 4*pageSize); err != nil { // pages 1 to 3: a hole
+		t.Fatal(err)
+	}
+	if err := l.SetFault(Fault{Kind: ENOSPC}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMappingProbe$")
+	cmd.Env = append(os.Environ(), "LOSSYFS_MAPPING_PROBE="+path)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe: %v\n%s", err, out)
+	}
+	if h := l.ClearFault(); h.Writes != 1 {
+		t.Errorf("hits: %+v, want the probe's 1 write", h)
+	}
+}
+
+// TestMappingProbe is the probe process of
+// TestFailedWriteInvisibleThroughMapping: it maps the file, fails to write
+// into its hole, and waits until the mapping shows the hole again.
+func TestMappingProbe(t *testing.T) {
+	path := os.Getenv("LOSSYFS_MAPPING_PROBE")
+	if path == "" {
+		t.Skip("the probe process of TestFailedWriteInvisibleThroughMapping")
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := syscall.Mmap(int(f.Fd()), 0, 4*pageSize, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(m)
+	if m[2*pageSize] != 0 {
+		t.Fatalf("the hole maps as %q", m[2*pageSize:2*pageSize+8])
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte("X"), pageSize), 2*pageSize); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write into the hole: %v, want ENOSPC", err)
+	}
+	// The invalidation follows the failed write's answer.
+	deadline := time.Now().Add(10 * time.Second)
+	for m[2*pageSize] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the failed write the mapping still shows its bytes: %q", m[2*pageSize:2*pageSize+8])
+		}
+		runtime.Gosched()
 	}
 }

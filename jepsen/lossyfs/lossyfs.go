@@ -445,12 +445,17 @@ func (f *file) PassthroughFd() (int, bool) { return 0, false }
 
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	if errno := f.l.inject(ctx, opWrite, f.faultPath(), f.rfd, off, int64(len(data))); errno != 0 {
+		f.forget(off, int64(len(data)))
 		return 0, errno
 	}
 	if errno := f.l.before(f.rfd, f.st, off, int64(len(data))); errno != 0 {
 		return 0, errno
 	}
-	return f.LoopbackFile.Write(ctx, data, off)
+	n, errno := f.LoopbackFile.Write(ctx, data, off)
+	if errno != 0 {
+		f.forget(off, int64(len(data)))
+	}
+	return n, errno
 }
 
 func (f *file) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
