@@ -395,7 +395,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	}
 	if size, ok := in.GetSize(); ok {
 		var s syscall.Stat_t
-		if err := syscall.Stat(n.backingPath(), &s); err == nil {
+		if n.l.fault.Load() != nil && syscall.Stat(n.backingPath(), &s) == nil {
 			if errno := n.l.inject(ctx, opTruncate, n.Path(n.Root()), -1, s.Size, int64(size)-s.Size); errno != 0 {
 				return errno
 			}
