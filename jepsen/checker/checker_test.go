@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +259,15 @@ func TestScanLog(t *testing.T) {
 	log := "ok\npanic: boom\nfaultpoint: crash at gc.after-mark\nWARNING: DATA RACE\n"
 	if got := ScanLog(log); len(got) != 2 {
 		t.Fatalf("findings %v", got)
+	}
+	// An expected panic is skipped with its trace's header; the others are
+	// not.
+	log = "panic: write raft.db: input/output error\n\ngoroutine 21 [running]:\nmain.f()\npanic: boom\n\ngoroutine 7 [running]:\n"
+	eio := regexp.MustCompile(`input/output error$`)
+	if got := ScanLog(log, eio); len(got) != 2 || got[0] != "panic: boom" {
+		t.Fatalf("findings with an expected panic %q", got)
+	}
+	if got := ScanLog(log); len(got) != 4 {
+		t.Fatalf("findings without expected panics %q", got)
 	}
 }

@@ -53,15 +53,41 @@ var suspicious = regexp.MustCompile(`^panic: |^fatal error: |WARNING: DATA RACE|
 // ScanLog returns the suspicious lines of a member's log. Crashes the suite
 // injects are exits at fault points ("faultpoint: crash at ..."), not
 // panics, so nothing needs excusing; a line naming an injected fault point
-// is skipped all the same.
-func ScanLog(log string) []string {
+// is skipped all the same. A panic whose line matches one of expected (a
+// member stopping on an I/O error the suite injected: nemesis.PanicExpecter)
+// is skipped too, with the header of its goroutine's trace.
+func ScanLog(log string, expected ...*regexp.Regexp) []string {
 	var out []string
+	excused := false // the last panic was expected: skip its trace's header
 	for _, line := range strings.Split(log, "\n") {
-		if suspicious.MatchString(line) && !strings.Contains(line, "faultpoint:") {
-			out = append(out, short(line))
+		if excused {
+			if line == "" {
+				continue
+			}
+			excused = false
+			if strings.HasPrefix(line, "goroutine ") && strings.HasSuffix(line, " [running]:") {
+				continue
+			}
 		}
+		if !suspicious.MatchString(line) || strings.Contains(line, "faultpoint:") {
+			continue
+		}
+		if strings.HasPrefix(line, "panic: ") && matchAny(expected, line) {
+			excused = true
+			continue
+		}
+		out = append(out, short(line))
 	}
 	return out
+}
+
+func matchAny(res []*regexp.Regexp, s string) bool {
+	for _, re := range res {
+		if re.MatchString(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // Logs checks the members' logs for panics and race reports.

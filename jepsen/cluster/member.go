@@ -497,6 +497,10 @@ func (m *Member) mountDisk() error {
 	return nil
 }
 
+// Disk is the lossy file system of the member's data directory (for its
+// disk faults: lossyfs.FS.SetFault), nil without Options.LossyDisk.
+func (m *Member) Disk() *lossyfs.FS { return m.disk }
+
 // bootIDFile holds the boot id the member's faultinject build takes for
 // the machine's (fsm.EnvFaultBootIDFile).
 func (m *Member) bootIDFile() string {

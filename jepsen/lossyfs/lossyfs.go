@@ -28,9 +28,13 @@
 //   - Writes through a shared writable mapping are not seen (bbolt maps
 //     its file read-only and writes with pwrite).
 //   - O_SYNC and O_DSYNC writes are treated like any other until an fsync.
+//
+// A mount can also fail writes and fsyncs with EIO or ENOSPC, or stall
+// fsyncs, at run time (SetFault: faults.go).
 package lossyfs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +42,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,6 +70,8 @@ type FS struct {
 	mu     sync.Mutex
 	server *fuse.Server
 	files  map[fileID]*fileState
+
+	fault atomic.Pointer[activeFault] // SetFault (faults.go)
 }
 
 type fileID struct{ dev, ino uint64 }
@@ -76,6 +83,9 @@ type fileState struct {
 	rw         *os.File
 	syncedSize int64
 	pre        map[int64][]byte // page index -> content before the first unsynced write
+	// failed are pages of pre whose fsync failed: they stay lossy
+	// through later fsyncs until written again (fsyncFailed).
+	failed map[int64]bool
 }
 
 // Supported reports why a lossy file system cannot be mounted here, or
@@ -142,6 +152,7 @@ func (l *FS) Unmount() error {
 	if srv == nil {
 		return nil
 	}
+	l.ClearFault() // no fsync stays stalled
 	l.mu.Lock()
 	for _, fs := range l.files {
 		fs.rw.Close()
@@ -260,6 +271,7 @@ func (l *FS) before(fd int, st *fileState, off, n int64) syscall.Errno {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for page := off / pageSize; page*pageSize < off+n; page++ {
+		delete(st.failed, page) // written again: a fsync may make it durable
 		if _, ok := st.pre[page]; ok || page*pageSize >= st.syncedSize {
 			continue // kept already, or beyond the synced size (truncated at a crash)
 		}
@@ -281,7 +293,11 @@ func (l *FS) synced(fd int, st *fileState) syscall.Errno {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st.syncedSize = s.Size
-	clear(st.pre)
+	for page := range st.pre {
+		if !st.failed[page] {
+			delete(st.pre, page)
+		}
+	}
 	return 0
 }
 
@@ -295,7 +311,8 @@ func (n *node) backingPath() string {
 	return filepath.Join(n.RootData.Path, n.Path(n.Root()))
 }
 
-func (n *node) wrap(fh fs.FileHandle) (fs.FileHandle, syscall.Errno) {
+// wrap makes fh, a handle of the file ino, lossy.
+func (n *node) wrap(fh fs.FileHandle, ino *fs.Inode) (fs.FileHandle, syscall.Errno) {
 	lf, ok := fh.(*fs.LoopbackFile)
 	if !ok {
 		return fh, 0
@@ -316,7 +333,7 @@ func (n *node) wrap(fh fs.FileHandle) (fs.FileHandle, syscall.Errno) {
 		lf.Release(context.Background())
 		return nil, fs.ToErrno(err)
 	}
-	return &file{LoopbackFile: lf, fd: fd, rfd: int(r.Fd()), r: r, st: st, l: n.l}, 0
+	return &file{LoopbackFile: lf, fd: fd, rfd: int(r.Fd()), r: r, st: st, l: n.l, ino: ino}, 0
 }
 
 var _ = (fs.NodeOpener)((*node)(nil))
@@ -333,7 +350,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	w, errno := n.wrap(fh)
+	w, errno := n.wrap(fh, n.EmbeddedInode())
 	return w, fl, errno
 }
 
@@ -342,7 +359,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	w, errno := n.wrap(fh)
+	w, errno := n.wrap(fh, ch)
 	return ch, w, fl, errno
 }
 
@@ -376,12 +393,28 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	if f, ok := fh.(*file); ok {
 		return f.Setattr(ctx, in, out)
 	}
-	if _, ok := in.GetSize(); ok {
+	if size, ok := in.GetSize(); ok {
+		var s syscall.Stat_t
+		if n.l.fault.Load() != nil && syscall.Stat(n.backingPath(), &s) == nil {
+			if errno := n.l.inject(ctx, opTruncate, n.Path(n.Root()), -1, s.Size, int64(size)-s.Size); errno != 0 {
+				return errno
+			}
+		}
 		if errno := n.keepAll(); errno != 0 {
 			return errno
 		}
 	}
 	return n.LoopbackNode.Setattr(ctx, fh, in, out)
+}
+
+var _ = (fs.NodeStatfser)((*node)(nil))
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	if errno := n.LoopbackNode.Statfs(ctx, out); errno != 0 {
+		return errno
+	}
+	n.l.statfsFull(out)
+	return 0
 }
 
 // file is an open lossy file.
@@ -392,6 +425,7 @@ type file struct {
 	r   *os.File // holds rfd
 	st  *fileState
 	l   *FS
+	ino *fs.Inode // the file's (for its path: faultPath)
 }
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
@@ -399,18 +433,35 @@ func (f *file) Release(ctx context.Context) syscall.Errno {
 	return f.LoopbackFile.Release(ctx)
 }
 
+// Writev is Write of the concatenation: LoopbackFile's own Writev would
+// write past the pre-images.
+func (f *file) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
+	return f.Write(ctx, bytes.Join(data, nil), off)
+}
+
 // PassthroughFd is refused: the kernel would write to the backing file
 // directly, past the pre-images.
 func (f *file) PassthroughFd() (int, bool) { return 0, false }
 
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if errno := f.l.inject(ctx, opWrite, f.faultPath(), f.rfd, off, int64(len(data))); errno != 0 {
+		f.forget(off, int64(len(data)))
+		return 0, errno
+	}
 	if errno := f.l.before(f.rfd, f.st, off, int64(len(data))); errno != 0 {
 		return 0, errno
 	}
-	return f.LoopbackFile.Write(ctx, data, off)
+	n, errno := f.LoopbackFile.Write(ctx, data, off)
+	if errno != 0 {
+		f.forget(off, int64(len(data)))
+	}
+	return n, errno
 }
 
 func (f *file) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+	if errno := f.l.inject(ctx, opAllocate, f.faultPath(), f.rfd, int64(off), int64(size)); errno != 0 {
+		return errno
+	}
 	if errno := f.l.before(f.rfd, f.st, int64(off), int64(size)); errno != 0 {
 		return errno
 	}
@@ -423,6 +474,9 @@ func (f *file) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOu
 		if err := syscall.Fstat(f.fd, &s); err != nil {
 			return fs.ToErrno(err)
 		}
+		if errno := f.l.inject(ctx, opTruncate, f.faultPath(), f.rfd, s.Size, int64(size)-s.Size); errno != 0 {
+			return errno
+		}
 		if int64(size) < s.Size {
 			if errno := f.l.before(f.rfd, f.st, int64(size), s.Size-int64(size)); errno != 0 {
 				return errno
@@ -433,14 +487,23 @@ func (f *file) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOu
 }
 
 func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	if errno := f.LoopbackFile.Fsync(ctx, flags); errno != 0 {
-		return errno
+	errno := f.l.inject(ctx, opFsync, f.faultPath(), f.rfd, 0, 0)
+	if errno == 0 {
+		errno = f.LoopbackFile.Fsync(ctx, flags)
 	}
-	return f.l.synced(f.fd, f.st)
+	switch errno {
+	case 0:
+		return f.l.synced(f.fd, f.st)
+	case syscall.EINTR:
+	default:
+		f.l.fsyncFailed(f.fd, f.st)
+	}
+	return errno
 }
 
 var (
 	_ = (fs.FileWriter)((*file)(nil))
+	_ = (fs.FileWritever)((*file)(nil))
 	_ = (fs.FileAllocater)((*file)(nil))
 	_ = (fs.FileSetattrer)((*file)(nil))
 	_ = (fs.FileFsyncer)((*file)(nil))

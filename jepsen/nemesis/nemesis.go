@@ -1,8 +1,9 @@
 // Package nemesis injects faults into a cluster under test (package
 // jepsen/cluster): process crashes and pauses, network partitions, slow and
 // lossy Raft links, snapshot installs, membership changes, leadership
-// transfers, object-store failures, and crashes at fault points compiled
-// into the metastore's faultinject build.
+// transfers, object-store failures, disk faults (EIO, ENOSPC, fsync
+// stalls), and crashes at fault points compiled into the metastore's
+// faultinject build.
 //
 // Every fault implements Fault. A Runner runs one: it checks the cluster
 // is healthy (cluster.WaitCaughtUp: one leader, every voter serving, ready
@@ -78,6 +79,20 @@
 //	                              of the pages dropped) by jepsen/lossyfs,
 //	                              a new boot id; heal restarts (needs
 //	                              cluster.Options.LossyDisk: DiskNeeder)
+//	disk-eio-leader               half the writes and fsyncs of the leader's
+//	                              Raft log (raft/raft.db) fail with EIO
+//	                              (jepsen/lossyfs SetFault); the member
+//	                              must step down or stop (its panic on
+//	                              EIO is expected: PanicExpecter); heal
+//	                              clears it, restarts the member if it
+//	                              exited (LossyDisk)
+//	disk-full-follower            a follower's disk is full: writes that
+//	                              need space, fallocate and growing
+//	                              truncations fail with ENOSPC, statfs
+//	                              reports no space; heal clears it,
+//	                              restarts the member if it exited
+//	fsync-stall-leader            every fsync of the leader's files is held
+//	                              3s (until the heal); heal releases them
 //	clock-skew                    every member's clock set off by up to
 //	                              90s (the leader's by 60s or more, an
 //	                              upload lease); heal sets them right
@@ -91,6 +106,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -121,6 +137,13 @@ type DiskNeeder interface {
 // ("killed n2 (leader)"), after Inject.
 type Describer interface {
 	Describe() string
+}
+
+// PanicExpecter is implemented by faults that make a member panic on
+// purpose: the store stops with a panic on an I/O error it cannot recover
+// from. The logs checker skips panics whose line matches one of these.
+type PanicExpecter interface {
+	ExpectedPanics() []*regexp.Regexp
 }
 
 // MinHolder is implemented by faults that must stay in force for a
@@ -305,6 +328,7 @@ func Catalog() []Fault {
 		GCCrashAfterMark(), SnapshotPersistCrash(),
 		ClockSkew(90 * time.Second),
 		PowerLoss(), PowerLossAll(), PowerLossAllTorn(),
+		DiskEIO(Leader), DiskFull(Follower), FsyncStall(Leader, 3*time.Second),
 	}
 }
 
@@ -344,6 +368,16 @@ func (f *togetherFault) NeedsLossyDisk() bool {
 		}
 	}
 	return false
+}
+
+func (f *togetherFault) ExpectedPanics() []*regexp.Regexp {
+	var out []*regexp.Regexp
+	for _, x := range f.faults {
+		if pe, ok := x.(PanicExpecter); ok {
+			out = append(out, pe.ExpectedPanics()...)
+		}
+	}
+	return out
 }
 
 func (f *togetherFault) ClockSkew() time.Duration {

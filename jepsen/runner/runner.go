@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -325,7 +326,13 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 	}
 
 	// Heal whatever is left, wait for health, collect the final state.
-	final := r.finish(sctx, c, wres, durationOr(sc.HealthTimeout, 2*time.Minute))
+	var panics []*regexp.Regexp
+	for _, mk := range sc.Faults {
+		if pe, ok := mk().(nemesis.PanicExpecter); ok {
+			panics = append(panics, pe.ExpectedPanics()...)
+		}
+	}
+	final := r.finish(sctx, c, wres, durationOr(sc.HealthTimeout, 2*time.Minute), panics)
 	in := &checker.Input{Ops: ops, Workload: wres, Final: final, S3: c.S3.Requests(), S3Prefix: c.S3KeyPrefix()}
 	for _, f := range faults {
 		in.ClockSkew = max(in.ClockSkew, f.ClockSkew)
@@ -367,8 +374,9 @@ func nemesisVerdict(faults []nemesis.Result) checker.Verdict {
 
 // finish heals the cluster, waits until it is healthy, reads the final
 // state, runs the final GC cycles after the grace period, lists the bucket
-// and reads every member's hash, fsck and log.
-func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.Result, healthTimeout time.Duration) *checker.Final {
+// and reads every member's hash, fsck and log (skipping the panics the
+// faults expect: nemesis.PanicExpecter).
+func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.Result, healthTimeout time.Duration, expectedPanics []*regexp.Regexp) *checker.Final {
 	f := &checker.Final{Jobs: map[string]*checker.JobFinal{}, Records: map[string]checker.BlobRecord{}}
 	_ = c.Heal(ctx)
 	c.ClearLinks()
@@ -496,7 +504,7 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 			continue
 		}
 		mf := checker.MemberFinal{ID: m.ID}
-		mf.LogFindings = checker.ScanLog(m.LogSince(0))
+		mf.LogFindings = checker.ScanLog(m.LogSince(0), expectedPanics...)
 		if m.Serving() {
 			mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			if h, err := c.StateHash(mctx, m); err != nil {
