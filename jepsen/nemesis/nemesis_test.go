@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/metastore/metastore/jepsen/checker"
 	"github.com/metastore/metastore/jepsen/cluster"
 	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/jepsen/lossyfs"
 	"github.com/metastore/metastore/jepsen/s3proxy"
 )
 
@@ -54,7 +57,10 @@ func s3Traffic(ctx context.Context, c *cluster.Cluster) {
 // every acknowledged checkpoint back.
 func TestSmokeEveryFault(t *testing.T) {
 	start := time.Now()
-	c := cluster.StartT(t, cluster.Options{})
+	// Lossy disks where they can be mounted, for the power-loss and disk
+	// faults; without them those faults are skipped.
+	lossy := lossyfs.Supported() == nil
+	c := cluster.StartT(t, cluster.Options{LossyDisk: lossy})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
@@ -126,8 +132,17 @@ func TestSmokeEveryFault(t *testing.T) {
 			t.Logf("nemesis events:\n%s", strings.Join(log, "\n"))
 		}
 	}()
+	var panics []*regexp.Regexp
+	for _, f := range faults {
+		if pe, ok := f.(PanicExpecter); ok {
+			panics = append(panics, pe.ExpectedPanics()...)
+		}
+	}
 	for _, f := range faults {
 		t.Run(f.Name(), func(t *testing.T) {
+			if dn, ok := f.(DiskNeeder); ok && dn.NeedsLossyDisk() && !lossy {
+				t.Skipf("needs lossy disks: %v", lossyfs.Supported())
+			}
 			// S3 faults hold long enough for garbage to pass the GC
 			// grace period, so that deletes meet them too.
 			r.Hold = 1500 * time.Millisecond
@@ -170,11 +185,15 @@ func TestSmokeEveryFault(t *testing.T) {
 			}
 		}
 	}
-	if p := c.LogProblems(); len(p) > 0 {
-		t.Errorf("problems in the node logs: %v", p)
+	for _, m := range c.Members() {
+		if p := checker.ScanLog(m.LogSince(0), panics...); len(p) > 0 {
+			t.Errorf("problems in the log of %s: %v", m.ID, p)
+		}
 	}
 	for _, e := range c.UnexpectedExits() {
-		if e.Code != 137 {
+		// 137: SIGKILL; 2: a panic on an injected I/O error (excused
+		// above only if its line matched).
+		if e.Code != 137 && e.Code != 2 {
 			t.Errorf("unexpected exit of %s: %s", e.Member, e.Status)
 		}
 	}
