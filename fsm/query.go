@@ -332,7 +332,11 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	foreign := srcJob != req.Job
 	if src == nil {
+		if foreign {
+			return nil, errForeignSource(req, srcJob) // crossjob.go
+		}
 		return nil, ruleErr(CodeNotFound, "source_job", "job %q does not exist", srcJob)
 	}
 	plan := &RestorePlan{Job: req.Job, Task: req.Task, Kinds: map[Kind]KindRestore{}}
@@ -340,6 +344,24 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 
 	var e *Epoch
 	switch {
+	case foreign:
+		// Another job's checkpoint: only a savepoint (crossjob.go), and
+		// every refusal is the same answer.
+		if req.Pin == "" && req.Epoch == 0 {
+			return nil, errForeignSource(req, srcJob)
+		}
+		for _, n := range src.Retained {
+			c, err := t.epochRef(srcJob, n)
+			if err != nil {
+				return nil, err
+			}
+			if c.Pinned && c.State == EpochCompleted && (c.PinName == req.Pin && req.Pin != "" || c.Epoch == req.Epoch) {
+				e = c
+			}
+		}
+		if e == nil {
+			return nil, errForeignSource(req, srcJob)
+		}
 	case req.Pin != "":
 		for _, n := range src.Retained {
 			c, err := t.epochRef(srcJob, n)
