@@ -352,6 +352,12 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
+	// References to another job are refused before anything is proposed,
+	// with the answer the state machine gives at apply (fsm/crossjob.go),
+	// which checks them again.
+	if err := s.fsm.CheckCrossJob(&p); err != nil {
+		return nil, s.fsm.AppliedIndex(), err
+	}
 	if unsafeDropAcks {
 		if res, idx, ok := s.unsafeDropAck(&p); ok {
 			return res, idx, nil

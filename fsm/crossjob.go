@@ -36,7 +36,7 @@ func errForeignBase(job string, base *BaseRef) *RuleError {
 // errForeignBlob is the answer to a reference to a blob this job may not
 // reference.
 func errForeignBlob(job, key string) *RuleError {
-	return ruleErr(CodeBlobUnknown, "manifest",
+	return ruleErr(CodeNotFound, "manifest",
 		"blob %q is not known to job %q: a manifest references blobs its own job uploaded, and another job's blobs only as the savepoint it forked from holds them",
 		key, job)
 }

@@ -85,17 +85,17 @@ func TestCrossJobBlobReference(t *testing.T) {
 	ack := func(epoch uint64, m *fsm.ManifestAck) fsm.TaskAck {
 		return fsm.TaskAck{Job: "jobA", Generation: 1, Epoch: epoch, Task: "agg-0", Manifest: m}
 	}
-	real := h.reject(fsm.ErrBlobUnknown, fsm.CmdTaskAck, ack(1, seg("jobB/agg-0/log", 0)))
+	real := h.reject(fsm.ErrNotFound, fsm.CmdTaskAck, ack(1, seg("jobB/agg-0/log", 0)))
 	if want := "blob \"jobB/agg-0/log\" is not known to job \"jobA\""; len(real.Message) < len(want) || real.Message[:len(want)] != want {
 		t.Fatalf("foreign blob: %v", real)
 	}
 	// Committing it as if it were an upload of jobA is refused alike.
 	commit := seg("jobB/agg-0/log", 0)
 	commit.Blobs = []fsm.BlobCommit{{Key: "jobB/agg-0/log", Size: 100}}
-	if re := h.reject(fsm.ErrBlobUnknown, fsm.CmdTaskAck, ack(1, commit)); re.Error() != real.Error() {
+	if re := h.reject(fsm.ErrNotFound, fsm.CmdTaskAck, ack(1, commit)); re.Error() != real.Error() {
 		t.Fatalf("commit of a foreign blob: %v, want %v", re, real)
 	}
-	ghost := h.reject(fsm.ErrBlobUnknown, fsm.CmdTaskAck, ack(1, seg("jobB/agg-0/nothing", 0)))
+	ghost := h.reject(fsm.ErrNotFound, fsm.CmdTaskAck, ack(1, seg("jobB/agg-0/nothing", 0)))
 	if ghost.Code != real.Code || ghost.Field != real.Field {
 		t.Fatalf("a key that does not exist is answered %v, an existing one %v", ghost, real)
 	}
