@@ -66,6 +66,12 @@ type Blob struct {
 	Size       uint64    `json:"size"`
 	// Checksum is what the worker declared when it committed the blob.
 	Checksum string `json:"checksum,omitempty"`
+	// Observed is what the object store reported for the blob when the
+	// leader looked right after its ack (observe.go); nil: not yet.
+	Observed *Observation `json:"observed,omitempty"`
+	// Flagged: the observed object did not match the declared size, or
+	// was missing. Restore plans list flagged blobs.
+	Flagged bool `json:"flagged,omitempty"`
 	// Refs counts the manifest references (segments and bases, in every
 	// lineage) to this blob.
 	Refs       uint64     `json:"refs"`

@@ -152,3 +152,50 @@ func TestCrossJobRulesKeepOldEntries(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestBlobObservation: a blob an ack commits waits for the leader's look at
+// the object store; the observation is kept in its record, a size that
+// differs from the declared one flags it in the record and in restore
+// plans, and a repeated observation changes nothing.
+func TestBlobObservation(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("j", fsm.JobConfig{})
+	h.start("j", "a1", task(t, "t", "state", "incremental"))
+	h.intents("j", 1, "j/t/a", "j/t/b")
+	h.begin("j", 1, 1)
+	segs := []manifests.Segment{{Key: "j/t/a", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}, {Key: "j/t/b", Offset: 0, Length: 10, FirstSeq: 2, LastSeq: 2}}
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Manifest: &fsm.ManifestAck{
+		Blobs: []fsm.BlobCommit{{Key: "j/t/a", Size: 10}, {Key: "j/t/b", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: segs}}}))
+	if keys, err := h.f.Unobserved(10); err != nil || len(keys) != 2 {
+		t.Fatalf("unobserved after the ack: %v %v", keys, err)
+	}
+	obs := fsm.BlobsObserved{Blobs: []fsm.BlobObservation{{Key: "j/t/a", Size: 10, ETag: "e1"}, {Key: "j/t/b", Size: 99, ETag: "e2"}}}
+	res := mustOK(t, h.mustApply(fsm.CmdBlobsObserved, obs)).(*fsm.ObservedResult)
+	if len(res.Observed) != 2 || len(res.Flagged) != 1 || res.Flagged[0] != "j/t/b" {
+		t.Fatalf("observed: %+v", res)
+	}
+	b, _, err := h.f.Blob("j/t/b")
+	if err != nil || !b.Flagged || b.Observed == nil || b.Observed.Size != 99 || b.Observed.ETag != "e2" {
+		t.Fatalf("flagged blob record: %+v %v", b, err)
+	}
+	if a, _, _ := h.f.Blob("j/t/a"); a.Flagged || a.Observed == nil || a.Observed.ETag != "e1" {
+		t.Fatalf("matching blob record: %+v", a)
+	}
+	p := h.restore(fsm.RestoreRequest{Job: "j", Task: "t"})
+	if len(p.FlaggedBlobs) != 1 || p.FlaggedBlobs[0].Key != "j/t/b" || p.FlaggedBlobs[0].Declared != 10 {
+		t.Fatalf("restore plan flags: %+v", p.FlaggedBlobs)
+	}
+	before := h.hash()
+	again := mustOK(t, h.mustApply(fsm.CmdBlobsObserved, fsm.BlobsObserved{Blobs: []fsm.BlobObservation{{Key: "j/t/a", Size: 1, ETag: "other"}}})).(*fsm.ObservedResult)
+	if len(again.Observed) != 0 || h.hash() != before {
+		t.Fatalf("a second observation changed the state: %+v", again)
+	}
+	if keys, _ := h.f.Unobserved(10); len(keys) != 0 {
+		t.Fatalf("still unobserved: %v", keys)
+	}
+	h.reopen()
+	if b, _, _ := h.f.Blob("j/t/b"); !b.Flagged {
+		t.Fatalf("flag lost on reopen: %+v", b)
+	}
+}

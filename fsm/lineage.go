@@ -412,6 +412,7 @@ type manifestPlan struct {
 	at     uint64   // rollback, fork: the base epoch
 	change manifests.Change
 	commit []BlobCommit
+	strict bool // task-ack version 2 rules
 }
 
 // planManifest checks a state ack's manifest against the stored state and
@@ -426,7 +427,7 @@ func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, n
 	if m.Full != nil && tk.Caps.Incremental() {
 		return nil, ruleErr(CodeInvalid, "manifest.full", "task %q has the incremental capability: send a delta", tk.ID)
 	}
-	p := &manifestPlan{commit: m.Blobs}
+	p := &manifestPlan{commit: m.Blobs, strict: strict}
 	hid, err := t.head(j.ID, tk.ID)
 	if err != nil {
 		return nil, err
@@ -649,7 +650,7 @@ func blobStateErr(b *Blob, field string) error {
 // epoch and returns the lineage it extended.
 func applyManifest(t *txn, j *Job, gen, epoch uint64, task string, p *manifestPlan, now time.Time) (uint64, error) {
 	for _, bc := range p.commit {
-		if err := commitBlob(t, bc, now); err != nil {
+		if err := commitBlob(t, bc, now, p.strict); err != nil {
 			return 0, err
 		}
 	}
@@ -710,7 +711,9 @@ func applyManifest(t *txn, j *Job, gen, epoch uint64, task string, p *manifestPl
 	return target.ID, t.putLineage(target)
 }
 
-func commitBlob(t *txn, bc BlobCommit, now time.Time) error {
+// commitBlob turns an intent into a live blob; strict (task-ack version 2)
+// queues it for the leader's observation of the object store.
+func commitBlob(t *txn, bc BlobCommit, now time.Time, strict bool) error {
 	b, err := t.blob(bc.Key)
 	if err != nil {
 		return err
@@ -733,6 +736,11 @@ func commitBlob(t *txn, bc BlobCommit, now time.Time) error {
 	b.LeaseUntil = nil
 	if err := t.unreference(b, now); err != nil {
 		return err
+	}
+	if strict {
+		if err := t.markUnobserved(b.Key); err != nil {
+			return err
+		}
 	}
 	return t.putBlob(b)
 }

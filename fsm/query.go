@@ -289,6 +289,10 @@ type RestorePlan struct {
 	InlineBytes      int    `json:"inline_bytes"`
 	ObjectStoreReads int    `json:"object_store_reads"`
 	ObjectStoreBytes uint64 `json:"object_store_bytes"`
+	// FlaggedBlobs lists the plan's blobs whose object did not match what
+	// their ack declared when the leader observed the object store right
+	// after the ack (observe.go): a size that differs, or no object.
+	FlaggedBlobs []FlaggedBlob `json:"flagged_blobs,omitempty"`
 }
 
 // PlanRestore plans the restore of a task.
@@ -438,6 +442,16 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 				kr.Bytes += int(m.Bytes())
 				plan.ObjectStoreReads += len(m.Bases) + len(m.Segments)
 				plan.ObjectStoreBytes += m.Bytes()
+				keys := make([]string, 0, len(m.Bases)+len(m.Segments))
+				for _, b := range m.Bases {
+					keys = append(keys, b.Key)
+				}
+				for _, sg := range m.Segments {
+					keys = append(keys, sg.Key)
+				}
+				if plan.FlaggedBlobs, err = flaggedIn(t, keys); err != nil {
+					return nil, err
+				}
 			}
 		}
 		plan.Kinds[k] = kr
