@@ -366,6 +366,11 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, &p)
 	if res, ok := v.(*fsm.AckResult); ok && err == nil {
 		s.metrics.observeAck(res)
+		if p.Manifest != nil && len(p.Manifest.Blobs) > 0 && s.gc != nil {
+			// The leader looks at the new blobs in the object store right
+			// after the ack, not on its path (gc/observe.go).
+			s.gc.ObserveSoon()
+		}
 	}
 	return v, idx, err
 }
