@@ -193,3 +193,19 @@ func containsAll(have []string, want ...string) bool {
 	}
 	return true
 }
+
+// TestSupersededSlotUploadRefused: with the local store, a worker of a
+// superseded attempt cannot even upload to the slot it was handed.
+func TestSupersededSlotUploadRefused(t *testing.T) {
+	m := startSingle(t)
+	ok(t, "PUT", m.URL+"/v1/jobs/j", `{}`, nil)
+	ok(t, "POST", m.URL+"/v1/jobs/j/attempts", `{"attempt_id":"a1","tasks":[{"id":"t","capabilities":["state","incremental"]}]}`, nil)
+	up := slot(t, m, "j", 1)
+	ok(t, "POST", m.URL+"/v1/jobs/j/attempts", `{"attempt_id":"a2","tasks":[{"id":"t","capabilities":["state","incremental"]}]}`, nil)
+	r := do(t, "PUT", up.URL, "zombie bytes")
+	var e apiError
+	r.decode(t, &e)
+	if r.status != http.StatusConflict || e.Error.Code != string(fsm.CodeFenced) {
+		t.Fatalf("upload to a slot of a superseded attempt: %d %s", r.status, r.body)
+	}
+}
