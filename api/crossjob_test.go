@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/fsm"
@@ -88,6 +89,12 @@ func TestCrossJobReadRefused(t *testing.T) {
 	if _, err := b.Ack(ctx, "jobB", bt.Generation, 1, "agg-0", client.AckRequest{Manifest: ts.Manifest()}); err != nil {
 		t.Fatal(err)
 	}
+	// The leader observes B's new blob after the ack (a Raft entry of its
+	// own): wait for it, so that the index below moves only for a proposal.
+	waitFor(t, 10*time.Second, "observation of "+key, func() bool {
+		bl, _, err := m.FSM.Blob(key)
+		return err == nil && bl.Observed != nil
+	})
 	before := m.FSM.AppliedIndex()
 
 	// The same attacks now: the same answers, nothing proposed.
