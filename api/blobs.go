@@ -142,6 +142,13 @@ func (s *Server) objectPut(r *http.Request) (any, uint64, error) {
 	if b.State != fsm.BlobIntent || (b.LeaseUntil != nil && s.now().After(*b.LeaseUntil)) {
 		return nil, idx, apiErr(http.StatusConflict, string(fsm.CodeConflict), "key", "blob %q is %s: uploads go to keys held by a live upload intent", key, b.State)
 	}
+	if b.Generation != 0 {
+		// A slot of a superseded attempt can never be committed: its
+		// worker keeps no write access.
+		if j, _, err := s.fsm.Job(b.Job); err == nil && j.Generation > b.Generation {
+			return nil, idx, apiErr(http.StatusConflict, string(fsm.CodeFenced), "key", "blob %q is an upload slot of attempt generation %d, superseded by generation %d", key, b.Generation, j.Generation)
+		}
+	}
 	if err := s.store.Put(r.Context(), key, r.Body, r.ContentLength); err != nil {
 		return nil, idx, storeError(err)
 	}

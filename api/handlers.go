@@ -352,6 +352,12 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
+	// References to another job are refused before anything is proposed,
+	// with the answer the state machine gives at apply (fsm/crossjob.go),
+	// which checks them again.
+	if err := s.fsm.CheckCrossJob(&p); err != nil {
+		return nil, s.fsm.AppliedIndex(), err
+	}
 	if unsafeDropAcks {
 		if res, idx, ok := s.unsafeDropAck(&p); ok {
 			return res, idx, nil
@@ -360,6 +366,11 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, &p)
 	if res, ok := v.(*fsm.AckResult); ok && err == nil {
 		s.metrics.observeAck(res)
+		if p.Manifest != nil && len(p.Manifest.Blobs) > 0 && s.gc != nil {
+			// The leader looks at the new blobs in the object store right
+			// after the ack, not on its path (gc/observe.go).
+			s.gc.ObserveSoon()
+		}
 	}
 	return v, idx, err
 }

@@ -539,7 +539,11 @@ func (s *S3) listPage(ctx context.Context, p *s3.ListObjectsV2Paginator) (*s3.Li
 }
 
 // PresignPut presigns a PutObject for key, valid for ttl (at most
-// MaxPresignTTL). The URL does not bind the body: any content may be put.
+// MaxPresignTTL). The URL does not bind the body, but it is conditional:
+// If-None-Match: * is signed into it (the returned header carries it, and
+// a request without it fails the signature), so it creates the object
+// once and a replay after that is refused (412 PreconditionFailed) by a
+// server with conditional writes (AWS S3, and internal/s3server).
 func (s *S3) PresignPut(ctx context.Context, key string, ttl time.Duration) (u string, h http.Header, err error) {
 	start := time.Now()
 	defer func() { s.observer.observe(OpPresign, 1, err, start) }()
@@ -550,8 +554,9 @@ func (s *S3) PresignPut(ctx context.Context, key string, ttl time.Duration) (u s
 		return "", nil, fmt.Errorf("blobstore: s3 presign %q: ttl %s is not in (0, %s]", key, ttl, MaxPresignTTL)
 	}
 	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
-		Bucket: aws.String(s.bucket),
-		Key:    aws.String(s.prefix + key),
+		Bucket:      aws.String(s.bucket),
+		Key:         aws.String(s.prefix + key),
+		IfNoneMatch: aws.String("*"),
 	}, s3.WithPresignExpires(ttl))
 	if err != nil {
 		return "", nil, fmt.Errorf("blobstore: s3 presign %q: %w", key, err)

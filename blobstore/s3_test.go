@@ -108,7 +108,7 @@ func TestS3AgainstServerProcess(t *testing.T) {
 
 	t.Run("PresignedURLIsBound", func(t *testing.T) {
 		s := blobtest.NewS3Store(t, endpoint, testBucket, "presign")
-		u, _, err := s.PresignPut(ctx, "target", time.Minute)
+		u, header, err := s.PresignPut(ctx, "target", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,15 +127,48 @@ func TestS3AgainstServerProcess(t *testing.T) {
 		q.Set("X-Amz-Expires", "600")
 		longer.RawQuery = q.Encode()
 		for name, bad := range map[string]string{"other key": other.String(), "unsigned": unsigned.String(), "longer ttl": longer.String()} {
-			if code := httpPut(t, bad, "evil"); code != http.StatusForbidden {
+			if code := httpPutHeader(t, bad, header, "evil"); code != http.StatusForbidden {
 				t.Errorf("%s: PUT answered %d, want 403", name, code)
 			}
 		}
-		if code := httpPut(t, u, "good"); code != http.StatusOK {
+		// The condition is signed: without If-None-Match the URL is refused.
+		if header.Get("If-None-Match") != "*" {
+			t.Fatalf("presigned PUT headers %v carry no If-None-Match: *", header)
+		}
+		if code := httpPut(t, u, "no condition"); code != http.StatusForbidden {
+			t.Errorf("PUT without the signed If-None-Match answered %d, want 403", code)
+		}
+		if code := httpPutHeader(t, u, header, "good"); code != http.StatusOK {
 			t.Fatalf("presigned PUT answered %d", code)
 		}
 		if got := listKeys(t, s, ""); !slices.Equal(got, []string{"target"}) {
 			t.Fatalf("objects: %q", got)
+		}
+	})
+
+	// Issue 13, item 4: a presigned upload URL writes its blob once. A
+	// replay within its validity, after the object exists, is refused and
+	// leaves the object as it was.
+	t.Run("PresignedURLWritesOnce", func(t *testing.T) {
+		s := blobtest.NewS3Store(t, endpoint, testBucket, "once")
+		u, header, err := s.PresignPut(ctx, "blob", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := httpPutHeader(t, u, header, "committed state"); code != http.StatusOK {
+			t.Fatalf("first PUT answered %d", code)
+		}
+		if code := httpPutHeader(t, u, header, "rewritten!"); code != http.StatusPreconditionFailed {
+			t.Fatalf("replayed PUT answered %d, want 412", code)
+		}
+		rc, err := s.Get(ctx, "blob", 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(got) != "committed state" {
+			t.Fatalf("object after the replay: %q", got)
 		}
 	})
 
@@ -165,9 +198,17 @@ func TestS3AgainstServerProcess(t *testing.T) {
 
 func httpPut(t *testing.T, u, body string) int {
 	t.Helper()
+	return httpPutHeader(t, u, nil, body)
+}
+
+func httpPutHeader(t *testing.T, u string, header http.Header, body string) int {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPut, u, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -66,7 +66,9 @@ func (c *Client) Upload(ctx context.Context, job string, gen uint64, task string
 // Config.RequestTimeout plus one second per MinUploadRate bytes. A failed PUT is repeated
 // (the same bytes to the same key, which is idempotent) when the body can
 // be sent again: when it is an io.Seeker (bytes.Reader, os.File), or when
-// nothing of it was read yet. A PUT to the metastore's /v1/objects that
+// nothing of it was read yet. A presigned S3 URL creates its object once
+// (If-None-Match: *): a repeated PUT answered 412 means an earlier attempt
+// landed, and is success. A PUT to the metastore's /v1/objects that
 // cannot reach the member the slot names goes to the client's other
 // endpoints, which forward it to the leader. The body is never closed.
 func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader, size int64) error {
@@ -110,6 +112,14 @@ func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader,
 		}
 		retry, moveOn := false, false
 		var ae *APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed && attempt > 1 && !metastore {
+			// The slot's URL is conditional (If-None-Match: *): the object
+			// exists, so an earlier attempt of this upload landed although
+			// its answer was lost. The leader's observation after the ack
+			// checks its size.
+			c.bytesPut.Add(size)
+			return nil
+		}
 		if errors.As(err, &ae) {
 			retry = ae.Retryable || ae.Status >= 500 || ae.Status == http.StatusTooManyRequests
 			moveOn = ae.Status == http.StatusBadGateway || ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusGatewayTimeout

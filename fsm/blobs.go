@@ -27,7 +27,8 @@ var (
 
 func init() {
 	allBuckets = append(allBuckets, bucketBlobs, bucketBlobLeases, bucketGCCandidates, bucketGCDeleting, bucketGCGone)
-	register(CmdIntentCreate, "intent-create", 1, applyIntentCreate)
+	// Version 2 records the attempt generation in each intent.
+	register(CmdIntentCreate, "intent-create", 2, applyIntentCreate)
 	register(CmdIntentsExpire, "intents-expire", 1, applyIntentsExpire)
 	register(CmdBlobsDeleting, "blobs-deleting", 1, applyBlobsDeleting)
 	register(CmdBlobsGone, "blobs-gone", 1, applyBlobsGone)
@@ -54,13 +55,23 @@ const (
 
 // Blob is an object in the object store, as the metastore knows it.
 type Blob struct {
-	Key   string    `json:"key"`
-	Job   string    `json:"job"`
-	Task  string    `json:"task,omitempty"`
-	State BlobState `json:"state"`
-	Size  uint64    `json:"size"`
+	Key  string `json:"key"`
+	Job  string `json:"job"`
+	Task string `json:"task,omitempty"`
+	// Generation is the attempt whose upload slot created the intent (0:
+	// recorded before intent-create version 2). An ack of another attempt
+	// cannot commit it.
+	Generation uint64    `json:"generation,omitempty"`
+	State      BlobState `json:"state"`
+	Size       uint64    `json:"size"`
 	// Checksum is what the worker declared when it committed the blob.
 	Checksum string `json:"checksum,omitempty"`
+	// Observed is what the object store reported for the blob when the
+	// leader looked right after its ack (observe.go); nil: not yet.
+	Observed *Observation `json:"observed,omitempty"`
+	// Flagged: the observed object did not match the declared size, or
+	// was missing. Restore plans list flagged blobs.
+	Flagged bool `json:"flagged,omitempty"`
 	// Refs counts the manifest references (segments and bases, in every
 	// lineage) to this blob.
 	Refs       uint64     `json:"refs"`
@@ -209,6 +220,9 @@ func applyIntentCreate(t *txn, c Command) (any, error) {
 	for _, k := range p.Keys {
 		lease := p.LeaseUntil
 		b := &Blob{Key: k, Job: p.Job, Task: p.Task, State: BlobIntent, LeaseUntil: &lease, CreatedAt: c.Time}
+		if c.Version >= 2 {
+			b.Generation = p.Generation
+		}
 		if old, err := t.blob(k); err != nil {
 			return nil, err
 		} else if old != nil {

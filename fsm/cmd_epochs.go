@@ -11,7 +11,9 @@ import (
 
 func init() {
 	register(CmdEpochBegin, "epoch-begin", 1, applyEpochBegin)
-	register(CmdTaskAck, "task-ack", 1, applyTaskAck)
+	// Version 2 adds the cross-job and upload-slot rules (crossjob.go);
+	// entries of version 1 are applied by the rules they were written under.
+	register(CmdTaskAck, "task-ack", 2, applyTaskAck)
 	register(CmdEpochAbort, "epoch-abort", 1, applyEpochAbort)
 	register(CmdEpochPin, "epoch-pin", 1, applyEpochPin)
 	register(CmdEpochUnpin, "epoch-unpin", 1, applyEpochUnpin)
@@ -323,7 +325,7 @@ func applyTaskAck(t *txn, c Command) (any, error) {
 			}
 		}
 		if m != nil {
-			if plan, err = planManifest(t, j, p.Generation, p.Epoch, tk, m, c.Time); err != nil {
+			if plan, err = planManifest(t, j, p.Generation, p.Epoch, tk, m, c.Time, c.Version >= 2); err != nil {
 				return nil, err
 			}
 		}

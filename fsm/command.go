@@ -35,6 +35,9 @@ const (
 	CmdTokenCreate CommandType = 17
 	CmdTokenRevoke CommandType = 18
 	CmdURLKeyInit  CommandType = 19
+
+	// What the object store reported for new blobs (observe.go).
+	CmdBlobsObserved CommandType = 20
 )
 
 func (t CommandType) String() string {

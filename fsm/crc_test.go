@@ -42,7 +42,9 @@ func TestCRC32CKeptAndReturned(t *testing.T) {
 	check("latest", h.restore(fsm.RestoreRequest{Job: "c", Task: "t"}), latest)
 	check("epoch 1", h.restore(fsm.RestoreRequest{Job: "c", Task: "t", Epoch: 1}), manifests.Manifest{Segments: []manifests.Segment{seg, old}})
 
-	// A fork copies the records, checksums included.
+	// A fork (of a savepoint: another job's checkpoint) copies the
+	// records, checksums included.
+	h.pin("c", 2, "")
 	h.putJob("f", fsm.JobConfig{Retained: 2})
 	h.start("f", "a1", task(t, "t", "state", "incremental"))
 	h.begin("f", 1, 1)

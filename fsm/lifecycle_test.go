@@ -174,8 +174,12 @@ func TestRetentionAndPins(t *testing.T) {
 		}
 		checkPlan(t, p, a, payloadsFor(a, 2))
 	}
-	bp := h.restore(fsm.RestoreRequest{Job: "clone", Task: "b", SourceJob: "j", Epoch: 6})
+	bp := h.restore(fsm.RestoreRequest{Job: "j", Task: "b", Epoch: 6})
 	checkPlan(t, bp, b, payloadsFor(b, 6))
+	// Another job restores only from a savepoint: epoch 6 is not pinned.
+	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "clone", Task: "b", SourceJob: "j", Epoch: 6}); !isRule(err, fsm.ErrNotFound) {
+		t.Fatalf("restore of another job's unpinned epoch: %v", err)
+	}
 	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "clone", Task: "a", Pin: "keep"}); !isRule(err, fsm.ErrNotFound) {
 		t.Fatalf("pin of another job without SourceJob: %v", err)
 	}

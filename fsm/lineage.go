@@ -412,18 +412,22 @@ type manifestPlan struct {
 	at     uint64   // rollback, fork: the base epoch
 	change manifests.Change
 	commit []BlobCommit
+	strict bool // task-ack version 2 rules
 }
 
 // planManifest checks a state ack's manifest against the stored state and
-// decides what to write. It writes nothing.
-func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, now time.Time) (*manifestPlan, error) {
+// decides what to write. It writes nothing. strict applies the rules of
+// task-ack version 2 (crossjob.go): another job's checkpoint is a base only
+// when it is pinned, another job's blobs are referenced only when inherited
+// from such a base, and upload slots of an earlier attempt are refused.
+func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, now time.Time, strict bool) (*manifestPlan, error) {
 	if m.Delta != nil && !tk.Caps.Incremental() {
 		return nil, ruleErr(CodeInvalid, "manifest.delta", "task %q does not have the incremental capability: send the full manifest", tk.ID)
 	}
 	if m.Full != nil && tk.Caps.Incremental() {
 		return nil, ruleErr(CodeInvalid, "manifest.full", "task %q has the incremental capability: send a delta", tk.ID)
 	}
-	p := &manifestPlan{commit: m.Blobs}
+	p := &manifestPlan{commit: m.Blobs, strict: strict}
 	hid, err := t.head(j.ID, tk.ID)
 	if err != nil {
 		return nil, err
@@ -446,7 +450,7 @@ func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, n
 	case m.Base == nil:
 		p.mode = "fresh"
 	default:
-		src, err := baseLineage(t, m.Base)
+		src, err := baseLineage(t, j.ID, m.Base, strict)
 		if err != nil {
 			return nil, err
 		}
@@ -468,6 +472,11 @@ func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, n
 	if p.change, err = manifests.Plan(view, d); err != nil {
 		return nil, manifestErr("manifest", err)
 	}
+	if strict {
+		if err := checkForeignBlobs(t, j.ID, view, p.change, m.Blobs); err != nil {
+			return nil, err
+		}
+	}
 	if p.mode == "continue" || p.mode == "rollback" {
 		if err := checkReuse(t, p, view); err != nil {
 			return nil, err
@@ -479,7 +488,7 @@ func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, n
 		if err != nil {
 			return nil, err
 		}
-		if err := checkCommit(b, bc, j.ID, now); err != nil {
+		if err := checkCommit(b, bc, j.ID, gen, now, strict); err != nil {
 			return nil, err
 		}
 		committing[bc.Key] = bc
@@ -542,7 +551,12 @@ func checkReuse(t *txn, p *manifestPlan, view lineageView) error {
 
 // baseLineage resolves the checkpoint a task restored from to the lineage
 // holding its manifest.
-func baseLineage(t *txn, base *BaseRef) (*Lineage, error) {
+func baseLineage(t *txn, job string, base *BaseRef, strict bool) (*Lineage, error) {
+	if strict && base.Job != job {
+		if err := checkForeignBase(t, job, base); err != nil {
+			return nil, err
+		}
+	}
 	bj, err := t.job(base.Job)
 	if err != nil {
 		return nil, err
@@ -579,8 +593,9 @@ func baseLineage(t *txn, base *BaseRef) (*Lineage, error) {
 }
 
 // checkCommit checks that an ack may commit blob b: an intent of this job
-// whose lease has not ended, or a blob already committed with the same size.
-func checkCommit(b *Blob, bc BlobCommit, job string, now time.Time) error {
+// whose lease has not ended (strict: and that this attempt asked for), or a
+// blob already committed with the same size.
+func checkCommit(b *Blob, bc BlobCommit, job string, gen uint64, now time.Time, strict bool) error {
 	field := "manifest.blobs"
 	switch {
 	case b == nil:
@@ -591,6 +606,9 @@ func checkCommit(b *Blob, bc BlobCommit, job string, now time.Time) error {
 		}
 		if b.LeaseUntil != nil && now.After(*b.LeaseUntil) {
 			return ruleErr(CodeBlobExpired, field, "the upload intent of blob %q expired at %s", bc.Key, b.LeaseUntil.Format(time.RFC3339))
+		}
+		if strict && b.Generation != 0 && b.Generation != gen {
+			return ruleErr(CodeFenced, field, "blob %q is an upload slot of attempt generation %d, superseded by generation %d: its upload URL was handed to a worker of that attempt; ask for new upload slots", bc.Key, b.Generation, gen)
 		}
 		return nil
 	case b.State == BlobLive:
@@ -632,7 +650,7 @@ func blobStateErr(b *Blob, field string) error {
 // epoch and returns the lineage it extended.
 func applyManifest(t *txn, j *Job, gen, epoch uint64, task string, p *manifestPlan, now time.Time) (uint64, error) {
 	for _, bc := range p.commit {
-		if err := commitBlob(t, bc, now); err != nil {
+		if err := commitBlob(t, bc, now, p.strict); err != nil {
 			return 0, err
 		}
 	}
@@ -693,7 +711,9 @@ func applyManifest(t *txn, j *Job, gen, epoch uint64, task string, p *manifestPl
 	return target.ID, t.putLineage(target)
 }
 
-func commitBlob(t *txn, bc BlobCommit, now time.Time) error {
+// commitBlob turns an intent into a live blob; strict (task-ack version 2)
+// queues it for the leader's observation of the object store.
+func commitBlob(t *txn, bc BlobCommit, now time.Time, strict bool) error {
 	b, err := t.blob(bc.Key)
 	if err != nil {
 		return err
@@ -716,6 +736,11 @@ func commitBlob(t *txn, bc BlobCommit, now time.Time) error {
 	b.LeaseUntil = nil
 	if err := t.unreference(b, now); err != nil {
 		return err
+	}
+	if strict {
+		if err := t.markUnobserved(b.Key); err != nil {
+			return err
+		}
 	}
 	return t.putBlob(b)
 }

@@ -289,6 +289,10 @@ type RestorePlan struct {
 	InlineBytes      int    `json:"inline_bytes"`
 	ObjectStoreReads int    `json:"object_store_reads"`
 	ObjectStoreBytes uint64 `json:"object_store_bytes"`
+	// FlaggedBlobs lists the plan's blobs whose object did not match what
+	// their ack declared when the leader observed the object store right
+	// after the ack (observe.go): a size that differs, or no object.
+	FlaggedBlobs []FlaggedBlob `json:"flagged_blobs,omitempty"`
 }
 
 // PlanRestore plans the restore of a task.
@@ -332,7 +336,11 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	foreign := srcJob != req.Job
 	if src == nil {
+		if foreign {
+			return nil, errForeignSource(req, srcJob) // crossjob.go
+		}
 		return nil, ruleErr(CodeNotFound, "source_job", "job %q does not exist", srcJob)
 	}
 	plan := &RestorePlan{Job: req.Job, Task: req.Task, Kinds: map[Kind]KindRestore{}}
@@ -340,6 +348,24 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 
 	var e *Epoch
 	switch {
+	case foreign:
+		// Another job's checkpoint: only a savepoint (crossjob.go), and
+		// every refusal is the same answer.
+		if req.Pin == "" && req.Epoch == 0 {
+			return nil, errForeignSource(req, srcJob)
+		}
+		for _, n := range src.Retained {
+			c, err := t.epochRef(srcJob, n)
+			if err != nil {
+				return nil, err
+			}
+			if c.Pinned && c.State == EpochCompleted && (c.PinName == req.Pin && req.Pin != "" || c.Epoch == req.Epoch) {
+				e = c
+			}
+		}
+		if e == nil {
+			return nil, errForeignSource(req, srcJob)
+		}
 	case req.Pin != "":
 		for _, n := range src.Retained {
 			c, err := t.epochRef(srcJob, n)
@@ -416,6 +442,16 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 				kr.Bytes += int(m.Bytes())
 				plan.ObjectStoreReads += len(m.Bases) + len(m.Segments)
 				plan.ObjectStoreBytes += m.Bytes()
+				keys := make([]string, 0, len(m.Bases)+len(m.Segments))
+				for _, b := range m.Bases {
+					keys = append(keys, b.Key)
+				}
+				for _, sg := range m.Segments {
+					keys = append(keys, sg.Key)
+				}
+				if plan.FlaggedBlobs, err = flaggedIn(t, keys); err != nil {
+					return nil, err
+				}
 			}
 		}
 		plan.Kinds[k] = kr

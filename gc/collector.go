@@ -53,9 +53,11 @@ type Collector struct {
 	deleteChunk int
 
 	// sem holds the one cycle that may run at a time.
-	sem     chan struct{}
-	running atomic.Bool
-	leading atomic.Int32
+	sem chan struct{}
+	// observeWake asks the observer for a pass (observe.go).
+	observeWake chan struct{}
+	running     atomic.Bool
+	leading     atomic.Int32
 
 	mu        sync.Mutex
 	last      *Report
@@ -100,6 +102,7 @@ func New(cfg Config, d Deps) (*Collector, error) {
 		now:          d.Now,
 		deleteChunk:  cfg.BatchSize,
 		sem:          make(chan struct{}, 1),
+		observeWake:  make(chan struct{}, 1),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -150,6 +153,12 @@ func (c *Collector) Run(ctx context.Context) {
 	defer c.leading.Add(-1)
 	c.log.Info("garbage collector started", "store", c.store.String(), "interval", c.cfg.Interval, "grace", c.cfg.Grace)
 	defer c.log.Info("garbage collector stopped")
+	// The observer of new blobs runs beside the cycles, woken by acks;
+	// a cycle's tick also retries a pass that failed.
+	observeTick := make(chan struct{}, 1)
+	var observer sync.WaitGroup
+	observer.Go(func() { c.observeLoop(ctx, observeTick) })
+	defer observer.Wait()
 	if c.acquire(ctx) != nil {
 		return
 	}
@@ -165,6 +174,10 @@ func (c *Collector) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		select {
+		case observeTick <- struct{}{}:
+		default:
 		}
 		if c.acquire(ctx) != nil {
 			return

@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -821,4 +822,49 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestObserveThenVerifyReportsChanged: the observer records every new blob
+// once, and Verify reports a referenced blob whose object no longer has the
+// observed size (rewritten behind the store's back).
+func TestObserveThenVerifyReportsChanged(t *testing.T) {
+	e := newEnv(t)
+	fill(e)
+	c := e.collector(baseConfig())
+	pending, err := e.f.Unobserved(fsm.MaxIntents)
+	if err != nil || len(pending) == 0 {
+		t.Fatalf("unobserved after the acks: %v %v", pending, err)
+	}
+	rep, err := c.Observe(context.Background())
+	if err != nil || rep.Observed != len(pending) || rep.Flagged != 0 || rep.Errors != 0 {
+		t.Fatalf("observe: %+v %v (%d new blobs)", rep, err, len(pending))
+	}
+	if again, err := c.Observe(context.Background()); err != nil || again.Observed != 0 {
+		t.Fatalf("a second pass: %+v %v", again, err)
+	}
+	refs, _, err := e.f.ReferencedBlobs("j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := refs[0].Key
+	b, _, err := e.f.Blob(key)
+	if err != nil || b.Observed == nil || b.Observed.Size != b.Size {
+		t.Fatalf("observed record %+v %v", b, err)
+	}
+	forged := bytes.Repeat([]byte("x"), int(b.Size)+1)
+	if err := e.local.Put(context.Background(), key, bytes.NewReader(forged), int64(len(forged))); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Verify(context.Background(), "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.OK() || len(v.Changed) == 0 || len(v.Missing) != 0 {
+		t.Fatalf("verify after the rewrite: %+v", v)
+	}
+	for _, ch := range v.Changed {
+		if ch.Key != key || ch.DeclaredSize != b.Size || ch.ObservedSize == nil || *ch.ObservedSize != b.Size || ch.Size != int64(len(forged)) {
+			t.Fatalf("changed %+v", ch)
+		}
+	}
 }

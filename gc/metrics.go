@@ -21,6 +21,8 @@ type metrics struct {
 	duration       prometheus.Histogram
 	candidates     prometheus.Gauge
 	deleting       prometheus.Gauge
+	observed       prometheus.Counter
+	flagged        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -75,6 +77,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "metastore_gc_deleting",
 			Help: "Blobs marked deleting whose object-store delete is not yet confirmed, as of the last cycle.",
 		}),
+		observed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "metastore_blobs_observed_total",
+			Help: "New blobs whose object the leader looked at (HEAD) right after their ack, and recorded.",
+		}),
+		flagged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "metastore_blobs_flagged_total",
+			Help: "New blobs whose object did not match their ack when the leader looked: a size that differs from the declared one, or no object.",
+		}),
 	}
 	if reg != nil {
 		all := m.collectors()
@@ -94,6 +104,7 @@ func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.cycles, m.deleted, m.bytesFreed, m.orphansDeleted, m.deleteErrors, m.marksProposed,
 		m.marked, m.expiredIntents, m.purged, m.duration, m.candidates, m.deleting,
+		m.observed, m.flagged,
 	}
 }
 

@@ -11,6 +11,7 @@ type (
 	StatusConfig = gcapi.StatusConfig
 	Status       = gcapi.Status
 	MissingBlob  = gcapi.MissingBlob
+	ChangedBlob  = gcapi.ChangedBlob
 	VerifyError  = gcapi.VerifyError
 	VerifyReport = gcapi.VerifyReport
 	RunSample    = gcapi.RunSample

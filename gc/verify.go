@@ -25,7 +25,7 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 	if err != nil {
 		return nil, err
 	}
-	rep := &VerifyReport{Job: job, Index: idx, References: len(refs), Missing: []MissingBlob{}, Errors: []VerifyError{}}
+	rep := &VerifyReport{Job: job, Index: idx, References: len(refs), Missing: []MissingBlob{}, Changed: []ChangedBlob{}, Errors: []VerifyError{}}
 	byKey := map[string][]fsm.BlobRef{}
 	var keys []string
 	for _, r := range refs {
@@ -39,14 +39,20 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 	var (
 		mu      sync.Mutex
 		missing []string
+		changed = map[string]blobstore.Info{}
 		wg      sync.WaitGroup
 	)
 	work := make(chan string)
 	for range min(VerifyConcurrency, len(keys)) {
 		wg.Go(func() {
 			for k := range work {
-				_, err := c.store.Head(ctx, k)
+				info, err := c.store.Head(ctx, k)
 				if err == nil {
+					if c.changed(k, info) {
+						mu.Lock()
+						changed[k] = info
+						mu.Unlock()
+					}
 					continue
 				}
 				mu.Lock()
@@ -83,6 +89,30 @@ send:
 			rep.Missing = append(rep.Missing, MissingBlob{Job: job, Epoch: r.Epoch, Task: r.Task, Key: r.Key, Pinned: r.Pinned})
 		}
 	}
+	for k, info := range changed {
+		b, _, err := c.f.Blob(k)
+		if err != nil || b.State != fsm.BlobLive || b.Refs == 0 {
+			continue // collected while Verify ran
+		}
+		for _, r := range byKey[k] {
+			cb := ChangedBlob{Job: job, Epoch: r.Epoch, Task: r.Task, Key: k, Pinned: r.Pinned, DeclaredSize: b.Size, Size: info.Size, ETag: info.ETag}
+			if o := b.Observed; o != nil && !o.Missing {
+				size := o.Size
+				cb.ObservedSize, cb.ObservedETag = &size, o.ETag
+			}
+			rep.Changed = append(rep.Changed, cb)
+		}
+	}
+	sort.Slice(rep.Changed, func(i, j int) bool {
+		a, b := rep.Changed[i], rep.Changed[j]
+		if a.Epoch != b.Epoch {
+			return a.Epoch < b.Epoch
+		}
+		if a.Task != b.Task {
+			return a.Task < b.Task
+		}
+		return a.Key < b.Key
+	})
 	sort.Slice(rep.Missing, func(i, j int) bool {
 		a, b := rep.Missing[i], rep.Missing[j]
 		if a.Epoch != b.Epoch {
@@ -98,5 +128,26 @@ send:
 	if len(rep.Missing) > 0 {
 		c.log.Error("verify: referenced blobs are missing from the object store", "job", job, "missing", len(rep.Missing), "first", rep.Missing[0].Key)
 	}
+	if len(rep.Changed) > 0 {
+		c.log.Error("verify: referenced blobs are not the objects their acks committed", "job", job, "changed", len(rep.Changed), "first", rep.Changed[0].Key)
+	}
 	return rep, nil
+}
+
+// changed reports whether the object the store holds under key is not the
+// one its ack committed: flagged when observed, or a size or ETag that
+// differs from the observation (before one: a size that differs from the
+// declared size).
+func (c *Collector) changed(key string, info blobstore.Info) bool {
+	b, _, err := c.f.Blob(key)
+	if err != nil || b == nil {
+		return false
+	}
+	if b.Flagged {
+		return true
+	}
+	if o := b.Observed; o != nil && !o.Missing {
+		return uint64(max(info.Size, 0)) != o.Size || (o.ETag != "" && info.ETag != o.ETag)
+	}
+	return uint64(max(info.Size, 0)) != b.Size
 }

@@ -122,3 +122,11 @@ func plural(n int, word string) string {
 	}
 	return strconv.Itoa(n) + " " + word + suffix
 }
+
+// dash prints an empty value as "-".
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

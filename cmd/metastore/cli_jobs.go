@@ -351,6 +351,22 @@ func runRestorePlan(inv *invocation, args []string) int {
 		}
 		tw.Flush()
 	}
+	if len(p.FlaggedBlobs) > 0 {
+		fmt.Fprintln(w, "\nflagged blobs (the object did not match its ack when the leader looked):")
+		tw = newTable(w)
+		fmt.Fprintln(tw, "KEY\tDECLARED\tOBSERVED\tETAG")
+		for _, f := range p.FlaggedBlobs {
+			observed, etag := "-", "-"
+			if o := f.Observed; o != nil {
+				observed, etag = strconv.FormatUint(o.Size, 10), dash(o.ETag)
+				if o.Missing {
+					observed = "missing"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Key, f.Declared, observed, etag)
+		}
+		tw.Flush()
+	}
 	return exitOK
 }
 

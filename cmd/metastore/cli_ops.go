@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/metastore/metastore/client"
@@ -197,6 +198,19 @@ func runVerify(inv *invocation, args []string) int {
 			}
 			tw.Flush()
 		}
+		if len(r.Changed) > 0 {
+			fmt.Fprintln(w, "\nnot the object the ack committed (size or ETag changed):")
+			tw := newTable(w)
+			fmt.Fprintln(tw, "JOB\tEPOCH\tTASK\tKEY\tPINNED\tDECLARED\tOBSERVED\tNOW\tOBSERVED ETAG\tETAG NOW")
+			for _, c := range r.Changed {
+				observed := "-"
+				if c.ObservedSize != nil {
+					observed = strconv.FormatUint(*c.ObservedSize, 10)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", c.Job, c.Epoch, c.Task, c.Key, yesNo(c.Pinned), c.DeclaredSize, observed, c.Size, dash(c.ObservedETag), dash(c.ETag))
+			}
+			tw.Flush()
+		}
 		if len(r.Errors) > 0 {
 			fmt.Fprintln(w, "\nnot checked (the object store failed):")
 			tw := newTable(w)
@@ -213,6 +227,8 @@ func runVerify(inv *invocation, args []string) int {
 	switch {
 	case len(r.Missing) > 0:
 		return inv.fail(fmt.Errorf("verify: job %s: %s to missing blobs; its checkpoints cannot all be restored", job, plural(len(r.Missing), "reference")))
+	case len(r.Changed) > 0:
+		return inv.fail(fmt.Errorf("verify: job %s: %s to blobs whose object is not the one the ack committed; restoring them reads other bytes", job, plural(len(r.Changed), "reference")))
 	case len(r.Errors) > 0:
 		return inv.fail(fmt.Errorf("verify: job %s: %s could not be checked", job, plural(len(r.Errors), "blob")))
 	}

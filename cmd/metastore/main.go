@@ -131,7 +131,7 @@ var commands = []*command{
 	{name: "epochs unpin", args: "JOB EPOCH", client: true, summary: "release a savepoint", run: runEpochsUnpin},
 	{name: "gc status", client: true, summary: "show the garbage collector: candidates, deleting, last run, totals", run: runGCStatus},
 	{name: "gc run", flags: "[--dry-run] [--orphans]", client: true, summary: "run a collection cycle now (--dry-run: only report; --orphans: sweep orphans too)", run: runGCRun},
-	{name: "verify", args: "JOB", client: true, summary: "check that every blob of JOB's retained and pinned checkpoints exists (exit 1 if not)", run: runVerify},
+	{name: "verify", args: "JOB", client: true, summary: "check that every blob of JOB's retained and pinned checkpoints exists, unchanged since its ack (exit 1 if not)", run: runVerify},
 	{name: "fsck", client: true, summary: "recount every blob reference count (exit 1 on any mismatch)", run: runFsck},
 	{name: "snapshot save", args: "FILE", client: true, summary: "save a backup of the whole replicated state to FILE", run: runSnapshotSave},
 	{name: "snapshot restore", args: "FILE", flags: "[--yes]", client: true, summary: "replace the cluster's whole state with the backup in FILE", run: runSnapshotRestore},

@@ -159,6 +159,28 @@ type MissingBlob struct {
 	Pinned bool   `json:"pinned,omitempty"`
 }
 
+// ChangedBlob is a blob a retained or pinned checkpoint references whose
+// object is not the one its ack committed: its size or ETag differs from
+// what the leader observed right after the ack (or, before that
+// observation, its size from the declared one), or the observation already
+// flagged it.
+type ChangedBlob struct {
+	Job    string `json:"job"`
+	Epoch  uint64 `json:"epoch"`
+	Task   string `json:"task"`
+	Key    string `json:"key"`
+	Pinned bool   `json:"pinned,omitempty"`
+	// DeclaredSize is the size the ack committed; ObservedSize and
+	// ObservedETag what the object store reported right after it (absent:
+	// not observed yet).
+	DeclaredSize uint64  `json:"declared_size"`
+	ObservedSize *uint64 `json:"observed_size,omitempty"`
+	ObservedETag string  `json:"observed_etag,omitempty"`
+	// Size and ETag are what the object store reports now.
+	Size int64  `json:"size"`
+	ETag string `json:"etag,omitempty"`
+}
+
 // VerifyError is a blob whose HEAD failed for another reason than its
 // absence: Verify could not tell.
 type VerifyError struct {
@@ -177,10 +199,16 @@ type VerifyReport struct {
 	Blobs      int `json:"blobs"`
 	// Missing lists every reference to a missing blob, by epoch, task and
 	// key.
-	Missing  []MissingBlob `json:"missing"`
+	Missing []MissingBlob `json:"missing"`
+	// Changed lists every reference to a blob whose object changed since
+	// its ack, or never matched it.
+	Changed  []ChangedBlob `json:"changed"`
 	Errors   []VerifyError `json:"errors"`
 	Duration fsm.Duration  `json:"duration"`
 }
 
-// OK reports whether every referenced blob was found.
-func (r *VerifyReport) OK() bool { return len(r.Missing) == 0 && len(r.Errors) == 0 }
+// OK reports whether every referenced blob was found, as its ack committed
+// it.
+func (r *VerifyReport) OK() bool {
+	return len(r.Missing) == 0 && len(r.Changed) == 0 && len(r.Errors) == 0
+}

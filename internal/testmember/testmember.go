@@ -82,19 +82,19 @@ func Config(t testing.TB, id string) config.Config {
 // a directory of its own).
 func Start(t testing.TB, cfg config.Config, l net.Listener, blobDir string) *Member {
 	t.Helper()
-	return start(t, cfg, l, blobDir, nil, true)
+	return start(t, cfg, l, blobDir, nil, nil, true)
 }
 
 // StartLogged is Start with every component (state machine, node, Raft,
 // API, collector, auth bootstrap) logging to logger; nil discards.
 func StartLogged(t testing.TB, cfg config.Config, l net.Listener, blobDir string, logger *slog.Logger) *Member {
 	t.Helper()
-	return start(t, cfg, l, blobDir, logger, true)
+	return start(t, cfg, l, blobDir, nil, logger, true)
 }
 
 // start starts a member; without leaderTasks its leader runs no background
 // task (epoch timeouts, GC runs, auth bootstrap).
-func start(t testing.TB, cfg config.Config, l net.Listener, blobDir string, logger *slog.Logger, leaderTasks bool) *Member {
+func start(t testing.TB, cfg config.Config, l net.Listener, blobDir string, store blobstore.Store, logger *slog.Logger, leaderTasks bool) *Member {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -111,8 +111,10 @@ func start(t testing.TB, cfg config.Config, l net.Listener, blobDir string, logg
 	if blobDir == "" {
 		blobDir = filepath.Join(cfg.DataDir, "blobs")
 	}
-	if m.Store, err = blobstore.NewLocal(blobDir); err != nil {
-		t.Fatal(err)
+	if m.Store = store; m.Store == nil {
+		if m.Store, err = blobstore.NewLocal(blobDir); err != nil {
+			t.Fatal(err)
+		}
 	}
 	m.GC, err = gc.New(gc.Config{Interval: time.Hour, Grace: time.Nanosecond, OrphanGrace: time.Nanosecond}, gc.Deps{
 		FSM: f, Store: m.Store, Apply: ref.apply,
@@ -201,7 +203,19 @@ func StartSingleQuiet(t testing.TB) *Member {
 	return startSingle(t, nil, false)
 }
 
+// StartSingleStore is StartSingleWith on the given object store (an S3
+// store against a test server, say) instead of a local directory.
+func StartSingleStore(t testing.TB, store blobstore.Store, tweak func(*config.Config)) *Member {
+	t.Helper()
+	return startSingleStore(t, tweak, store, true)
+}
+
 func startSingle(t testing.TB, tweak func(*config.Config), leaderTasks bool) *Member {
+	t.Helper()
+	return startSingleStore(t, tweak, nil, leaderTasks)
+}
+
+func startSingleStore(t testing.TB, tweak func(*config.Config), store blobstore.Store, leaderTasks bool) *Member {
 	t.Helper()
 	l, addr := FreeAddr(t)
 	cfg := Config(t, "n1")
@@ -210,7 +224,7 @@ func startSingle(t testing.TB, tweak func(*config.Config), leaderTasks bool) *Me
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	m := start(t, cfg, l, "", nil, leaderTasks)
+	m := start(t, cfg, l, "", store, nil, leaderTasks)
 	WaitFor(t, 10*time.Second, "leader", func() bool { return m.Node.IsLeader() })
 	WaitFor(t, 10*time.Second, "ready", func() bool { return m.Node.Ready() == nil })
 	WaitFor(t, 10*time.Second, "member record", func() bool {

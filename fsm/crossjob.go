@@ -1,0 +1,206 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/metastore/metastore/manifests"
+)
+
+// Cross-job references. A job reads another job's state only through a
+// savepoint: a pinned, completed epoch of the other job (pinning is an
+// operator's act, which publishes that checkpoint for forks). So:
+//
+//   - an ack's base names a checkpoint of its own job (any completed,
+//     retained epoch) or a pinned epoch of another job;
+//   - a manifest adds references to blobs its own job uploaded, or to
+//     blobs of another job that the manifest it extends already holds
+//     (inherited from the savepoint it forked from);
+//   - a restore maps onto another job only from a pinned epoch (?pin=NAME,
+//     or ?epoch=N of a pinned epoch).
+//
+// Every refusal of a reference to another job is one answer, built only
+// from what the request named, whether or not that job, epoch, task or
+// blob exists: a worker learns nothing about jobs it may not read.
+
+// errForeignBase is the answer to a base in another job that is not a
+// savepoint of it.
+func errForeignBase(job string, base *BaseRef) *RuleError {
+	return ruleErr(CodeNotFound, "manifest.base",
+		"job %q has no savepoint at epoch %d with a manifest of task %q that job %q may fork from; another job's checkpoint is a base only when it is pinned (a savepoint)",
+		base.Job, base.Epoch, base.Task, job)
+}
+
+// errForeignBlob is the answer to a reference to a blob this job may not
+// reference.
+func errForeignBlob(job, key string) *RuleError {
+	return ruleErr(CodeNotFound, "manifest",
+		"blob %q is not known to job %q: a manifest references blobs its own job uploaded, and another job's blobs only as the savepoint it forked from holds them",
+		key, job)
+}
+
+// errForeignSource is the answer to a restore from another job that does
+// not name a savepoint of it.
+func errForeignSource(req RestoreRequest, srcJob string) *RuleError {
+	what := "(none named)"
+	switch {
+	case req.Pin != "":
+		what = fmt.Sprintf("named %q", req.Pin)
+	case req.Epoch != 0:
+		what = fmt.Sprintf("at epoch %d", req.Epoch)
+	}
+	return ruleErr(CodeNotFound, "source_job",
+		"job %q has no savepoint %s that job %q may restore from; another job's checkpoint is restored only from a savepoint: ?pin=NAME, or ?epoch=N of a pinned epoch",
+		srcJob, what, req.Job)
+}
+
+// checkForeignBase checks that base, in a job other than job, is a pinned
+// completed epoch holding a manifest of the named task.
+func checkForeignBase(t *txn, job string, base *BaseRef) error {
+	e, err := t.epoch(base.Job, base.Epoch)
+	if err != nil {
+		return err
+	}
+	if e == nil || e.State != EpochCompleted || !e.Pinned {
+		return errForeignBase(job, base)
+	}
+	a, err := t.ack(base.Job, base.Epoch, base.Task)
+	if err != nil {
+		return err
+	}
+	if a == nil || a.Lineage == 0 {
+		return errForeignBase(job, base)
+	}
+	return nil
+}
+
+// foreignKey reports whether a blob key lies outside job's part of the
+// store: a key whose first segment is another job, or a blob another job
+// uploaded.
+func foreignKey(t *txn, job, key string) (bool, error) {
+	b, err := t.blob(key)
+	if err != nil {
+		return false, err
+	}
+	if b != nil {
+		return b.Job != job, nil
+	}
+	first, _, _ := strings.Cut(key, "/")
+	return first != job, nil
+}
+
+// inherited reports whether the manifest of view holds a reference to key.
+func inherited(t *txn, view lineageView, key string) (bool, error) {
+	if view.lid == 0 {
+		return false, nil
+	}
+	for _, kind := range []byte{kindBase, kindSegment} {
+		prefix := append(append(u64(view.lid), kind), append([]byte(key), 0)...)
+		found := false
+		err := t.scan(bucketRecords, prefix, func(k, v []byte) (bool, error) {
+			if !bytes.HasPrefix(k, prefix) || len(k) != len(prefix)+8 {
+				return true, nil
+			}
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return false, err
+			}
+			if view.present(&r) {
+				found = true
+				return false, nil
+			}
+			return true, nil
+		})
+		if err != nil || found {
+			return found, err
+		}
+	}
+	return false, nil
+}
+
+// checkForeignBlobs refuses a manifest change that adds a reference to, or
+// commits, a blob outside the job's part of the store that the manifest it
+// extends does not already hold.
+func checkForeignBlobs(t *txn, job string, view lineageView, c manifests.Change, commits []BlobCommit) error {
+	seen := map[string]bool{}
+	check := func(key string) error {
+		if seen[key] {
+			return nil
+		}
+		seen[key] = true
+		foreign, err := foreignKey(t, job, key)
+		if err != nil || !foreign {
+			return err
+		}
+		ok, err := inherited(t, view, key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errForeignBlob(job, key)
+		}
+		return nil
+	}
+	for _, bc := range commits {
+		if err := check(bc.Key); err != nil {
+			return err
+		}
+	}
+	for _, b := range c.AddBases {
+		if err := check(b.Key); err != nil {
+			return err
+		}
+	}
+	for _, s := range c.AddSegments {
+		if err := check(s.Key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckCrossJob checks an ack's references to other jobs against the
+// current state, as the state machine will when it applies the ack: the
+// API's early answer, identical to the one apply gives. Every other rule is
+// left to apply.
+func (f *FSM) CheckCrossJob(p *TaskAck) error {
+	m := p.Manifest
+	if m == nil {
+		return nil
+	}
+	_, err := f.view(func(t *txn) error {
+		view := lineageView{t: t}
+		if m.Base != nil {
+			if m.Base.Job != p.Job {
+				if err := checkForeignBase(t, p.Job, m.Base); err != nil {
+					return err
+				}
+			}
+			if a, err := t.ack(m.Base.Job, m.Base.Epoch, m.Base.Task); err != nil {
+				return err
+			} else if a != nil {
+				view.lid, view.at = a.Lineage, m.Base.Epoch
+			}
+		} else if hid, err := t.head(p.Job, p.Task); err != nil {
+			return err
+		} else if l, err := t.lineage(hid); err != nil {
+			return err
+		} else if l != nil && l.Generation == p.Generation {
+			view.lid = l.ID
+		}
+		var c manifests.Change
+		if d := m.Delta; d != nil {
+			c.AddSegments = d.AddSegments
+			if d.Materialize != nil {
+				c.AddBases = d.Materialize.Bases
+			}
+		}
+		if full := m.Full; full != nil {
+			c.AddBases, c.AddSegments = full.Bases, full.Segments
+		}
+		return checkForeignBlobs(t, p.Job, view, c, m.Blobs)
+	})
+	return err
+}

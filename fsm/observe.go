@@ -1,0 +1,160 @@
+package fsm
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Blob observations. An ack commits a blob with the size the worker
+// declares, without asking the object store (that would put a round trip
+// on every ack's path). Right after, the leader reads what the object store
+// holds (a HEAD per new blob, gc.Collector.Observe) and proposes it here:
+// the size and ETag are kept in the blob's record, and a size that differs
+// from the declared one, or an object that is missing, flags the blob. The
+// ETag is what `verify` later compares against, so a blob rewritten after
+// its ack (a replayed upload URL) is reported even at the same size.
+
+var (
+	// blobUnobserved: key -> empty: live blobs committed by an ack whose
+	// object the leader has not looked at yet.
+	bucketBlobUnobserved = bucket("blob_unobserved")
+)
+
+func init() {
+	allBuckets = append(allBuckets, bucketBlobUnobserved)
+	register(CmdBlobsObserved, "blobs-observed", 1, applyBlobsObserved)
+}
+
+// Observation is what the object store reported for a blob after its ack.
+type Observation struct {
+	// Size and ETag as a HEAD request answered them (ETag without quotes;
+	// empty from a store that has none, the local directory store).
+	Size uint64 `json:"size"`
+	ETag string `json:"etag,omitempty"`
+	// Missing: the object store had no object under the key.
+	Missing bool `json:"missing,omitempty"`
+	// At is the leader's clock when it proposed the observation.
+	At time.Time `json:"at"`
+}
+
+// BlobObservation is one entry of a blobs-observed command.
+type BlobObservation struct {
+	Key     string `json:"key"`
+	Size    uint64 `json:"size"`
+	ETag    string `json:"etag,omitempty"`
+	Missing bool   `json:"missing,omitempty"`
+}
+
+// BlobsObserved is the payload of CmdBlobsObserved.
+type BlobsObserved struct {
+	Blobs []BlobObservation `json:"blobs"`
+}
+
+// ObservedResult is the answer to blobs-observed: the keys recorded, and
+// those of them flagged (size differs from the declared one, or missing).
+type ObservedResult struct {
+	Observed []string `json:"observed"`
+	Flagged  []string `json:"flagged"`
+}
+
+// Validate checks the payload on its own.
+func (p *BlobsObserved) Validate() error {
+	if len(p.Blobs) == 0 || len(p.Blobs) > MaxIntents {
+		return ruleErr(CodeInvalid, "blobs", "between 1 and %d blobs per observation", MaxIntents)
+	}
+	for _, b := range p.Blobs {
+		if err := checkText("blobs.etag", b.ETag); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// markUnobserved queues a blob that an ack just committed for the leader's
+// look at the object store.
+func (t *txn) markUnobserved(key string) error {
+	return t.b(bucketBlobUnobserved).Put([]byte(key), nil)
+}
+
+// applyBlobsObserved records observations of live blobs still waiting for
+// one; a blob observed already, or no longer live, is left alone (a
+// repeated or late proposal changes nothing).
+func applyBlobsObserved(t *txn, c Command) (any, error) {
+	var p BlobsObserved
+	if err := decodePayload(c, &p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	out := &ObservedResult{Observed: []string{}, Flagged: []string{}}
+	for _, o := range p.Blobs {
+		if t.b(bucketBlobUnobserved).Get([]byte(o.Key)) == nil {
+			continue
+		}
+		b, err := t.blob(o.Key)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.del(bucketBlobUnobserved, []byte(o.Key)); err != nil {
+			return nil, err
+		}
+		if b == nil || b.State != BlobLive {
+			continue
+		}
+		b.Observed = &Observation{Size: o.Size, ETag: o.ETag, Missing: o.Missing, At: c.Time}
+		b.Flagged = o.Missing || o.Size != b.Size
+		if err := t.putBlob(b); err != nil {
+			return nil, err
+		}
+		out.Observed = append(out.Observed, o.Key)
+		if b.Flagged {
+			out.Flagged = append(out.Flagged, o.Key)
+		}
+	}
+	return out, nil
+}
+
+// Unobserved lists up to max live blobs the leader has not observed yet.
+func (f *FSM) Unobserved(max int) ([]string, error) {
+	var out []string
+	_, err := f.view(func(t *txn) error {
+		return t.scan(bucketBlobUnobserved, nil, func(k, _ []byte) (bool, error) {
+			out = append(out, string(k))
+			return len(out) < max, nil
+		})
+	})
+	return out, err
+}
+
+// FlaggedBlob is a blob of a restore plan whose object did not match what
+// its ack declared when the leader observed it.
+type FlaggedBlob struct {
+	Key      string       `json:"key"`
+	Declared uint64       `json:"declared_size"`
+	Observed *Observation `json:"observed"`
+}
+
+// flaggedIn lists the flagged blobs among keys, in the order given.
+func flaggedIn(t *txn, keys []string) ([]FlaggedBlob, error) {
+	var out []FlaggedBlob
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		raw := t.b(bucketBlobs).Get([]byte(k))
+		if raw == nil {
+			continue
+		}
+		var b Blob
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return nil, err
+		}
+		if b.Flagged {
+			out = append(out, FlaggedBlob{Key: k, Declared: b.Size, Observed: b.Observed})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,143 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/metastore/metastore/blobstore"
+	"github.com/metastore/metastore/fsm"
+)
+
+// The leader looks at every new blob right after the ack that committed it
+// (never on the ack's path: real S3 answers a HEAD in tens of
+// milliseconds): it reads the object's size and ETag and proposes them
+// (blobs-observed), which flags a blob whose object does not match the
+// declared size, or is missing. A blob rewritten later (a replayed upload
+// URL on a store without conditional writes) keeps the observed ETag in its
+// record, which Verify compares against.
+
+// ObserveReport is the result of one Observe pass.
+type ObserveReport struct {
+	// Observed counts the blobs recorded, Flagged those of them that did
+	// not match; Errors the HEAD requests that failed (retried later).
+	Observed int `json:"observed"`
+	Flagged  int `json:"flagged"`
+	Errors   int `json:"errors"`
+}
+
+// ObserveSoon asks the leader's observer to look at new blobs now (the API
+// calls it after an ack that committed blobs). It never blocks.
+func (c *Collector) ObserveSoon() {
+	select {
+	case c.observeWake <- struct{}{}:
+	default:
+	}
+}
+
+// Observe HEADs every blob the state machine lists as unobserved and
+// proposes what the object store answered, until none is left or a batch
+// could not be checked at all.
+func (c *Collector) Observe(ctx context.Context) (ObserveReport, error) {
+	var rep ObserveReport
+	for {
+		keys, err := c.f.Unobserved(fsm.MaxIntents)
+		if err != nil || len(keys) == 0 {
+			return rep, err
+		}
+		obs, failed := c.head(ctx, keys)
+		rep.Errors += failed
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		if len(obs) == 0 {
+			return rep, fmt.Errorf("gc: observe: no HEAD of %d new blobs succeeded", len(keys))
+		}
+		cmd, err := fsm.Encode(fsm.CmdBlobsObserved, c.now(), fsm.BlobsObserved{Blobs: obs})
+		if err != nil {
+			return rep, err
+		}
+		res, err := c.apply(ctx, cmd)
+		if err != nil {
+			return rep, fmt.Errorf("gc: propose blobs-observed: %w", err)
+		}
+		if res.Err != nil {
+			return rep, fmt.Errorf("gc: blobs-observed refused at index %d: %w", res.Index, res.Err)
+		}
+		out, ok := res.Value.(*fsm.ObservedResult)
+		if !ok {
+			return rep, fmt.Errorf("gc: blobs-observed at index %d answered %T", res.Index, res.Value)
+		}
+		rep.Observed += len(out.Observed)
+		rep.Flagged += len(out.Flagged)
+		c.m.observed.Add(float64(len(out.Observed)))
+		c.m.flagged.Add(float64(len(out.Flagged)))
+		for _, k := range out.Flagged {
+			b, _, _ := c.f.Blob(k)
+			if b != nil && b.Observed != nil {
+				c.log.Error("new blob does not match its ack", "key", k, "declared_size", b.Size, "observed_size", b.Observed.Size, "missing", b.Observed.Missing)
+			}
+		}
+		if failed > 0 {
+			return rep, nil // the rest waits for the next pass
+		}
+	}
+}
+
+// head HEADs keys, VerifyConcurrency at a time: an observation for each
+// key the store answered (found or missing), and the count of failures.
+func (c *Collector) head(ctx context.Context, keys []string) ([]fsm.BlobObservation, int) {
+	var (
+		mu     sync.Mutex
+		out    []fsm.BlobObservation
+		failed int
+		wg     sync.WaitGroup
+	)
+	work := make(chan string)
+	for range min(VerifyConcurrency, len(keys)) {
+		wg.Go(func() {
+			for k := range work {
+				info, err := c.store.Head(ctx, k)
+				mu.Lock()
+				switch {
+				case err == nil:
+					out = append(out, fsm.BlobObservation{Key: k, Size: uint64(max(info.Size, 0)), ETag: info.ETag})
+				case errors.Is(err, blobstore.ErrNotFound):
+					out = append(out, fsm.BlobObservation{Key: k, Missing: true})
+				default:
+					failed++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+send:
+	for _, k := range keys {
+		select {
+		case work <- k:
+		case <-ctx.Done():
+			break send
+		}
+	}
+	close(work)
+	wg.Wait()
+	return out, failed
+}
+
+// observeLoop is the observer's part of the leader task: a pass at once
+// (blobs a previous leader did not get to), then one whenever an ack asks
+// for it, and every Interval in case a pass failed.
+func (c *Collector) observeLoop(ctx context.Context, tick <-chan struct{}) {
+	for {
+		if rep, err := c.Observe(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("observing new blobs failed; retrying later", "err", err, "observed", rep.Observed)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.observeWake:
+		case <-tick:
+		}
+	}
+}
