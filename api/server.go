@@ -75,6 +75,8 @@ type Server struct {
 	// Per-client limits (limits.go); clients is nil when off.
 	clients *clientLimits
 	hosts   hostCache
+	// Host and Origin checks (browser.go).
+	browser *browserGuard
 }
 
 // New builds the API.
@@ -106,11 +108,12 @@ func New(d Deps) *Server {
 	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)
 	s.clients = newClientLimits(d.Config.HTTPLimits)
+	s.browser = newBrowserGuard(d.Config)
 	return s
 }
 
 // Handler is the root handler.
-func (s *Server) Handler() http.Handler { return s.limit(s.router) }
+func (s *Server) Handler() http.Handler { return s.guard(s.limit(s.router)) }
 
 // kind says where a route is served.
 type kind int
@@ -231,6 +234,10 @@ func (s *Server) wrap(rt route) http.Handler {
 			limit = rt.maxBody
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if e := checkContentType(rt, r); e != nil && !s.fromMember(r) {
+			s.refused(w, r, e)
+			return
+		}
 		if r = s.checkAuth(w, r, rt); r == nil {
 			return
 		}

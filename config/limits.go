@@ -35,8 +35,10 @@ type HTTPLimits struct {
 }
 
 // DefaultHTTPLimits are the limits of the embedded default: timeouts on,
-// no rate limit (the default listener is loopback, reached by the local
-// workers only; set --rate-limit when the API is exposed).
+// and a per-client rate limit no real worker reaches (a busy benchmark
+// client makes under 1,000 requests a second; a job restarting all of its
+// tasks at once fits in the burst), which still stops one client from
+// flooding the Raft log.
 func DefaultHTTPLimits() HTTPLimits {
 	return HTTPLimits{
 		ReadHeaderTimeout: 10 * time.Second,
@@ -45,9 +47,16 @@ func DefaultHTTPLimits() HTTPLimits {
 		WriteTimeout:      time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		RateBurst:         200,
+		RateLimit:         DefaultRateLimit,
+		RateBurst:         DefaultRateBurst,
 	}
 }
+
+// Default per-client rate limit: requests per second, and at once.
+const (
+	DefaultRateLimit = 2000
+	DefaultRateBurst = 4000
+)
 
 func (l HTTPLimits) validate() error {
 	for _, d := range []struct {
