@@ -352,6 +352,9 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
+	if err := s.quotas.admitAck(job, p.Manifest, s.now()); err != nil {
+		return nil, 0, err
+	}
 	if unsafeDropAcks {
 		if res, idx, ok := s.unsafeDropAck(&p); ok {
 			return res, idx, nil

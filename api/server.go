@@ -77,6 +77,8 @@ type Server struct {
 	hosts   hostCache
 	// Host and Origin checks (browser.go).
 	browser *browserGuard
+	// Per-job quotas (quota.go).
+	quotas *jobQuotas
 }
 
 // New builds the API.
@@ -109,6 +111,9 @@ func New(d Deps) *Server {
 	s.router = s.routes(d.Registry)
 	s.clients = newClientLimits(d.Config.HTTPLimits)
 	s.browser = newBrowserGuard(d.Config)
+	if d.FSM != nil {
+		s.quotas = newJobQuotas(d.Config.Security, d.FSM)
+	}
 	return s
 }
 

@@ -53,7 +53,7 @@ type Security struct {
 // do (a job of 10,000 tasks announcing a few uploads each, acking every
 // second), far below what fills a member's disk or the Raft log.
 const (
-	DefaultQuotaOpenIntents = 100_000
+	DefaultQuotaOpenIntents = 50_000
 	DefaultQuotaLiveBytes   = 1 << 50 // 1 PiB
 	DefaultQuotaAckRate     = 2000
 	DefaultQuotaAckBurst    = 20_000
