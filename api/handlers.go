@@ -88,6 +88,7 @@ func (s *Server) membersAdd(r *http.Request) (any, uint64, error) {
 	if err := m.Validate(); err != nil {
 		return nil, 0, err
 	}
+	addAudit(r, "member", m.ID, "member_raft_addr", m.RaftAddr, "member_http_addr", m.HTTPAddr)
 	if err := s.node.AddVoter(r.Context(), m.ID, m.RaftAddr, m.HTTPAddr); err != nil {
 		return nil, 0, err
 	}

@@ -55,6 +55,11 @@ type Deps struct {
 	// Build is the running build, reported by GET /v1/status and as
 	// metastore_build_info; the zero value means buildinfo.Read("").
 	Build buildinfo.Info
+	// AccessLog receives one line per request (--access-log); nil: off.
+	AccessLog *slog.Logger
+	// AuditLog receives one line per operator action; nil: Logger with
+	// audit=true.
+	AuditLog *slog.Logger
 }
 
 // Server is the HTTP API of one member.
@@ -79,6 +84,9 @@ type Server struct {
 	browser *browserGuard
 	// Per-job quotas (quota.go).
 	quotas *jobQuotas
+	// accessLog is nil when off; auditLog always logs (accesslog.go).
+	accessLog *slog.Logger
+	auditLog  *slog.Logger
 }
 
 // New builds the API.
@@ -111,6 +119,10 @@ func New(d Deps) *Server {
 	s.router = s.routes(d.Registry)
 	s.clients = newClientLimits(d.Config.HTTPLimits)
 	s.browser = newBrowserGuard(d.Config)
+	s.accessLog, s.auditLog = d.AccessLog, d.AuditLog
+	if s.auditLog == nil {
+		s.auditLog = logger.With("audit", true)
+	}
 	if d.FSM != nil {
 		s.quotas = newJobQuotas(d.Config.Security, d.FSM)
 	}
@@ -118,7 +130,7 @@ func New(d Deps) *Server {
 }
 
 // Handler is the root handler.
-func (s *Server) Handler() http.Handler { return s.guard(s.limit(s.router)) }
+func (s *Server) Handler() http.Handler { return s.access(s.guard(s.limit(s.router))) }
 
 // kind says where a route is served.
 type kind int
