@@ -217,11 +217,12 @@ func (s *Server) checkAuth(w http.ResponseWriter, r *http.Request, rt route) *ht
 		unauthenticated(w, "the bearer token is unknown or revoked")
 		return nil
 	}
+	r = withPrincipal(r, &principal{token: tok})
 	if e := authorize(rt, r, tok); e != nil {
 		writeError(w, e)
 		return nil
 	}
-	return withPrincipal(r, &principal{token: tok})
+	return r
 }
 
 // authorize checks the token's role and scope against the route's
