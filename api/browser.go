@@ -33,19 +33,6 @@ import (
 // Requests forwarded by a member were checked by the member that received
 // them (and carry the Host the client used), so they are not checked again.
 
-// Error codes of the browser checks.
-const (
-	// CodeHostNotAllowed (421): the Host header names a host this member
-	// does not answer to (--allowed-hosts).
-	CodeHostNotAllowed = "host_not_allowed"
-	// CodeCrossOrigin (403): a browser sent the request from a page of
-	// another origin (--allowed-origins).
-	CodeCrossOrigin = "cross_origin_refused"
-	// CodeUnsupportedMediaType (415): a JSON body without
-	// Content-Type: application/json.
-	CodeUnsupportedMediaType = "unsupported_media_type"
-)
-
 // rawBodyRoutes take a body that is not JSON (a blob, a snapshot).
 var rawBodyRoutes = map[string]bool{"objects.put": true, "snapshot.restore": true}
 

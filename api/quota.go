@@ -35,10 +35,6 @@ import (
 // it. What a new leader may miss is the commands in flight when
 // leadership moved: at most its predecessor's last proposals.
 
-// CodeQuotaExceeded (507): a job holds as many open uploads or live bytes
-// as its quota allows; the request was not applied.
-const CodeQuotaExceeded = "quota_exceeded"
-
 // usageTTL is how long a scan of a job's blobs is reused: the tally of
 // grants since covers the writes the scan does not show yet.
 const usageTTL = time.Second
