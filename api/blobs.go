@@ -61,14 +61,14 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		}
 	}
 	now := s.now()
-	if err := s.quotas.admitIntents(job, b.Count, now); err != nil {
-		return nil, 0, err
-	}
 	p := fsm.IntentCreate{Job: job, Generation: b.Generation, Task: b.Task, LeaseUntil: now.Add(s.cfg.UploadLease).UTC()}
 	for i := 0; i < b.Count; i++ {
 		p.Keys = append(p.Keys, job+"/"+dir+"/"+randomID())
 	}
 	if err := p.Validate(); err != nil {
+		return nil, 0, err
+	}
+	if err := s.quotas.admitIntents(job, b.Count, now); err != nil {
 		return nil, 0, err
 	}
 	cmd, err := fsm.Encode(fsm.CmdIntentCreate, now, &p)

@@ -135,9 +135,17 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 	if lim == 0 || m == nil || len(m.Blobs) == 0 {
 		return nil
 	}
+	// Only blobs this ack makes live count: a retried ack whose blobs
+	// are live already adds nothing.
 	var add uint64
 	for _, b := range m.Blobs {
+		if rec, _, err := q.fsm.Blob(b.Key); err == nil && rec != nil && rec.State != fsm.BlobIntent {
+			continue
+		}
 		add += b.Size
+	}
+	if add == 0 {
+		return nil
 	}
 	u, err := q.current(job, now)
 	if err != nil {

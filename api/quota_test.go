@@ -52,7 +52,7 @@ func TestUploadIntentFlood(t *testing.T) {
 // --quota-live-bytes is answered 507 quota_exceeded, changing nothing.
 func TestAckRateAndLiveBytesQuotas(t *testing.T) {
 	m := testmember.StartSingleWith(t, func(c *config.Config) {
-		c.QuotaAckRate, c.QuotaAckBurst = 0.001, 3 // three acks, then none for a long while
+		c.QuotaAckRate, c.QuotaAckBurst = 0.001, 4 // four acks, then none for a long while
 		c.QuotaLiveBytes = 150
 	})
 	j := createJob(t, m.URL, "q", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}})
@@ -65,15 +65,17 @@ func TestAckRateAndLiveBytesQuotas(t *testing.T) {
 			"delta": map[string]any{"add_segments": []map[string]any{{"key": key, "offset": 0, "length": 100, "first_seq": 1, "last_seq": 1}}}}}
 	}
 	ok(t, "PUT", j.base+"/epochs/1/acks/agg", ackWith(k1), nil) // ack 1: 100 live bytes
+	// Its retry makes nothing new live: admitted, whatever the quota.
+	ok(t, "PUT", j.base+"/epochs/1/acks/agg", ackWith(k1), nil)
 	j.begin(t, 2)
-	r := do(t, "PUT", j.base+"/epochs/2/acks/agg", ackWith(k2)) // ack 2: would be 200
+	r := do(t, "PUT", j.base+"/epochs/2/acks/agg", ackWith(k2)) // ack 3: would be 200
 	if r.status != http.StatusInsufficientStorage || errorCode(t, string(r.body)) != "quota_exceeded" || !strings.Contains(string(r.body), "--quota-live-bytes") {
 		t.Fatalf("ack past the live bytes quota: %d %s", r.status, r.body)
 	}
 	if b, _, err := m.FSM.Blob(k2); err != nil || b.State != fsm.BlobIntent {
 		t.Fatalf("the refused ack changed blob %s: %+v %v", k2, b, err)
 	}
-	ok(t, "PUT", j.base+"/epochs/2/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{"delta": map[string]any{}}}, nil) // ack 3
+	ok(t, "PUT", j.base+"/epochs/2/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{"delta": map[string]any{}}}, nil) // ack 4
 	j.begin(t, 3)
 	r = do(t, "PUT", j.base+"/epochs/3/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{"delta": map[string]any{}}})
 	if r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), "--quota-ack-rate") {
