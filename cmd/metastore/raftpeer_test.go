@@ -109,7 +109,7 @@ func TestHostileRaftPeer(t *testing.T) {
 
 	t.Run("auth with clear-text Raft on the network refuses to start", func(t *testing.T) {
 		addr, adv := raftPort()
-		code, _, errOut := runBinary(t, t.TempDir(), nil, "serve", "--auth", "--raft-addr", addr, "--raft-advertise", adv)
+		code, _, errOut := runBinary(t, t.TempDir(), nil, "serve", "--auth", "--http-addr", freeAddr(t), "--raft-addr", addr, "--raft-advertise", adv)
 		if code != exitUsage || !strings.Contains(errOut, "invalid --auth: Raft listens on") || !strings.Contains(errOut, "--insecure-raft") {
 			t.Fatalf("exit %d, stderr %q; want %d and an error naming the exposure and the override", code, errOut, exitUsage)
 		}
