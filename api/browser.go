@@ -30,8 +30,13 @@ import (
 //     (application/x-www-form-urlencoded): the README's curl commands keep
 //     working, and a browser always marks what it sends.
 //
-// Requests forwarded by a member were checked by the member that received
-// them (and carry the Host the client used), so they are not checked again.
+// Requests forwarded by a member are checked again by the leader: the
+// forwarder keeps the client's Host, Origin and Sec-Fetch-* headers, so
+// they pass there as they passed on the member that received them (set the
+// same --allowed-hosts and --allowed-origins on every member). They are
+// not exempted: X-Metastore-Forwarded-By is a header a DNS-rebound page
+// can send too, from the address of a member (the loopback of a
+// single-node store).
 
 // rawBodyRoutes take a body that is not JSON (a blob, a snapshot).
 var rawBodyRoutes = map[string]bool{"objects.put": true, "snapshot.restore": true}
@@ -83,7 +88,7 @@ func requestHost(r *http.Request) string {
 // guard is the outermost handler of the API: the Host and Origin checks.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if unlimitedPaths[r.URL.Path] || s.fromMember(r) {
+		if unlimitedPaths[r.URL.Path] {
 			next.ServeHTTP(w, r)
 			return
 		}

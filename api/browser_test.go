@@ -91,6 +91,9 @@ func TestBrowserAttacks(t *testing.T) {
 		{"DNS rebinding: POST /v1/members with the attacker's Host", "POST", "/v1/members", "rebind.evil.example", voter,
 			map[string]string{"Content-Type": "application/json", "Origin": "http://rebind.evil.example"},
 			http.StatusMisdirectedRequest, "host_not_allowed"},
+		{"DNS rebinding posing as a forwarding member", "POST", "/v1/members", "rebind.evil.example", voter,
+			map[string]string{"Content-Type": "application/json", "Origin": "http://rebind.evil.example", "X-Metastore-Forwarded-By": m.ID},
+			http.StatusMisdirectedRequest, "host_not_allowed"},
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
@@ -157,5 +160,28 @@ func TestAllowedOriginsAndHosts(t *testing.T) {
 	// Probes answer whatever the Host (load balancers send their own).
 	if status, body := browserRequest(t, "GET", m.URL+"/readyz", "lb.internal", "", nil); status != http.StatusOK {
 		t.Fatalf("/readyz: %d %s", status, body)
+	}
+}
+
+// TestBrowserRequestsForwarded: the console's same-origin write to a
+// follower is forwarded with its Host and Origin and passes the leader's
+// checks; a cross-site one is refused by the follower.
+func TestBrowserRequestsForwarded(t *testing.T) {
+	ms := testmember.StartCluster(t, 3)
+	leader := testmember.LeaderOf(ms)
+	var follower *testmember.Member
+	for _, m := range ms {
+		if m != leader {
+			follower = m
+			break
+		}
+	}
+	h := map[string]string{"Content-Type": "application/json", "Origin": follower.URL, "Sec-Fetch-Site": "same-origin"}
+	if status, body := browserRequest(t, "PUT", follower.URL+"/v1/jobs/fwd", "", `{}`, h); status != http.StatusOK {
+		t.Fatalf("same-origin write through a follower: %d %s", status, body)
+	}
+	h["Origin"], h["Sec-Fetch-Site"] = "https://evil.example", "cross-site"
+	if status, body := browserRequest(t, "PUT", follower.URL+"/v1/jobs/fwd2", "", `{}`, h); status != http.StatusForbidden {
+		t.Fatalf("cross-site write through a follower: %d %s", status, body)
 	}
 }

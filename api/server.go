@@ -251,7 +251,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			limit = rt.maxBody
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
-		if e := checkContentType(rt, r); e != nil && !s.fromMember(r) {
+		if e := checkContentType(rt, r); e != nil {
 			s.refused(w, r, e)
 			return
 		}
