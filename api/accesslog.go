@@ -3,8 +3,10 @@ package api
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -151,9 +153,10 @@ func (s *Server) audit(name string, r *http.Request, status int, served string) 
 	}
 	attrs := []any{"action", name, "method", r.Method, "path", r.URL.EscapedPath(), "status", status,
 		"outcome", outcome(status), "remote", r.RemoteAddr}
-	for k, v := range mux.Vars(r) {
+	vars := mux.Vars(r)
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		if !secretParam(k) {
-			attrs = append(attrs, k, v)
+			attrs = append(attrs, k, vars[k])
 		}
 	}
 	if r.URL.RawQuery != "" {

@@ -417,6 +417,7 @@ func (s *Server) epochPin(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	addAudit(r, "pin", p.Name)
 	return s.apply(r.Context(), fsm.CmdEpochPin, p)
 }
 
