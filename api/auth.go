@@ -178,7 +178,7 @@ func (s *Server) checkAuth(w http.ResponseWriter, r *http.Request, rt route) *ht
 	if rt.perm == permObject && r.URL.Query().Has("sig") {
 		key := mux.Vars(r)["key"]
 		if err := s.verifyObjectURL(r.Method, key, r.URL.Query()); err == nil {
-			return r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{signedKey: key}))
+			return withPrincipal(r, &principal{signedKey: key})
 		} else if _, has := bearer(r); !has {
 			writeError(w, apiErr(http.StatusForbidden, CodeForbidden, "sig", "signed URL refused: %v", err))
 			return nil
@@ -190,7 +190,7 @@ func (s *Server) checkAuth(w http.ResponseWriter, r *http.Request, rt route) *ht
 			writeError(w, toAPIError(err))
 			return nil
 		}
-		return r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{member: true}))
+		return withPrincipal(r, &principal{member: true})
 	}
 	secret, has := bearer(r)
 	if !has {
@@ -217,11 +217,12 @@ func (s *Server) checkAuth(w http.ResponseWriter, r *http.Request, rt route) *ht
 		unauthenticated(w, "the bearer token is unknown or revoked")
 		return nil
 	}
+	r = withPrincipal(r, &principal{token: tok})
 	if e := authorize(rt, r, tok); e != nil {
 		writeError(w, e)
 		return nil
 	}
-	return r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{token: tok}))
+	return r
 }
 
 // authorize checks the token's role and scope against the route's
@@ -382,6 +383,7 @@ func (s *Server) tokensCreate(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
+	addAudit(r, "created_accessor", p.Accessor, "created_role", string(p.Role), "created_job", p.Job, "created_job_prefix", p.JobPrefix)
 	v, idx, err := s.apply(r.Context(), fsm.CmdTokenCreate, &p)
 	if err != nil {
 		return nil, idx, err

@@ -68,6 +68,9 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
+	if err := s.quotas.admitIntents(job, b.Count, now); err != nil {
+		return nil, 0, err
+	}
 	cmd, err := fsm.Encode(fsm.CmdIntentCreate, now, &p)
 	if err != nil {
 		return nil, 0, err

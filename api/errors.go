@@ -49,6 +49,20 @@ const (
 	// CodeRequestTimeout answers a request whose body did not arrive
 	// within the body timeout (408; limits.go).
 	CodeRequestTimeout = "request_timeout"
+
+	// Browser checks (browser.go).
+	// CodeHostNotAllowed (421): the Host header names a host this member
+	// does not answer to (--allowed-hosts).
+	CodeHostNotAllowed = "host_not_allowed"
+	// CodeCrossOrigin (403): a browser sent the request from a page of
+	// another origin (--allowed-origins).
+	CodeCrossOrigin = "cross_origin_refused"
+	// CodeUnsupportedMediaType (415): a JSON body without
+	// Content-Type: application/json.
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeQuotaExceeded (507): a job holds as many open uploads or live
+	// bytes as its quota allows; the request was not applied (quota.go).
+	CodeQuotaExceeded = "quota_exceeded"
 )
 
 // Error is the JSON error every failed request answers with:

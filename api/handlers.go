@@ -88,6 +88,7 @@ func (s *Server) membersAdd(r *http.Request) (any, uint64, error) {
 	if err := m.Validate(); err != nil {
 		return nil, 0, err
 	}
+	addAudit(r, "member", m.ID, "member_raft_addr", m.RaftAddr, "member_http_addr", m.HTTPAddr)
 	if err := s.node.AddVoter(r.Context(), m.ID, m.RaftAddr, m.HTTPAddr); err != nil {
 		return nil, 0, err
 	}
@@ -358,6 +359,9 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if err := s.fsm.CheckCrossJob(&p); err != nil {
 		return nil, s.fsm.AppliedIndex(), err
 	}
+	if err := s.quotas.admitAck(job, p.Manifest, s.now()); err != nil {
+		return nil, 0, err
+	}
 	if unsafeDropAcks {
 		if res, idx, ok := s.unsafeDropAck(&p); ok {
 			return res, idx, nil
@@ -424,6 +428,7 @@ func (s *Server) epochPin(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	addAudit(r, "pin", p.Name)
 	return s.apply(r.Context(), fsm.CmdEpochPin, p)
 }
 

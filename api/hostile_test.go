@@ -27,7 +27,7 @@ func hostileLimits(c *config.Config) {
 // send what no well-behaved client would.
 func rawRequest(method, path, body string, headers ...string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: metastore\r\nConnection: close\r\n", method, path)
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n", method, path)
 	hasLength := false
 	for _, h := range headers {
 		b.WriteString(h + "\r\n")
@@ -201,7 +201,7 @@ func TestHostileRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		if _, err := io.WriteString(conn, "GET /v1/status HTTP/1.1\r\nHost: metastore\r\nX-Slow: "); err != nil {
+		if _, err := io.WriteString(conn, "GET /v1/status HTTP/1.1\r\nHost: localhost\r\nX-Slow: "); err != nil {
 			t.Fatal(err)
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))

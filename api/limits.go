@@ -311,6 +311,6 @@ func (c *clientLimits) size() int {
 func newRejections() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "metastore_http_rejections_total",
-		Help: "Requests refused before their handler by a per-client or server limit, by reason (rate_limited, too_many_in_flight, body_timeout).",
+		Help: "Requests refused before their handler by a per-client or server limit or a browser check, by reason (rate_limited, too_many_in_flight, body_timeout, host_not_allowed, cross_origin_refused, unsupported_media_type).",
 	}, []string{"reason"})
 }

@@ -61,8 +61,17 @@ func TestClientLimitsForgetIdleClients(t *testing.T) {
 	}
 }
 
-func TestNoClientLimitsWhenOff(t *testing.T) {
-	if c := newClientLimits(config.DefaultHTTPLimits()); c != nil {
-		t.Fatal("the default limits track clients; rate limits are off by default")
+// TestClientLimitsOnByDefault: the default store rate-limits every client
+// (issue 13: one worker token flooded the store), at a rate no real
+// worker reaches; 0 turns the limits off.
+func TestClientLimitsOnByDefault(t *testing.T) {
+	c := newClientLimits(config.DefaultHTTPLimits())
+	if c == nil || c.rate != config.DefaultRateLimit || c.burst != config.DefaultRateBurst {
+		t.Fatalf("default client limits %+v, want %d/s burst %d", c, config.DefaultRateLimit, config.DefaultRateBurst)
+	}
+	off := config.DefaultHTTPLimits()
+	off.RateLimit = 0
+	if c := newClientLimits(off); c != nil {
+		t.Fatal("--rate-limit 0 (and no --rate-max-inflight) still tracks clients")
 	}
 }

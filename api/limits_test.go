@@ -230,8 +230,8 @@ func TestSlowClientsDoNotStarve(t *testing.T) {
 		}()
 	}
 	for i := 0; i < slow; i++ {
-		start("headers", "POST /v1/jobs/s/epochs HTTP/1.1\r\nHost: m\r\nX-Slow: ")
-		start("body", "POST /v1/jobs/s/epochs HTTP/1.1\r\nHost: m\r\nContent-Length: 200\r\n\r\n{\"generation\":1,")
+		start("headers", "POST /v1/jobs/s/epochs HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+		start("body", "POST /v1/jobs/s/epochs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 200\r\n\r\n{\"generation\":1,")
 	}
 	defer func() {
 		for _, c := range conns {

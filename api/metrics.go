@@ -192,6 +192,7 @@ func (s *Server) instrument(name string, next http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
+		s.audit(name, r, sw.status, sw.Header().Get(HeaderServedBy))
 		s.metrics.requests.WithLabelValues(name, r.Method, strconv.Itoa(sw.status)).Inc()
 		s.metrics.latency.WithLabelValues(name, r.Method).Observe(time.Since(start).Seconds())
 	})

@@ -55,6 +55,11 @@ type Deps struct {
 	// Build is the running build, reported by GET /v1/status and as
 	// metastore_build_info; the zero value means buildinfo.Read("").
 	Build buildinfo.Info
+	// AccessLog receives one line per request (--access-log); nil: off.
+	AccessLog *slog.Logger
+	// AuditLog receives one line per operator action; nil: Logger with
+	// audit=true.
+	AuditLog *slog.Logger
 }
 
 // Server is the HTTP API of one member.
@@ -75,6 +80,13 @@ type Server struct {
 	// Per-client limits (limits.go); clients is nil when off.
 	clients *clientLimits
 	hosts   hostCache
+	// Host and Origin checks (browser.go).
+	browser *browserGuard
+	// Per-job quotas (quota.go).
+	quotas *jobQuotas
+	// accessLog is nil when off; auditLog always logs (accesslog.go).
+	accessLog *slog.Logger
+	auditLog  *slog.Logger
 }
 
 // New builds the API.
@@ -106,11 +118,19 @@ func New(d Deps) *Server {
 	s.fwd = newForwarder(d.Config.NodeID, logger, d.Config.HTTPScheme(), d.TLS)
 	s.router = s.routes(d.Registry)
 	s.clients = newClientLimits(d.Config.HTTPLimits)
+	s.browser = newBrowserGuard(d.Config)
+	s.accessLog, s.auditLog = d.AccessLog, d.AuditLog
+	if s.auditLog == nil {
+		s.auditLog = logger.With("audit", true)
+	}
+	if d.FSM != nil {
+		s.quotas = newJobQuotas(d.Config.Security, d.FSM)
+	}
 	return s
 }
 
 // Handler is the root handler.
-func (s *Server) Handler() http.Handler { return s.limit(s.router) }
+func (s *Server) Handler() http.Handler { return s.access(s.guard(s.limit(s.router))) }
 
 // kind says where a route is served.
 type kind int
@@ -231,6 +251,10 @@ func (s *Server) wrap(rt route) http.Handler {
 			limit = rt.maxBody
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if e := checkContentType(rt, r); e != nil {
+			s.refused(w, r, e)
+			return
+		}
 		if r = s.checkAuth(w, r, rt); r == nil {
 			return
 		}

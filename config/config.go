@@ -142,6 +142,8 @@ type Config struct {
 	MinFreeDisk int64
 	// HTTP server limits and per-client rate limits (api/limits.go).
 	HTTPLimits
+	// Browser safety, Raft exposure, quotas, access log (security.go).
+	Security
 
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
@@ -191,6 +193,7 @@ func DefaultConfig() Config {
 		LogLevel:           "info",
 		LogFormat:          "text",
 		HTTPLimits:         DefaultHTTPLimits(),
+		Security:           DefaultSecurity(),
 	}
 }
 
@@ -339,6 +342,12 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.HTTPLimits.validate(); err != nil {
+		return err
+	}
+	if err := c.Security.validate(); err != nil {
+		return err
+	}
+	if err := c.checkRaftExposure(); err != nil {
 		return err
 	}
 	switch c.LogLevel {

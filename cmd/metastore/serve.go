@@ -24,6 +24,7 @@ import (
 	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/internal/datadir"
+	"github.com/metastore/metastore/internal/logx"
 	"github.com/metastore/metastore/node"
 	"github.com/metastore/metastore/ui"
 )
@@ -41,7 +42,14 @@ const (
 // and returns the exit status. Logs go to stderr.
 func serve(cfg config.Config, stderr io.Writer) int {
 	logger := newLogger(cfg, stderr)
+	defer flushLogger(logger)
 	log := logger.With("component", "main")
+	accessLog, closeAccess, err := openAccessLog(cfg, stderr)
+	if err != nil {
+		log.Error("cannot open the access log", "access_log", cfg.AccessLog, "err", err)
+		return exitFailure
+	}
+	defer closeAccess()
 
 	// The data directory's format is checked (and recorded, or migrated)
 	// before anything in it is opened.
@@ -175,6 +183,9 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		Registry: reg,
 		TLS:      material,
 		Build:    buildinfo.Read(version),
+		// Operator actions, by token accessor, never with a secret.
+		AuditLog:  logger.With("component", "audit"),
+		AccessLog: accessLog,
 	}).Handler())
 
 	// Request contexts derive from reqCtx; cancelling it during shutdown
@@ -336,16 +347,47 @@ func stopHTTP(ctx context.Context, srv *http.Server, cancelRequests context.Canc
 }
 
 // newLogger builds the root logger from the validated log settings.
+// Repeated warnings of one kind are logged once per --log-repeat-window
+// with a count (logx.Repeats): a connection flood cannot fill the disk
+// with TLS handshake errors.
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	return slog.New(logx.NewRepeats(newHandler(cfg, w, true), cfg.LogRepeatWindow))
+}
+
+func newHandler(cfg config.Config, w io.Writer, leveled bool) slog.Handler {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil || !leveled {
 		level = slog.LevelInfo
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.NewTextHandler(w, opts)
+}
+
+// flushLogger reports the counts of suppressed warnings not reported yet.
+func flushLogger(l *slog.Logger) {
+	if r, ok := l.Handler().(*logx.Repeats); ok {
+		r.Flush()
+	}
+}
+
+// openAccessLog opens --access-log: nil when off, stderr (with the other
+// logs) for "-", else the file, appended to (mode 0600: it names
+// clients). Its lines are logged whatever --log-level, never sampled.
+func openAccessLog(cfg config.Config, stderr io.Writer) (*slog.Logger, func(), error) {
+	switch cfg.AccessLog {
+	case "":
+		return nil, func() {}, nil
+	case "-":
+		return slog.New(newHandler(cfg, stderr, false)).With("component", "access"), func() {}, nil
+	}
+	f, err := os.OpenFile(cfg.AccessLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slog.New(newHandler(cfg, f, false)).With("component", "access"), func() { f.Close() }, nil
 }
 
 // boundAddr is the address to report for a listener configured with addr:
