@@ -153,6 +153,32 @@ func stressChild(dir string) error {
 		say("H %d %s", idx, sum)
 		return nil
 	}
+	// Readers (the API's and the collector's reads, through bbolt's
+	// mapping) and a stat of the file (metrics, health checks: with no
+	// attribute caching every one asks the file system), as a member
+	// has while it applies.
+	if os.Getenv("METASTORE_LOSSYFS_STRESS_READERS") == "1" {
+		for r := range 2 {
+			go func() {
+				for {
+					i := f.AppliedIndex()
+					g := int64(i)/5 - int64(r)
+					_, _, _ = f.Blob(fmt.Sprintf("plain/p0/g%06d-k%02d-%s", g, r, strings.Repeat("x", 100)))
+					if r == 0 {
+						if _, _, err := f.StateHash(); err != nil {
+							say("FAIL reader: %v", err)
+							os.Exit(3)
+						}
+					}
+				}
+			}()
+		}
+		go func() {
+			for {
+				_, _ = os.Stat(filepath.Join(dir, "fsm.db"))
+			}
+		}()
+	}
 	say("START %d %t", f.AppliedIndex(), restored)
 	if err := check(); err != nil {
 		return err
@@ -526,10 +552,18 @@ func runChild(t *testing.T, dir, bootFile string, ahead uint64, want map[uint64]
 	return res
 }
 
+// lastLines returns the panic line of s, if any, and its last n lines.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
+	var first string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") {
+			first = l + "\n"
+			break
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return strings.Join(lines, "\n")
+	return first + strings.Join(lines, "\n")
 }
