@@ -102,7 +102,11 @@ func TestFSMStressChild(t *testing.T) {
 		t.Skip("the child of TestFSMPowerLossStress")
 	}
 	if err := stressChild(dir); err != nil {
-		fmt.Printf("FAIL %v\n", err)
+		msg := err.Error()
+		if len(msg) > 2000 {
+			msg = msg[:2000] + "..."
+		}
+		fmt.Printf("FAIL %s\n", msg)
 		os.Exit(3)
 	}
 	os.Exit(0)
@@ -161,6 +165,7 @@ func stressChild(dir string) error {
 		for r := range 2 {
 			go func() {
 				for {
+					<-f.Changes() // once per applied batch
 					i := f.AppliedIndex()
 					g := int64(i)/5 - int64(r)
 					_, _, _ = f.Blob(fmt.Sprintf("plain/p0/g%06d-k%02d-%s", g, r, strings.Repeat("x", 100)))
@@ -175,6 +180,7 @@ func stressChild(dir string) error {
 		}
 		go func() {
 			for {
+				<-f.Changes()
 				_, _ = os.Stat(filepath.Join(dir, "fsm.db"))
 			}
 		}()
@@ -512,6 +518,7 @@ func runChild(t *testing.T, dir, bootFile string, ahead uint64, want map[uint64]
 	var start uint64
 	killed := false
 	sc := bufio.NewScanner(stdout)
+	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) == 0 {
@@ -538,6 +545,10 @@ func runChild(t *testing.T, dir, bootFile string, ahead uint64, want map[uint64]
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			killed = true
 		}
+	}
+	if !killed {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		killed = res.corrupt != ""
 	}
 	_, _ = io.Copy(io.Discard, stdout)
 	err = cmd.Wait()
