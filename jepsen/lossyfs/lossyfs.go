@@ -118,6 +118,9 @@ func (l *FS) mount() error {
 			FsName:      "lossyfs",
 			Name:        "lossyfs",
 			DirectMount: true,
+			// Finding 4 (cache.go): no invalidation of cached pages
+			// when a getattr sees a new mtime or size.
+			ExplicitDataCacheControl: true,
 		},
 	})
 	if err != nil {
@@ -208,6 +211,9 @@ func (l *FS) Crash(mode Mode) (int, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := l.dropCache(); err != nil { // cache.go
+		errs = append(errs, err)
 	}
 	return undone, errors.Join(errs...)
 }
