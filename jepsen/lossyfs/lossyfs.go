@@ -28,6 +28,11 @@
 //   - Writes through a shared writable mapping are not seen (bbolt maps
 //     its file read-only and writes with pwrite).
 //   - O_SYNC and O_DSYNC writes are treated like any other until an fsync.
+//   - The kernel's cache of file contents is never invalidated while the
+//     file system is mounted (ExplicitDataCacheControl, see cache.go): a
+//     file changed in the backing directory by anything but this mount
+//     is read stale until Crash, which remounts (and so takes 2 s more
+//     when another mount namespace keeps the connection, see Unmount).
 package lossyfs
 
 import (
@@ -194,10 +199,10 @@ func (l *FS) Unsynced() (pages, files int) {
 }
 
 // Crash undoes the unsynced writes (all of them, or a random half of the
-// pages under Tear) in the backing files. Every process that wrote through
-// the mount must be dead: the next one to open a file reads the disk
-// again (the kernel drops a FUSE file's cached pages at open, and
-// attributes are never cached). It returns the pages undone.
+// pages under Tear) in the backing files, then remounts so that no page
+// the kernel cached survives (cache.go). Every process that wrote through
+// the mount must be dead and no file may be open. It returns the pages
+// undone.
 func (l *FS) Crash(mode Mode) (int, error) {
 	l.mu.Lock()
 	files := l.files
