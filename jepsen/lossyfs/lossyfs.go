@@ -28,6 +28,11 @@
 //   - Writes through a shared writable mapping are not seen (bbolt maps
 //     its file read-only and writes with pwrite).
 //   - O_SYNC and O_DSYNC writes are treated like any other until an fsync.
+//   - The kernel's cache of file contents is never invalidated while the
+//     file system is mounted (ExplicitDataCacheControl, see cache.go): a
+//     file changed in the backing directory by anything but this mount
+//     is read stale until Crash, which remounts (and so takes 2 s more
+//     when another mount namespace keeps the connection, see Unmount).
 //
 // A mount can also fail writes and fsyncs with EIO or ENOSPC, or stall
 // fsyncs, at run time (SetFault: faults.go).
@@ -128,6 +133,9 @@ func (l *FS) mount() error {
 			FsName:      "lossyfs",
 			Name:        "lossyfs",
 			DirectMount: true,
+			// Finding 4 (cache.go): no invalidation of cached pages
+			// when a getattr sees a new mtime or size.
+			ExplicitDataCacheControl: true,
 		},
 	})
 	if err != nil {
@@ -202,10 +210,10 @@ func (l *FS) Unsynced() (pages, files int) {
 }
 
 // Crash undoes the unsynced writes (all of them, or a random half of the
-// pages under Tear) in the backing files. Every process that wrote through
-// the mount must be dead: the next one to open a file reads the disk
-// again (the kernel drops a FUSE file's cached pages at open, and
-// attributes are never cached). It returns the pages undone.
+// pages under Tear) in the backing files, then remounts so that no page
+// the kernel cached survives (cache.go). Every process that wrote through
+// the mount must be dead and no file may be open. It returns the pages
+// undone.
 func (l *FS) Crash(mode Mode) (int, error) {
 	l.mu.Lock()
 	files := l.files
@@ -219,6 +227,9 @@ func (l *FS) Crash(mode Mode) (int, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := l.dropCache(); err != nil { // cache.go
+		errs = append(errs, err)
 	}
 	return undone, errors.Join(errs...)
 }
