@@ -74,9 +74,9 @@ func FaultNames() []string {
 // the whole cluster, followers paused as well as leaders, clocks set
 // apart while the leadership moves, one-way cuts that drop answers too,
 // a member killed while another is out of the configuration, the leader
-// killed in the middle of a membership change. The
-// power-loss faults are in the long tier only until the open finding of
-// docs/consistency.md ("Findings", 4) is explained.
+// killed in the middle of a membership change, S3 answers corrupted and
+// PUTs landing late. The power-loss and disk faults (lossy disks) run in
+// the long tier and by name: docs/consistency.md, "Findings", 4.
 func ShortTier() []Scenario {
 	d := 30 * time.Second
 	one := func(name string) Scenario {
