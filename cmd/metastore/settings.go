@@ -145,7 +145,7 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*listValue)(&c.AllowedHosts) }},
 	{"insecure-raft", "with --auth, start although Raft listens on a non-loopback address without TLS (anyone reaching the Raft port can then write the state, tokens included; see docs/operations.md)",
 		func(c *config.Config) flag.Value { return (*boolValue)(&c.InsecureRaft) }},
-	{"quota-open-intents", "upload intents one job may hold open at once, answered 429 quota_exceeded above it (0: no limit)",
+	{"quota-open-intents", "upload intents one job may hold open at once, answered 507 quota_exceeded above it (0: no limit)",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.QuotaOpenIntents) }},
 	{"quota-live-bytes", "bytes of live blobs one job may hold; new uploads and acks adding blobs are answered 507 quota_exceeded above it (0: no limit)",
 		func(c *config.Config) flag.Value { return (*int64Value)(&c.QuotaLiveBytes) }},
