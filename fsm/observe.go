@@ -71,9 +71,13 @@ func (p *BlobsObserved) Validate() error {
 }
 
 // markUnobserved queues a blob that an ack just committed for the leader's
-// look at the object store.
+// look at the object store. The value is not empty on purpose: bbolt's Get
+// answers nil for a key put with a nil value in the same transaction and
+// an empty value in later ones, so a test of Get against nil would depend
+// on how entries were batched into transactions, which differs between
+// members. Presence is tested with has all the same.
 func (t *txn) markUnobserved(key string) error {
-	return t.b(bucketBlobUnobserved).Put([]byte(key), nil)
+	return t.b(bucketBlobUnobserved).Put([]byte(key), []byte{1})
 }
 
 // applyBlobsObserved records observations of live blobs still waiting for
@@ -89,7 +93,7 @@ func applyBlobsObserved(t *txn, c Command) (any, error) {
 	}
 	out := &ObservedResult{Observed: []string{}, Flagged: []string{}}
 	for _, o := range p.Blobs {
-		if t.b(bucketBlobUnobserved).Get([]byte(o.Key)) == nil {
+		if !t.has(bucketBlobUnobserved, []byte(o.Key)) {
 			continue
 		}
 		b, err := t.blob(o.Key)

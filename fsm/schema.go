@@ -115,6 +115,15 @@ func (t *txn) putJSON(name bucket, key []byte, v any) error {
 
 func (t *txn) del(name bucket, key []byte) error { return t.b(name).Delete(key) }
 
+// has reports whether key is in bucket name, whatever its value. (Do not
+// test Get against nil: for a key put with a nil or empty value, bbolt
+// answers nil within the transaction that put it and an empty slice in
+// later ones, so the answer would depend on how entries were batched.)
+func (t *txn) has(name bucket, key []byte) bool {
+	k, _ := t.b(name).Cursor().Seek(key)
+	return k != nil && bytes.Equal(k, key)
+}
+
 // deletePrefix removes every key of a bucket starting with prefix.
 func (t *txn) deletePrefix(name bucket, prefix []byte) error {
 	c := t.b(name).Cursor()

@@ -1,0 +1,45 @@
+package fsm_test
+
+import (
+	"testing"
+
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/manifests"
+)
+
+// An ack and the observation of its blobs applied in one transaction (a
+// batch entry, or Raft handing both entries to one ApplyBatch: a follower
+// batches differently from the leader) must leave the state that applying
+// them one by one does. bbolt answers Get with nil for a key put with a nil
+// value in the same transaction, and with an empty value afterwards: a
+// queue keyed that way made members diverge.
+func TestObservationBatchedWithItsAck(t *testing.T) {
+	single, batched := newHarness(t), newHarness(t)
+	segs := []manifests.Segment{{Key: "j/t/a", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}}
+	ack := fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Manifest: &fsm.ManifestAck{
+		Blobs: []fsm.BlobCommit{{Key: "j/t/a", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: segs}}}
+	obs := fsm.BlobsObserved{Blobs: []fsm.BlobObservation{{Key: "j/t/a", Size: 10, ETag: "e1"}}}
+	for _, h := range []*harness{single, batched} {
+		h.putJob("j", fsm.JobConfig{})
+		h.start("j", "a1", task(t, "t", "state", "incremental"))
+		h.intents("j", 1, "j/t/a")
+		h.begin("j", 1, 1)
+	}
+	mustOK(t, single.mustApply(fsm.CmdTaskAck, ack))
+	mustOK(t, single.mustApply(fsm.CmdBlobsObserved, obs))
+
+	entry, err := fsm.EncodeBatch(batched.now, [][]byte{batched.encode(fsm.CmdTaskAck, ack), batched.encode(fsm.CmdBlobsObserved, obs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, ok := batched.f.Apply(batched.nextLog(entry)).(*fsm.Result); !ok || res.Err != nil {
+		t.Fatalf("batch entry: %+v", res)
+	}
+	if b, _, err := batched.f.Blob("j/t/a"); err != nil || b.Observed == nil || b.Observed.ETag != "e1" {
+		t.Fatalf("blob observed in the ack's batch: %+v %v", b, err)
+	}
+	if s, b := single.hash(), batched.hash(); s != b {
+		t.Fatalf("state after the batch %s, after the entries one by one %s", b, s)
+	}
+}
