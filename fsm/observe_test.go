@@ -39,7 +39,8 @@ func TestObservationBatchedWithItsAck(t *testing.T) {
 	if b, _, err := batched.f.Blob("j/t/a"); err != nil || b.Observed == nil || b.Observed.ETag != "e1" {
 		t.Fatalf("blob observed in the ack's batch: %+v %v", b, err)
 	}
-	if s, b := single.hash(), batched.hash(); s != b {
-		t.Fatalf("state after the batch %s, after the entries one by one %s", b, s)
+	// The same state, but for the Raft indexes records carry.
+	if d := diffDumps(withoutIndexes(single.dump()), withoutIndexes(batched.dump())); d != "" {
+		t.Fatalf("state after the entries one by one vs after one batch entry:\n%s", d)
 	}
 }
