@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"sort"
 	"time"
 
@@ -95,6 +96,31 @@ func (f *FSM) Attempt(job string, gen uint64) (*AttemptDetail, uint64, error) {
 			return true, nil
 		})
 	})
+	return out, idx, err
+}
+
+// Attempts lists the attempts of a job the store keeps, newest first: the
+// current one and those of the generations that retained epochs (pinned
+// ones included) belong to, which a restore may still name. Older ones are
+// deleted with their task sets as retention moves (pruneAttempts), so the
+// list holds at most one attempt more than the job's retained epochs. Each
+// attempt's task set is read with Attempt.
+func (f *FSM) Attempts(job string) ([]Attempt, uint64, error) {
+	out := []Attempt{}
+	idx, err := f.view(func(t *txn) error {
+		if _, err := mustJob(t, job); err != nil {
+			return err
+		}
+		return t.scan(bucketAttempts, jobPrefix(job), func(_, v []byte) (bool, error) {
+			var a Attempt
+			if err := json.Unmarshal(v, &a); err != nil {
+				return false, err
+			}
+			out = append(out, a)
+			return true, nil
+		})
+	})
+	slices.Reverse(out)
 	return out, idx, err
 }
 
