@@ -256,6 +256,21 @@ func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
 	return s.apply(r.Context(), fsm.CmdAttemptStart, &p)
 }
 
+// attemptsList lists the attempts of a job the store keeps, newest first:
+// the current one and those that retained epochs belong to (fsm.Attempts),
+// without their task sets (attempts.get has them).
+func (s *Server) attemptsList(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	as, idx, err := s.fsm.Attempts(job)
+	if err != nil {
+		return nil, idx, err
+	}
+	return map[string]any{"attempts": as}, idx, nil
+}
+
 func (s *Server) attemptGet(r *http.Request) (any, uint64, error) {
 	job, err := pathID(r, "job")
 	if err != nil {
