@@ -35,7 +35,7 @@ func TestRestoredAttempts(t *testing.T) {
 	}
 	ok(t, "POST", j.base+"/attempts", map[string]any{"attempt_id": "a2", "tasks": []taskSpec{src, agg, sink}}, &a2)
 	if a2.Generation != 2 || a2.RestoredFrom == nil || *a2.RestoredFrom != 2 {
-		t.Fatalf("second attempt: %+v, want generation 2 restored from 2", a2)
+		t.Fatalf("second attempt: generation %d restored from %v, want generation 2 restored from 2", a2.Generation, fmtFrom(a2.RestoredFrom))
 	}
 
 	type jobJSON struct {
@@ -68,11 +68,7 @@ func TestRestoredAttempts(t *testing.T) {
 	ok(t, "GET", j.base+"/attempts", nil, &attempts)
 	var got []string
 	for _, a := range attempts.Attempts {
-		from := "absent"
-		if a.RestoredFrom != nil {
-			from = fmt.Sprint(*a.RestoredFrom)
-		}
-		got = append(got, fmt.Sprintf("gen %d from %s, %d tasks", a.Generation, from, a.Tasks))
+		got = append(got, fmt.Sprintf("gen %d from %s, %d tasks", a.Generation, fmtFrom(a.RestoredFrom), a.Tasks))
 	}
 	if want := []string{"gen 2 from 2, 3 tasks", "gen 1 from 0, 2 tasks"}; !slices.Equal(got, want) {
 		t.Fatalf("attempts list: %v, want %v", got, want)
@@ -107,4 +103,12 @@ func TestRestoredAttempts(t *testing.T) {
 	if r := do(t, "GET", m.URL+"/v1/jobs/nope/attempts", nil); r.status != 404 {
 		t.Fatalf("attempts of an unknown job: %d %s", r.status, r.body)
 	}
+}
+
+// fmtFrom prints an attempt's restored_from: the epoch, or absent.
+func fmtFrom(p *uint64) string {
+	if p == nil {
+		return "absent"
+	}
+	return fmt.Sprint(*p)
 }
