@@ -733,7 +733,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			const d = r.querySelector('details.taskset');
 			return { generation: r.getAttribute('data-generation'), from: from.textContent.trim(), epoch: from.getAttribute('data-epoch') || '',
 				tasks: r.querySelector('[data-field="tasks"]').textContent, open: d.open,
-				taskset: Object.fromEntries(Array.from(d.querySelectorAll('tr[data-task]')).map((t) => [t.getAttribute('data-task'), t.getAttribute('data-caps')])) }; })`)
+				taskset: Object.fromEntries(Array.from(d.querySelectorAll('tr[data-task]')).map((t) =>
+					[t.getAttribute('data-task'), Array.from(t.querySelectorAll('.tag')).map((c) => c.textContent).join(',')])) }; })`)
 		if len(rows) != len(list.Attempts) || len(rows) == 0 {
 			t.Fatalf("%s: %d attempts on the page, API %d", view, len(rows), len(list.Attempts))
 		}
@@ -1067,6 +1068,20 @@ func TestConsoleInBrowser(t *testing.T) {
 	if f := b.fields(".card"); f["restored"] != "2" {
 		t.Errorf("job view after a third attempt: restored attempts %q, want 2", f["restored"])
 	}
+	// A task set the operator opens stays open when the view redraws (an
+	// epoch of the new attempt begins).
+	eval[bool](b, `(() => { document.querySelector('details.taskset[data-generation="`+fmt.Sprint(cur.Generation)+`"] summary').click(); return true; })()`)
+	draws = eval[string](b, `document.querySelector('main').getAttribute('data-draws')`)
+	var latest apiJob
+	if err := call("GET", b.base+"/v1/jobs/demo", worker, nil, &latest); err != nil {
+		t.Fatal(err)
+	}
+	if err := call("POST", b.base+"/v1/jobs/demo/epochs", worker, map[string]any{"generation": third.Generation, "epoch": latest.LastEpoch + 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS("the job view to redraw with the opened task set", `document.querySelector('main').getAttribute('data-draws') !== '`+draws+`' &&
+		document.querySelector('details.taskset[data-generation="`+fmt.Sprint(cur.Generation)+`"]').open &&
+		!document.querySelector('details.taskset[data-generation="`+fmt.Sprint(third.Generation)+`"]').open`)
 	b.screenshot("job-attempts")
 	b.noErrors("job after a third attempt")
 
