@@ -452,7 +452,7 @@
       attempt ? [
         h('p', {}, 'Generation ' + attempt.generation + ', attempt ' + attempt.attempt_id + ', started ' + fmtTime(attempt.started_at) +
           ': ' + attempt.tasks + ' tasks, ' + attempt.expected + ' asked to acknowledge each epoch.'),
-        h('p', { 'data-field': 'restored_from' }, restoredFrom(job, attempt)),
+        h('p', { 'data-field': 'restored_from' }, 'Start: ', restoredFrom(job, attempt)),
         table(['Task', 'Capabilities', 'Acknowledges epochs'], attempt.task_list.map((t) => h('tr', { 'data-task': t.id },
           h('td', {}, t.id),
           h('td', {}, capTags(t.capabilities)),
