@@ -177,6 +177,7 @@ func TestOpenAPIResponseBodies(t *testing.T) {
 	r.ok("jobs.get", jb, nil, nil)
 	r.ok("attempts.get", jb+"/attempts/1", nil, nil)
 	r.ok("attempts.list", jb+"/attempts", nil, nil)
+	r.ok("attempts.list", jb+"/attempts?tasks=true&limit=5", nil, nil)
 
 	var slots struct {
 		Uploads []api.Upload `json:"uploads"`

@@ -73,15 +73,39 @@ func TestRestoredAttempts(t *testing.T) {
 	if want := []string{"gen 2 from 2, 3 tasks", "gen 1 from 0, 2 tasks"}; !slices.Equal(got, want) {
 		t.Fatalf("attempts list: %v, want %v", got, want)
 	}
+	type taskSet []struct {
+		ID   string   `json:"id"`
+		Caps []string `json:"capabilities"`
+	}
 	var old struct {
-		TaskList []struct {
-			ID   string   `json:"id"`
-			Caps []string `json:"capabilities"`
-		} `json:"task_list"`
+		TaskList taskSet `json:"task_list"`
 	}
 	ok(t, "GET", j.base+"/attempts/1", nil, &old)
 	if len(old.TaskList) != 2 || old.TaskList[0].ID != "agg" || !slices.Equal(old.TaskList[0].Caps, []string{"state", "incremental"}) {
 		t.Fatalf("task set of generation 1: %+v", old.TaskList)
+	}
+	// With ?tasks=true the list carries the task sets; ?limit keeps the
+	// newest, and kept still counts all.
+	var withTasks struct {
+		Attempts []struct {
+			Generation uint64  `json:"generation"`
+			TaskList   taskSet `json:"task_list"`
+		} `json:"attempts"`
+		Kept int `json:"kept"`
+	}
+	ok(t, "GET", j.base+"/attempts?tasks=true", nil, &withTasks)
+	if withTasks.Kept != 2 || len(withTasks.Attempts) != 2 || len(withTasks.Attempts[0].TaskList) != 3 ||
+		fmt.Sprint(withTasks.Attempts[1].TaskList) != fmt.Sprint(old.TaskList) {
+		t.Fatalf("attempts with tasks: %+v", withTasks)
+	}
+	ok(t, "GET", j.base+"/attempts?tasks=true&limit=1", nil, &withTasks)
+	if withTasks.Kept != 2 || len(withTasks.Attempts) != 1 || withTasks.Attempts[0].Generation != 2 {
+		t.Fatalf("the newest attempt with tasks: %+v", withTasks)
+	}
+	for _, q := range []string{"?tasks=maybe", "?limit=x", "?limit=5000"} {
+		if r := do(t, "GET", j.base+"/attempts"+q, nil); r.status != 400 {
+			t.Errorf("attempts%s: %d %s", q, r.status, r.body)
+		}
 	}
 
 	// Two completed epochs of generation 2 push generation 1 out of

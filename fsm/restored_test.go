@@ -70,20 +70,28 @@ func TestAttemptRecordsRestoreSource(t *testing.T) {
 
 	// The attempts kept: the current one and those retained epochs (2 and
 	// 4) belong to, newest first, each with its task set.
-	as, _, err := h.f.Attempts("j")
+	list, _, err := h.f.Attempts("j", 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var gens []uint64
-	for _, a := range as {
+	for _, a := range list.Attempts {
 		gens = append(gens, a.Generation)
+		if a.TaskList != nil {
+			t.Errorf("generation %d: task set listed without being asked", a.Generation)
+		}
 	}
-	if !slices.Equal(gens, []uint64{3, 2, 1}) {
-		t.Fatalf("kept attempts %v, want [3 2 1]", gens)
+	if !slices.Equal(gens, []uint64{3, 2, 1}) || list.Kept != 3 {
+		t.Fatalf("kept attempts %v (kept %d), want [3 2 1]", gens, list.Kept)
+	}
+	// The newest two with their task sets, read with the list.
+	if list, _, err = h.f.Attempts("j", 2, true); err != nil || list.Kept != 3 || len(list.Attempts) != 2 ||
+		list.Attempts[0].Generation != 3 || len(list.Attempts[0].TaskList) != 3 || len(list.Attempts[1].TaskList) != 2 {
+		t.Fatalf("the newest two attempts with tasks: %+v %v", list, err)
 	}
 	h.complete("j", 3, 5, src, op, sink) // retention drops epoch 2: generation 1 goes
-	if as, _, _ = h.f.Attempts("j"); len(as) != 2 || as[0].Generation != 3 || as[1].Generation != 2 {
-		t.Fatalf("kept attempts after retention moved: %+v", as)
+	if list, _, _ = h.f.Attempts("j", 0, false); len(list.Attempts) != 2 || list.Attempts[0].Generation != 3 || list.Attempts[1].Generation != 2 {
+		t.Fatalf("kept attempts after retention moved: %+v", list)
 	}
 	d, _, err := h.f.Attempt("j", 2)
 	if err != nil || len(d.TaskList) != 2 || d.TaskList[0].ID != "op" || !d.TaskList[0].Caps.Has(fsm.KindState) {

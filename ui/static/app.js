@@ -358,10 +358,11 @@
     if (j.generation > 0) attempt = await getBody(attemptPath, signal);
     // The attempts the store keeps (the current one and those retained
     // epochs belong to), newest first, each with its task set.
-    const attemptsPath = jobPath + '/attempts';
-    const keptAttempts = j.generation > 0 ? (await getBody(attemptsPath, signal)).attempts || [] : [];
-    const attempts = await Promise.all(keptAttempts.slice(0, maxAttemptsShown).map((a) =>
-      (attempt && a.generation === attempt.generation ? attempt : getBody(jobPath + '/attempts/' + a.generation, signal))));
+    // One read with their task sets: an attempt pruned between two reads
+    // is never asked for.
+    const attemptsPath = jobPath + '/attempts?tasks=true&limit=' + maxAttemptsShown;
+    const keptList = j.generation > 0 ? await getBody(attemptsPath, signal) : { attempts: [], kept: 0 };
+    const attempts = keptList.attempts || [];
 
     const done = epochs.filter((e) => e.state === 'completed' || e.state === 'subsumed');
     const dur = stats(done.map(epochDuration));
@@ -464,12 +465,12 @@
           'older ones are forgotten with their task sets as retention moves. Restored attempts: ' + restoredCount(j) + '.'),
         table(['Generation', 'Attempt', 'Started', h('th', { class: 'num' }, 'Tasks'), h('th', { class: 'num' }, 'Asked'), 'Started from', 'Task set'],
           attempts.map((a) => h('tr', { 'data-generation': a.generation },
-            h('td', { class: 'num' }, h('a', { href: attemptsPath + '/' + a.generation }, a.generation)),
+            h('td', { class: 'num' }, h('a', { href: jobPath + '/attempts/' + a.generation }, a.generation)),
             h('td', {}, a.attempt_id), h('td', {}, fmtTime(a.started_at)),
             h('td', { class: 'num', 'data-field': 'tasks' }, a.tasks), h('td', { class: 'num', 'data-field': 'expected' }, a.expected),
             h('td', { 'data-field': 'restored_from', 'data-epoch': a.restored_from === undefined ? null : a.restored_from }, restoredFrom(job, a)),
             h('td', {}, taskSet(job, a)))), { id: 'attempts' }),
-        keptAttempts.length > attempts.length ? h('p', { class: 'warning' }, 'The newest ' + attempts.length + ' of ' + keptAttempts.length + ' kept attempts.') : null,
+        keptList.kept > attempts.length ? h('p', { class: 'warning' }, 'The newest ' + attempts.length + ' of ' + keptList.kept + ' kept attempts.') : null,
       ],
     ];
     return {
@@ -647,9 +648,16 @@
     // The store keeps the task sets of the current attempt and of the
     // attempts retained epochs belong to: for an epoch of a generation it
     // forgot, the acks stand for it, without capabilities.
-    // (The list is asked first: a request answered 404 is a console error.)
+    // (The list is asked first: a request answered 404 is a console error;
+    // one pruned between the two reads is shown as forgotten.)
     const kept = (await getBody(jobPath + '/attempts', signal)).attempts || [];
-    const attempt = kept.some((a) => a.generation === e.generation) ? await getBody(attemptPath, signal) : null;
+    let attempt = null;
+    if (kept.some((a) => a.generation === e.generation)) {
+      attempt = await getBody(attemptPath, signal).catch((err) => {
+        if (err instanceof APIError && err.code === 'not_found') return null;
+        throw err;
+      });
+    }
     const taskList = attempt ? attempt.task_list :
       e.acks.map((a) => a.task).concat(e.stragglers).map((id) => ({ id, capabilities: null }));
     const asked = (t) => t.capabilities === null || t.capabilities.some((c) => c !== 'incremental');
