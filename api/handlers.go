@@ -256,6 +256,42 @@ func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
 	return s.apply(r.Context(), fsm.CmdAttemptStart, &p)
 }
 
+// attemptsList lists the attempts of a job the store keeps, newest first:
+// the current one and those that retained epochs belong to (fsm.Attempts).
+// ?limit=N keeps the newest N; ?tasks=true adds each one's task set, read
+// with the list in one transaction.
+func (s *Server) attemptsList(r *http.Request) (any, uint64, error) {
+	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	limit, err := queryUint(r, "limit")
+	if err != nil {
+		return nil, 0, err
+	}
+	if limit > MaxAttemptsListed {
+		return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "limit", "%d is above the limit of %d", limit, MaxAttemptsListed)
+	}
+	tasks := false
+	if raw := r.URL.Query().Get("tasks"); raw != "" {
+		if tasks, err = strconv.ParseBool(raw); err != nil {
+			return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "tasks", "%q is not true or false", raw)
+		}
+	}
+	if tasks && limit == 0 {
+		limit = DefaultAttemptsWithTasks
+	}
+	return s.fsm.Attempts(job, int(limit), tasks)
+}
+
+// MaxAttemptsListed bounds ?limit of attempts.list; DefaultAttemptsWithTasks
+// is its limit when the task sets are asked for without one, since each
+// may hold fsm.MaxTasks tasks.
+const (
+	MaxAttemptsListed        = 1001
+	DefaultAttemptsWithTasks = 10
+)
+
 func (s *Server) attemptGet(r *http.Request) (any, uint64, error) {
 	job, err := pathID(r, "job")
 	if err != nil {

@@ -89,12 +89,14 @@ func (m *metrics) observeAck(res *fsm.AckResult) {
 // pendingCollector reports, at each scrape, the pending epochs in the
 // member's replicated state, per job (label job_id: Prometheus owns job):
 // how many, how many of their expected acks are missing (stragglers), and
-// the age of the oldest. Every member reports the same state (as of its
-// applied index): aggregate with max, not sum.
+// the age of the oldest; and the attempts of each job that resumed from a
+// checkpoint (fsm.Job.RestoredAttempts, for the jobs whose starts record
+// it). Every member reports the same state (as of its applied index):
+// aggregate with max, not sum.
 type pendingCollector struct {
-	fsm                               *fsm.FSM
-	now                               func() time.Time
-	pending, stragglers, oldest, fail *prometheus.Desc
+	fsm                                         *fsm.FSM
+	now                                         func() time.Time
+	pending, stragglers, oldest, restored, fail *prometheus.Desc
 }
 
 func newPendingCollector(f *fsm.FSM, now func() time.Time) *pendingCollector {
@@ -107,6 +109,8 @@ func newPendingCollector(f *fsm.FSM, now func() time.Time) *pendingCollector {
 			"Expected acks still missing over a job's pending epochs: tasks that have not acknowledged.", []string{"job_id"}, nil),
 		oldest: prometheus.NewDesc("metastore_epoch_oldest_pending_age_seconds",
 			"Age of a job's oldest pending epoch, by this member's clock.", []string{"job_id"}, nil),
+		restored: prometheus.NewDesc("metastore_job_restored_attempts_total",
+			"Attempts of a job that resumed from a checkpoint (restored from its latest completed epoch), counted from the first start this version recorded (jobs without one are not listed).", []string{"job_id"}, nil),
 		fail: prometheus.NewDesc("metastore_epochs_pending_scrape_error",
 			"1 when the pending epochs could not be read from the state machine at this scrape, else 0.", nil, nil),
 	}
@@ -116,6 +120,7 @@ func (c *pendingCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.pending
 	ch <- c.stragglers
 	ch <- c.oldest
+	ch <- c.restored
 	ch <- c.fail
 }
 
@@ -129,6 +134,9 @@ func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := c.now()
 	for _, j := range jobs {
+		if j.RestoresCountedFrom != 0 {
+			ch <- prometheus.MustNewConstMetric(c.restored, prometheus.CounterValue, float64(j.RestoredAttempts), j.ID)
+		}
 		if len(j.Pending) == 0 {
 			continue
 		}

@@ -176,6 +176,8 @@ func TestOpenAPIResponseBodies(t *testing.T) {
 	r.ok("jobs.list", "/v1/jobs", nil, nil)
 	r.ok("jobs.get", jb, nil, nil)
 	r.ok("attempts.get", jb+"/attempts/1", nil, nil)
+	r.ok("attempts.list", jb+"/attempts", nil, nil)
+	r.ok("attempts.list", jb+"/attempts?tasks=true&limit=5", nil, nil)
 
 	var slots struct {
 		Uploads []api.Upload `json:"uploads"`

@@ -171,6 +171,7 @@ func (s *Server) routeTable() []route {
 		{"jobs.put", "PUT", "/v1/jobs/{job}", write, s.jobPut, 0, permJob},
 		{"jobs.get", "GET", "/v1/jobs/{job}", read, s.jobGet, 0, permJob},
 		{"attempts.start", "POST", "/v1/jobs/{job}/attempts", write, s.attemptStart, 0, permJob},
+		{"attempts.list", "GET", "/v1/jobs/{job}/attempts", read, s.attemptsList, 0, permJob},
 		{"attempts.get", "GET", "/v1/jobs/{job}/attempts/{generation}", read, s.attemptGet, 0, permJob},
 		{"epochs.begin", "POST", "/v1/jobs/{job}/epochs", write, s.epochBegin, 0, permJob},
 		{"epochs.list", "GET", "/v1/jobs/{job}/epochs", read, s.epochsList, 0, permJob},

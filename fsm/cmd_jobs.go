@@ -14,7 +14,7 @@ func init() {
 	register(CmdMemberUpsert, "member-upsert", 1, applyMemberUpsert)
 	register(CmdMemberRemove, "member-remove", 1, applyMemberRemove)
 	register(CmdJobPut, "job-put", 1, applyJobPut)
-	register(CmdAttemptStart, "attempt-start", 1, applyAttemptStart)
+	register(CmdAttemptStart, "attempt-start", 2, applyAttemptStart)
 }
 
 // MemberUpsert records a member's addresses.
@@ -109,7 +109,11 @@ func applyJobPut(t *txn, c Command) (any, error) {
 }
 
 // AttemptStart starts a new attempt of a job: it bumps the generation,
-// registers the task set and aborts the epochs still pending.
+// registers the task set and aborts the epochs still pending. From version
+// 2 it also records the checkpoint the attempt resumes from (the job's
+// latest completed epoch, 0 for a fresh start) on the attempt, and counts
+// the attempts that resumed from one on the job; an entry of version 1 is
+// applied as it was written, without either.
 type AttemptStart struct {
 	Job string `json:"job"`
 	// AttemptID is chosen by the caller and makes a retried start
@@ -196,6 +200,18 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 
 	gen := j.Generation + 1
 	a := &Attempt{Job: p.Job, Generation: gen, AttemptID: p.AttemptID, StartedAt: c.Time, Tasks: len(p.Tasks), ContentHash: hash, Index: t.index}
+	if c.Version >= 2 {
+		// The epoch a restore of the job reads now (PlanRestore's default):
+		// the newest completed epoch, which retention always keeps.
+		from := j.LatestCompleted
+		a.RestoredFrom = &from
+		if j.RestoresCountedFrom == 0 {
+			j.RestoresCountedFrom = gen
+		}
+		if from != 0 {
+			j.RestoredAttempts++
+		}
+	}
 	for i := range p.Tasks {
 		tk := p.Tasks[i]
 		if tk.Caps.Expected() {

@@ -229,11 +229,20 @@ type Job struct {
 	Retained []uint64 `json:"retained"`
 	// Ended lists the aborted and subsumed epochs still remembered,
 	// ascending by the time they ended.
-	Ended       []uint64  `json:"ended"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
-	CreateIndex uint64    `json:"create_index"`
-	ModifyIndex uint64    `json:"modify_index"`
+	Ended []uint64 `json:"ended"`
+	// RestoredAttempts counts the attempts that resumed from a checkpoint
+	// (an Attempt.RestoredFrom above 0) among the attempts of generation
+	// RestoresCountedFrom and later; absent means 0.
+	RestoredAttempts uint64 `json:"restored_attempts,omitempty"`
+	// RestoresCountedFrom is the first generation whose start recorded the
+	// checkpoint it resumed from (attempt-start version 2); absent (0) while
+	// no start has. Attempts of older generations started before the store
+	// recorded restores: the count does not know them.
+	RestoresCountedFrom uint64    `json:"restores_counted_from,omitempty"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
+	CreateIndex         uint64    `json:"create_index"`
+	ModifyIndex         uint64    `json:"modify_index"`
 }
 
 // Task is one task of an attempt.
@@ -253,7 +262,13 @@ type Attempt struct {
 	// ContentHash identifies the attempt's task set, so a retried start is
 	// recognised and a different one with the same id is a conflict.
 	ContentHash string `json:"content_hash"`
-	Index       uint64 `json:"index"`
+	// RestoredFrom is the checkpoint the attempt resumed from, recorded as
+	// it started (attempt-start version 2): the job's latest completed
+	// epoch at that moment, the one a restore that names no epoch or
+	// savepoint reads; 0 when the job had none (a fresh start). Absent
+	// (nil) for attempts started by an entry of version 1: unknown.
+	RestoredFrom *uint64 `json:"restored_from,omitempty"`
+	Index        uint64  `json:"index"`
 }
 
 // EpochState is the lifecycle state of an epoch.

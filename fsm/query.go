@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"sort"
 	"time"
 
@@ -94,6 +95,73 @@ func (f *FSM) Attempt(job string, gen uint64) (*AttemptDetail, uint64, error) {
 			out.TaskList = append(out.TaskList, tk)
 			return true, nil
 		})
+	})
+	return out, idx, err
+}
+
+// AttemptEntry is one attempt of a list, with its task set when asked.
+type AttemptEntry struct {
+	Attempt
+	TaskList []Task `json:"task_list,omitempty"`
+}
+
+// AttemptList is the attempts of a job the store keeps.
+type AttemptList struct {
+	// Attempts holds the newest kept attempts, newest first.
+	Attempts []AttemptEntry `json:"attempts"`
+	// Kept counts every kept attempt (Attempts may hold fewer: a limit).
+	Kept int `json:"kept"`
+}
+
+// Attempts lists the attempts of a job the store keeps, newest first: the
+// current one and those of the generations that retained epochs (pinned
+// ones included) belong to, which a restore may still name. Older ones are
+// deleted with their task sets as retention moves (pruneAttempts), so a job
+// keeps at most one attempt more than its retained epochs. limit > 0 keeps
+// the newest limit; withTasks adds each one's task set, read in the same
+// transaction (a view of several attempts never meets one pruned between
+// two reads).
+func (f *FSM) Attempts(job string, limit int, withTasks bool) (*AttemptList, uint64, error) {
+	out := &AttemptList{Attempts: []AttemptEntry{}}
+	idx, err := f.view(func(t *txn) error {
+		if _, err := mustJob(t, job); err != nil {
+			return err
+		}
+		err := t.scan(bucketAttempts, jobPrefix(job), func(_, v []byte) (bool, error) {
+			var a AttemptEntry
+			if err := json.Unmarshal(v, &a.Attempt); err != nil {
+				return false, err
+			}
+			out.Attempts = append(out.Attempts, a)
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		slices.Reverse(out.Attempts)
+		out.Kept = len(out.Attempts)
+		if limit > 0 && len(out.Attempts) > limit {
+			out.Attempts = out.Attempts[:limit]
+		}
+		if !withTasks {
+			return nil
+		}
+		for i := range out.Attempts {
+			a := &out.Attempts[i]
+			a.TaskList = []Task{}
+			err := t.scan(bucketTasks, jobNumKey(job, a.Generation), func(_, v []byte) (bool, error) {
+				var tk Task
+				if err := json.Unmarshal(v, &tk); err != nil {
+					return false, err
+				}
+				a.TaskList = append(a.TaskList, tk)
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return out, idx, err
 }

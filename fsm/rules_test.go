@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -236,7 +237,7 @@ func TestIdempotentRetries(t *testing.T) {
 	// Attempt start: same id and tasks in another order -> same generation.
 	a1 := h.start("j", "a1", src, op, idle)
 	h.advance(time.Second)
-	if again := same(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{idle, op, src}}).(*fsm.Attempt); *again != *a1 {
+	if again := same(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{idle, op, src}}).(*fsm.Attempt); !reflect.DeepEqual(again, a1) {
 		t.Fatalf("retried attempt %+v, first %+v", again, a1)
 	}
 	// Same id, different task set (another capability) -> conflict.

@@ -6,7 +6,7 @@
 // answered with the same page:
 //
 //	/ui/                            jobs
-//	/ui/jobs/{job}                  one job: checkpoint history, attempt
+//	/ui/jobs/{job}                  one job: checkpoint history, attempts
 //	/ui/jobs/{job}/epochs/{epoch}   one epoch: per-task ack delays
 //	/ui/cluster                     this member and the members it knows
 //	/ui/gc                          garbage collector and blobs

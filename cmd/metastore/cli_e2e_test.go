@@ -87,6 +87,8 @@ func TestCLIEndToEnd(t *testing.T) {
 	}
 	expectLines(t, mustCLI(srcNode, "jobs", "show", "orders"),
 		"tasks 4, 3 expected to ack each epoch",
+		"started from fresh start",
+		"restored attempts 0",
 		"latest completed 2",
 		"agg-0 state,incremental yes",
 		"map-0 - no",

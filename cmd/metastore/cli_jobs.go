@@ -92,6 +92,14 @@ func runJobsShow(inv *invocation, args []string) int {
 	} else {
 		fmt.Fprintf(tw, "attempt\tgeneration %d, id %s, started %s\n", a.Generation, a.AttemptID, fmtTime(a.StartedAt))
 		fmt.Fprintf(tw, "tasks\t%d, %d expected to ack each epoch\n", a.Tasks, a.Expected)
+		switch {
+		case a.RestoredFrom == nil:
+			fmt.Fprintf(tw, "started from\tunknown (not recorded)\n")
+		case *a.RestoredFrom == 0:
+			fmt.Fprintf(tw, "started from\tfresh start\n")
+		default:
+			fmt.Fprintf(tw, "started from\trestored from epoch %d\n", *a.RestoredFrom)
+		}
 	}
 	c := j.Config
 	fmt.Fprintf(tw, "config\tretained %d, ack timeout %s, history %d\n", c.Retained, time.Duration(c.AckTimeout), c.History)
@@ -100,6 +108,14 @@ func runJobsShow(inv *invocation, args []string) int {
 	fmt.Fprintf(tw, "pending\t%s\n", fmtEpochs(j.Pending))
 	fmt.Fprintf(tw, "retained\t%s\n", fmtEpochs(j.Retained))
 	fmt.Fprintf(tw, "ended\t%s\n", fmtEpochs(j.Ended))
+	switch {
+	case j.Generation == 0 || j.RestoresCountedFrom == 1:
+		fmt.Fprintf(tw, "restored attempts\t%d\n", j.RestoredAttempts)
+	case j.RestoresCountedFrom == 0:
+		fmt.Fprintf(tw, "restored attempts\tunknown (not recorded)\n")
+	default:
+		fmt.Fprintf(tw, "restored attempts\t%d since generation %d\n", j.RestoredAttempts, j.RestoresCountedFrom)
+	}
 	fmt.Fprintf(tw, "created\t%s (index %d)\n", fmtTime(j.CreatedAt), j.CreateIndex)
 	fmt.Fprintf(tw, "updated\t%s (index %d)\n", fmtTime(j.UpdatedAt), j.ModifyIndex)
 	tw.Flush()

@@ -39,14 +39,14 @@ func expectLines(t *testing.T, out string, want ...string) {
 
 const jobsJSON = `{"jobs":[
  {"id":"orders","config":{"retained":2,"ack_timeout":"2m0s","history":100},"generation":3,"attempt_id":"run-3",
-  "last_epoch":9,"latest_completed":8,"pending":[9],"retained":[7,8],"ended":[1,2,3,4,5,6],
+  "last_epoch":9,"latest_completed":8,"pending":[9],"retained":[7,8],"ended":[1,2,3,4,5,6],"restored_attempts":1,"restores_counted_from":2,
   "created_at":"2025-01-02T03:04:05Z","updated_at":"2025-01-02T03:09:05.5Z","create_index":5,"modify_index":77},
  {"id":"fresh","config":{"retained":1,"ack_timeout":"10m0s","history":100},"generation":0,
   "last_epoch":0,"latest_completed":0,"pending":[],"retained":[1,2,3,4,5,6,7,8,9,10],"ended":[],
   "created_at":"2025-01-02T03:04:05Z","updated_at":"2025-01-02T03:04:05Z","create_index":6,"modify_index":6}]}`
 
 const attemptJSON = `{"job":"orders","generation":3,"attempt_id":"run-3","started_at":"2025-01-02T03:05:00Z","tasks":3,"expected":2,
- "content_hash":"abc","index":40,"task_list":[
+ "content_hash":"abc","restored_from":6,"index":40,"task_list":[
   {"id":"agg-0","capabilities":["state","incremental"]},{"id":"map-0","capabilities":[]},{"id":"src-0","capabilities":["input"]}]}`
 
 func TestJobsList(t *testing.T) {
@@ -101,6 +101,8 @@ func TestJobsShow(t *testing.T) {
 		"job orders",
 		"attempt generation 3, id run-3, started 2025-01-02T03:05:00Z",
 		"tasks 3, 2 expected to ack each epoch",
+		"started from restored from epoch 6",
+		"restored attempts 1 since generation 2",
 		"config retained 2, ack timeout 2m0s, history 100",
 		"pending 9",
 		"retained 7,8",
@@ -116,7 +118,7 @@ func TestJobsShow(t *testing.T) {
 
 	// A job without an attempt is shown without one.
 	code, out, errOut = runCmd([]string{"jobs", "show", "fresh", "--addr", srv.URL}, nil)
-	if code != exitOK || errOut != "" || !hasLine(out, "attempt none yet (generation 0)") || strings.Contains(out, "TASK") {
+	if code != exitOK || errOut != "" || !hasLine(out, "attempt none yet (generation 0)") || !hasLine(out, "restored attempts 0") || strings.Contains(out, "TASK") {
 		t.Fatalf("fresh: exit %d, stderr %q, out:\n%s", code, errOut, out)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -238,6 +239,42 @@ type apiJob struct {
 	LatestCompleted uint64   `json:"latest_completed"`
 	Pending         []uint64 `json:"pending"`
 	Retained        []uint64 `json:"retained"`
+	// Attempts that resumed from a checkpoint, counted from a generation.
+	RestoredAttempts    uint64 `json:"restored_attempts"`
+	RestoresCountedFrom uint64 `json:"restores_counted_from"`
+}
+
+// restoredText is what the console shows for a job's restored attempts.
+func (j apiJob) restoredText() string {
+	switch {
+	case j.Generation == 0 || j.RestoresCountedFrom == 1:
+		return fmt.Sprint(j.RestoredAttempts)
+	case j.RestoresCountedFrom == 0:
+		return "unknown"
+	}
+	return fmt.Sprintf("%d since generation %d", j.RestoredAttempts, j.RestoresCountedFrom)
+}
+
+type apiAttempt struct {
+	Generation   uint64  `json:"generation"`
+	AttemptID    string  `json:"attempt_id"`
+	RestoredFrom *uint64 `json:"restored_from"`
+	Tasks        int     `json:"tasks"`
+	TaskList     []struct {
+		ID   string   `json:"id"`
+		Caps []string `json:"capabilities"`
+	} `json:"task_list"`
+}
+
+// startedFrom is what the console shows for where an attempt started.
+func (a apiAttempt) startedFrom() string {
+	switch {
+	case a.RestoredFrom == nil:
+		return "unknown (not recorded)"
+	case *a.RestoredFrom == 0:
+		return "fresh start"
+	}
+	return fmt.Sprintf("restored from epoch %d", *a.RestoredFrom)
 }
 
 type apiEpoch struct {
@@ -576,6 +613,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		"generation": fmt.Sprint(demo.Generation), "latest_completed": fmt.Sprint(demo.LatestCompleted),
 		"pending": fmt.Sprint(len(demo.Pending)), "retained": fmt.Sprint(len(demo.Retained)),
 		"completed": fmt.Sprint(count("completed", "subsumed")), "aborted": fmt.Sprint(count("aborted")),
+		"restored": demo.restoredText(),
+	}
+	if demo.RestoredAttempts != 0 || demo.RestoresCountedFrom != 1 {
+		t.Errorf("the example job's first run: %d restored attempts counted from generation %d, want 0 from 1", demo.RestoredAttempts, demo.RestoresCountedFrom)
 	}
 	for k, v := range want {
 		if f[k] != v {
@@ -639,7 +680,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			return strings.Join(s, ", ")
 		}
 		for k, v := range map[string]string{"generation": fmt.Sprint(j.Generation), "latest_completed": fmt.Sprint(j.LatestCompleted),
-			"last_epoch": fmt.Sprint(j.LastEpoch), "pending": join(j.Pending, "none"), "retained": join(j.Retained, "none")} {
+			"last_epoch": fmt.Sprint(j.LastEpoch), "pending": join(j.Pending, "none"), "retained": join(j.Retained, "none"),
+			"restored": j.restoredText()} {
 			if f[k] != v {
 				t.Errorf("%s, %s: %q, API %q", view, k, f[k], v)
 			}
@@ -667,7 +709,63 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 		}
 	}
+	// checkAttempts compares the page's attempts (newest first, where
+	// each started from, each task set with its capability flags, closed)
+	// with the API's, and answers the API's.
+	checkAttempts := func(view string) []apiAttempt {
+		t.Helper()
+		var list struct {
+			Attempts []apiAttempt `json:"attempts"`
+		}
+		if err := call("GET", b.base+"/v1/jobs/demo/attempts", worker, nil, &list); err != nil {
+			t.Fatal(err)
+		}
+		type pageAttempt struct {
+			Generation string            `json:"generation"`
+			From       string            `json:"from"`
+			Epoch      string            `json:"epoch"`
+			Tasks      string            `json:"tasks"`
+			Open       bool              `json:"open"`
+			TaskSet    map[string]string `json:"taskset"`
+		}
+		rows := eval[[]pageAttempt](b, `Array.from(document.querySelectorAll('#attempts > tbody > tr[data-generation]')).map((r) => {
+			const from = r.querySelector('[data-field="restored_from"]');
+			const d = r.querySelector('details.taskset');
+			return { generation: r.getAttribute('data-generation'), from: from.textContent.trim(), epoch: from.getAttribute('data-epoch') || '',
+				tasks: r.querySelector('[data-field="tasks"]').textContent, open: d.open,
+				taskset: Object.fromEntries(Array.from(d.querySelectorAll('tr[data-task]')).map((t) =>
+					[t.getAttribute('data-task'), Array.from(t.querySelectorAll('.tag')).map((c) => c.textContent).join(',')])) }; })`)
+		if len(rows) != len(list.Attempts) || len(rows) == 0 {
+			t.Fatalf("%s: %d attempts on the page, API %d", view, len(rows), len(list.Attempts))
+		}
+		for i, a := range list.Attempts {
+			var d apiAttempt
+			if err := call("GET", fmt.Sprintf("%s/v1/jobs/demo/attempts/%d", b.base, a.Generation), worker, nil, &d); err != nil {
+				t.Fatal(err)
+			}
+			list.Attempts[i] = d
+			r := rows[i]
+			epoch := ""
+			if d.RestoredFrom != nil {
+				epoch = fmt.Sprint(*d.RestoredFrom)
+			}
+			if r.Generation != fmt.Sprint(d.Generation) || r.From != d.startedFrom() || r.Epoch != epoch || r.Tasks != fmt.Sprint(d.Tasks) || r.Open {
+				t.Errorf("%s, attempt %d: page %+v, API %+v (restored from %s)", view, d.Generation, r, d, epoch)
+			}
+			want := map[string]string{}
+			for _, tk := range d.TaskList {
+				want[tk.ID] = strings.Join(tk.Caps, ",")
+			}
+			if !maps.Equal(r.TaskSet, want) || len(want) != d.Tasks {
+				t.Errorf("%s, task set of generation %d: page %v, API %v", view, d.Generation, r.TaskSet, want)
+			}
+		}
+		return list.Attempts
+	}
 	checkJob("job view")
+	if kept := checkAttempts("job view"); len(kept) != 1 || kept[0].startedFrom() != "fresh start" {
+		t.Errorf("job view: attempts %+v, want the first run's, a fresh start", kept)
+	}
 	tasks := eval[map[string]string](b, `Object.fromEntries(Array.from(document.querySelectorAll('#tasks tr[data-task]')).map((r) =>
 		[r.getAttribute('data-task'), r.querySelector('[data-field="asked"]').textContent]))`)
 	if len(tasks) != 6 || !strings.HasPrefix(tasks["map-0"], "no") || tasks["agg-0"] != "yes" {
@@ -699,6 +797,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("data-draws still %s", d)
 	}
 	checkJob("job view after resume")
+	if after.RestoredAttempts != 1 {
+		t.Errorf("after resume: %d restored attempts, want 1", after.RestoredAttempts)
+	}
+	if kept := checkAttempts("job view after resume"); len(kept) == 0 || kept[0].startedFrom() != fmt.Sprintf("restored from epoch %d", demo.LatestCompleted) {
+		t.Errorf("job view after resume: attempts %+v, want the newest restored from epoch %d", kept, demo.LatestCompleted)
+	}
 	if got := eval[string](b, `document.querySelector('tr[data-aborted="13"] [data-field="reason"]').textContent`); got != abortReason ||
 		eval[int](b, `document.querySelectorAll('#injected, img').length`) != 0 {
 		t.Errorf("job view: the abort reason is shown as %q, or became markup", got)
@@ -926,6 +1030,60 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("changelog trade-off, %s: page %+v, metrics restore %s changelog %s", task, row, restoreBytes[task], changelogBytes[task])
 		}
 	}
+
+	// A new attempt with another task set (sink-0 gains state), started
+	// while the job view is open: the view follows, counts a second
+	// restored attempt and keeps the superseded attempt's task set (its
+	// retained and pinned epochs belong to it).
+	var cur apiAttempt
+	if err := call("GET", b.base+"/v1/jobs/demo/attempts/current", worker, nil, &cur); err != nil {
+		t.Fatal(err)
+	}
+	var restart []map[string]any
+	for _, tk := range cur.TaskList {
+		caps := tk.Caps
+		if tk.ID == "sink-0" {
+			caps = []string{"state", "output"}
+		}
+		restart = append(restart, map[string]any{"id": tk.ID, "capabilities": caps})
+	}
+	var before apiJob
+	if err := call("GET", b.base+"/v1/jobs/demo", worker, nil, &before); err != nil {
+		t.Fatal(err)
+	}
+	var third apiAttempt
+	if err := call("POST", b.base+"/v1/jobs/demo/attempts", worker, map[string]any{"attempt_id": "console-restart", "tasks": restart}, &third); err != nil {
+		t.Fatal(err)
+	}
+	if third.RestoredFrom == nil || *third.RestoredFrom != before.LatestCompleted {
+		t.Fatalf("the third attempt: %+v, want restored from %d", third, before.LatestCompleted)
+	}
+	b.waitJS("the job view to show the third attempt", `document.querySelectorAll('#attempts > tbody > tr[data-generation]').length === 2 &&
+		document.querySelector('#attempts > tbody > tr').getAttribute('data-generation') === '`+fmt.Sprint(third.Generation)+`'`)
+	checkJob("job view after a third attempt")
+	kept := checkAttempts("job view after a third attempt")
+	if len(kept) != 2 || kept[1].Generation != cur.Generation {
+		t.Errorf("job view after a third attempt: attempts %+v, want generations %d and %d", kept, third.Generation, cur.Generation)
+	}
+	if f := b.fields(".card"); f["restored"] != "2" {
+		t.Errorf("job view after a third attempt: restored attempts %q, want 2", f["restored"])
+	}
+	// A task set the operator opens stays open when the view redraws (an
+	// epoch of the new attempt begins).
+	eval[bool](b, `(() => { document.querySelector('details.taskset[data-generation="`+fmt.Sprint(cur.Generation)+`"] summary').click(); return true; })()`)
+	draws = eval[string](b, `document.querySelector('main').getAttribute('data-draws')`)
+	var latest apiJob
+	if err := call("GET", b.base+"/v1/jobs/demo", worker, nil, &latest); err != nil {
+		t.Fatal(err)
+	}
+	if err := call("POST", b.base+"/v1/jobs/demo/epochs", worker, map[string]any{"generation": third.Generation, "epoch": latest.LastEpoch + 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS("the job view to redraw with the opened task set", `document.querySelector('main').getAttribute('data-draws') !== '`+draws+`' &&
+		document.querySelector('details.taskset[data-generation="`+fmt.Sprint(cur.Generation)+`"]').open &&
+		!document.querySelector('details.taskset[data-generation="`+fmt.Sprint(third.Generation)+`"]').open`)
+	b.screenshot("job-attempts")
+	b.noErrors("job after a third attempt")
 
 	// The collector is the operator's: the worker token is refused, the
 	// operator's token typed in shows it.

@@ -176,6 +176,51 @@
     return encodeURIComponent(id);
   }
 
+  // restoredCount shows a job's attempts that resumed from a checkpoint
+  // (restored_attempts): exact when every start recorded its source
+  // (counted from generation 1), else what the store knows.
+  function restoredCount(j) {
+    const n = j.restored_attempts || 0;
+    const from = j.restores_counted_from || 0;
+    if (j.generation === 0 || from === 1) return String(n);
+    if (from === 0) return 'unknown';
+    return n + ' since generation ' + from;
+  }
+
+  // restoredFrom says where an attempt started: the epoch it resumed from,
+  // a fresh start, or unknown (started before the store recorded it).
+  function restoredFrom(job, a) {
+    if (a.restored_from === undefined || a.restored_from === null) return h('span', { class: 'muted' }, 'unknown (not recorded)');
+    if (a.restored_from === 0) return 'fresh start';
+    return ['restored from epoch ', h('a', { href: '/ui/jobs/' + enc(job) + '/epochs/' + a.restored_from }, a.restored_from)];
+  }
+
+  function capTags(caps) {
+    return caps.length ? caps.map((c) => h('span', { class: 'tag' }, c)) : h('span', { class: 'muted' }, 'none');
+  }
+
+  // The task sets the operator opened on the job page, by job and
+  // generation, so a redraw keeps them open.
+  const openTaskSets = new Set();
+
+  // taskSet is an attempt's task set, collapsed unless opened before.
+  function taskSet(job, a) {
+    const key = job + '\0' + a.generation;
+    const d = h('details', { class: 'taskset', 'data-generation': a.generation, open: openTaskSets.has(key) },
+      h('summary', {}, a.task_list.length + ' tasks'),
+      table(['Task', 'Capabilities', 'Acknowledges epochs'], a.task_list.map((t) => h('tr', { 'data-task': t.id, 'data-caps': t.capabilities.join(',') },
+        h('td', {}, t.id), h('td', {}, capTags(t.capabilities)),
+        h('td', {}, t.capabilities.some((c) => c !== 'incremental') ? 'yes' : h('span', { class: 'muted' }, 'no'))))));
+    d.addEventListener('toggle', () => {
+      if (d.open) openTaskSets.add(key);
+      else openTaskSets.delete(key);
+    });
+    return d;
+  }
+
+  // The attempts shown on the job page, newest first.
+  const maxAttemptsShown = 10;
+
   // ---- views ----
   // A view's load(signal) fetches what it shows and answers
   // { title, content, wait } where wait(signal) resolves when the view
@@ -216,6 +261,7 @@
         h('td', { class: 'num', 'data-field': 'pending' }, (j.pending || []).length),
         h('td', { class: 'num', 'data-field': 'completed' }, count('completed') + count('subsumed')),
         h('td', { class: 'num', 'data-field': 'aborted' }, count('aborted')),
+        h('td', { class: 'num', 'data-field': 'restored', title: 'attempts that resumed from a checkpoint' }, restoredCount(j)),
         h('td', { class: 'num', 'data-field': 'retained' }, (j.retained || []).length));
     });
     return {
@@ -225,10 +271,11 @@
         jobs.length === 0 ? h('p', { class: 'muted' }, 'No job yet (or none this token may see).') :
           table(['Job', h('th', { class: 'num' }, 'Generation'), h('th', { class: 'num' }, 'Latest completed'), 'Age',
             h('th', { class: 'num' }, 'Pending'), h('th', { class: 'num' }, 'Completed'), h('th', { class: 'num' }, 'Aborted'),
-            h('th', { class: 'num' }, 'Retained')], rows, { id: 'jobs' }),
+            h('th', { class: 'num' }, 'Restored'), h('th', { class: 'num' }, 'Retained')], rows, { id: 'jobs' }),
         jobs.length > details.length ? h('p', { class: 'warning' }, 'The first ' + details.length + ' of ' + jobs.length + ' jobs.') : null,
         h('p', { class: 'muted' }, 'Completed counts the remembered completed and subsumed epochs (the job keeps ',
-          'its history setting\'s number of ended ones); the age turns orange past the job\'s ack timeout.'),
+          'its history setting\'s number of ended ones); restored counts the attempts that resumed from a checkpoint ',
+          '(the others started fresh); the age turns orange past the job\'s ack timeout.'),
       ],
       // A blocking query on the list: it answers once a job is created or
       // changes, or after 30s (the ages are drawn again then).
@@ -309,6 +356,13 @@
     const epochs = (await getBody(epochsPath, signal)).epochs || [];
     let attempt = null;
     if (j.generation > 0) attempt = await getBody(attemptPath, signal);
+    // The attempts the store keeps (the current one and those retained
+    // epochs belong to), newest first, each with its task set.
+    // One read with their task sets: an attempt pruned between two reads
+    // is never asked for.
+    const attemptsPath = jobPath + '/attempts?tasks=true&limit=' + maxAttemptsShown;
+    const keptList = j.generation > 0 ? await getBody(attemptsPath, signal) : { attempts: [], kept: 0 };
+    const attempts = keptList.attempts || [];
 
     const done = epochs.filter((e) => e.state === 'completed' || e.state === 'subsumed');
     const dur = stats(done.map(epochDuration));
@@ -358,6 +412,7 @@
         ['Last epoch begun', j.last_epoch, 'last_epoch'],
         ['Pending', (j.pending || []).join(', ') || 'none', 'pending'],
         ['Retained', (j.retained || []).join(', ') || 'none', 'retained'],
+        ['Restored attempts', restoredCount(j), 'restored'],
         ['Config', 'retained ' + j.config.retained + ', ack timeout ' + j.config.ack_timeout + ', history ' + j.config.history, 'config'],
       ])),
       h('h2', {}, 'Checkpoint history', jsonLink(epochsPath)),
@@ -398,11 +453,25 @@
       attempt ? [
         h('p', {}, 'Generation ' + attempt.generation + ', attempt ' + attempt.attempt_id + ', started ' + fmtTime(attempt.started_at) +
           ': ' + attempt.tasks + ' tasks, ' + attempt.expected + ' asked to acknowledge each epoch.'),
+        h('p', { 'data-field': 'restored_from' }, 'Start: ', restoredFrom(job, attempt)),
         table(['Task', 'Capabilities', 'Acknowledges epochs'], attempt.task_list.map((t) => h('tr', { 'data-task': t.id },
           h('td', {}, t.id),
-          h('td', {}, t.capabilities.length ? t.capabilities.map((c) => h('span', { class: 'tag' }, c)) : h('span', { class: 'muted' }, 'none')),
+          h('td', {}, capTags(t.capabilities)),
           h('td', { 'data-field': 'asked' }, t.capabilities.some((c) => c !== 'incremental') ? 'yes' : h('span', { class: 'muted' }, 'no: checkpoints nothing, never asked')))), { id: 'tasks' }),
       ] : h('p', { class: 'muted' }, 'No attempt yet.'),
+      h('h2', {}, 'Attempts', j.generation > 0 ? jsonLink(attemptsPath) : null),
+      attempts.length === 0 ? h('p', { class: 'muted' }, 'No attempt yet.') : [
+        h('p', { class: 'muted' }, 'The attempts the store keeps: the current one and those the retained checkpoints belong to (a restore may still name them); ' +
+          'older ones are forgotten with their task sets as retention moves. Restored attempts: ' + restoredCount(j) + '.'),
+        table(['Generation', 'Attempt', 'Started', h('th', { class: 'num' }, 'Tasks'), h('th', { class: 'num' }, 'Asked'), 'Started from', 'Task set'],
+          attempts.map((a) => h('tr', { 'data-generation': a.generation },
+            h('td', { class: 'num' }, h('a', { href: jobPath + '/attempts/' + a.generation }, a.generation)),
+            h('td', {}, a.attempt_id), h('td', {}, fmtTime(a.started_at)),
+            h('td', { class: 'num', 'data-field': 'tasks' }, a.tasks), h('td', { class: 'num', 'data-field': 'expected' }, a.expected),
+            h('td', { 'data-field': 'restored_from', 'data-epoch': a.restored_from === undefined ? null : a.restored_from }, restoredFrom(job, a)),
+            h('td', {}, taskSet(job, a)))), { id: 'attempts' }),
+        keptList.kept > attempts.length ? h('p', { class: 'warning' }, 'The newest ' + attempts.length + ' of ' + keptList.kept + ' kept attempts.') : null,
+      ],
     ];
     return {
       title: 'Job ' + job,
@@ -576,11 +645,19 @@
     const path = jobPath + '/epochs/' + n;
     const e = await getBody(path, signal);
     const attemptPath = jobPath + '/attempts/' + e.generation;
-    // The store keeps the task set of the current attempt only: for an
-    // epoch of an older generation the acks stand for it, without
-    // capabilities.
-    const j = await getBody(jobPath, signal);
-    const attempt = e.generation === j.generation ? await getBody(attemptPath, signal) : null;
+    // The store keeps the task sets of the current attempt and of the
+    // attempts retained epochs belong to: for an epoch of a generation it
+    // forgot, the acks stand for it, without capabilities.
+    // (The list is asked first: a request answered 404 is a console error;
+    // one pruned between the two reads is shown as forgotten.)
+    const kept = (await getBody(jobPath + '/attempts', signal)).attempts || [];
+    let attempt = null;
+    if (kept.some((a) => a.generation === e.generation)) {
+      attempt = await getBody(attemptPath, signal).catch((err) => {
+        if (err instanceof APIError && err.code === 'not_found') return null;
+        throw err;
+      });
+    }
     const taskList = attempt ? attempt.task_list :
       e.acks.map((a) => a.task).concat(e.stragglers).map((id) => ({ id, capabilities: null }));
     const asked = (t) => t.capabilities === null || t.capabilities.some((c) => c !== 'incremental');
