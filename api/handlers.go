@@ -32,6 +32,24 @@ func pathUint(r *http.Request, name string) (uint64, error) {
 	return v, nil
 }
 
+// pathEpoch reads the {epoch} path variable: 1 to fsm.MaxEpoch.
+func pathEpoch(r *http.Request) (uint64, error) {
+	v, err := pathUint(r, "epoch")
+	if err == nil && v > fsm.MaxEpoch {
+		err = apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "epoch", "%d is above the largest epoch, %d (2^63-1)", v, uint64(fsm.MaxEpoch))
+	}
+	return v, err
+}
+
+// queryEpoch reads ?epoch: absent (0) or 1 to fsm.MaxEpoch.
+func queryEpoch(r *http.Request) (uint64, error) {
+	v, err := queryUint(r, "epoch")
+	if err == nil && v > fsm.MaxEpoch {
+		err = apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "epoch", "%d is above the largest epoch, %d (2^63-1)", v, uint64(fsm.MaxEpoch))
+	}
+	return v, err
+}
+
 func queryUint(r *http.Request, name string) (uint64, error) {
 	raw := r.URL.Query().Get(name)
 	if raw == "" {
@@ -314,7 +332,7 @@ func (s *Server) epochGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := pathUint(r, "epoch")
+	n, err := pathEpoch(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -333,7 +351,7 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := pathUint(r, "epoch")
+	n, err := pathEpoch(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -384,7 +402,7 @@ func (s *Server) epochAbort(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := pathUint(r, "epoch")
+	n, err := pathEpoch(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -407,7 +425,7 @@ func (s *Server) pinRequest(r *http.Request, withBody bool) (*fsm.EpochPin, erro
 	if err != nil {
 		return nil, err
 	}
-	n, err := pathUint(r, "epoch")
+	n, err := pathEpoch(r)
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +470,7 @@ func (s *Server) taskRestore(r *http.Request) (any, uint64, error) {
 	if req.Task, err = pathID(r, "task"); err != nil {
 		return nil, 0, err
 	}
-	if req.Epoch, err = queryUint(r, "epoch"); err != nil {
+	if req.Epoch, err = queryEpoch(r); err != nil {
 		return nil, 0, err
 	}
 	if req.Pin, err = queryID(r, "pin"); err != nil {
