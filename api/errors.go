@@ -33,6 +33,9 @@ const (
 	CodeRouteNotFound    = "route_not_found"
 	CodeInternal         = "internal"
 	CodeBadBackup        = "bad_backup"
+	// CodeQuorumAtRisk refuses a membership change after which the voters
+	// the leader can reach would not be a quorum (409).
+	CodeQuorumAtRisk = "quorum_at_risk"
 
 	// Authentication and authorization (auth.go).
 	// CodeUnauthenticated (401): no token, or one the cluster does not
@@ -142,6 +145,8 @@ func toAPIError(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: "this member is shutting down; retry on another"}
 	case errors.Is(err, node.ErrTryAgain):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: err.Error()}
+	case errors.Is(err, node.ErrQuorumAtRisk):
+		return apiErr(http.StatusConflict, CodeQuorumAtRisk, "", "%v", err)
 	case errors.Is(err, node.ErrMemberConflict):
 		return apiErr(http.StatusConflict, string(fsm.CodeConflict), "id", "%v", err)
 	case errors.Is(err, node.ErrBadBackup):

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/metastore/metastore/internal/testmember"
 )
 
 // TestEpochBeyondInt64Refused: epochs above 2^63-1 (the int64 of the
@@ -29,4 +31,37 @@ func TestEpochBeyondInt64Refused(t *testing.T) {
 	expectError(t, do(t, "GET", m.URL+"/v1/jobs/big/tasks/src/restore?epoch=9223372036854775808", nil), http.StatusBadRequest, "invalid_argument", "epoch")
 	j.begin(t, 1)
 	j.begin(t, 9223372036854775807)
+}
+
+// TestMemberChangesKeepQuorum: a member whose addresses cannot be dialled
+// is refused (400, naming the field), and so is a voter that would leave
+// the cluster without a quorum of reachable voters (409 quorum_at_risk);
+// the store keeps its leader and takes writes. Before, "not-an-addr" was
+// added and the single node answered 503 no_leader forever.
+func TestMemberChangesKeepQuorum(t *testing.T) {
+	m := startSingle(t)
+	r := do(t, "POST", m.URL+"/v1/members", `{"id": "zz", "raft_addr": "not-an-addr", "http_addr": "127.0.0.1:2"}`)
+	expectError(t, r, http.StatusBadRequest, "invalid_argument", "raft_addr")
+	r = do(t, "POST", m.URL+"/v1/members", `{"id": "zz", "raft_addr": "127.0.0.1:7071", "http_addr": "127.0.0.1:99999"}`)
+	expectError(t, r, http.StatusBadRequest, "invalid_argument", "http_addr")
+
+	// A well-formed address where nothing listens: one voter of two
+	// reachable is not a quorum.
+	addr := testmember.FreePort(t)
+	r = do(t, "POST", m.URL+"/v1/members", map[string]string{"id": "zz", "raft_addr": addr, "http_addr": "127.0.0.1:2"})
+	expectError(t, r, http.StatusConflict, "quorum_at_risk", "")
+	if !strings.Contains(string(r.body), "zz at "+addr) {
+		t.Errorf("the refusal does not name the unreachable member: %s", r.body)
+	}
+	var st struct {
+		LeaderID string `json:"leader_id"`
+		Members  []struct {
+			ID string `json:"id"`
+		} `json:"members"`
+	}
+	ok(t, "GET", m.URL+"/v1/status", nil, &st)
+	if st.LeaderID == "" || len(st.Members) != 1 {
+		t.Fatalf("after the refusals: %+v", st)
+	}
+	ok(t, "PUT", m.URL+"/v1/jobs/still-writable", map[string]any{"config": map[string]any{}}, nil)
 }

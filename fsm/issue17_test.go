@@ -46,3 +46,36 @@ func TestEpochBeginVersion1Replays(t *testing.T) {
 	}
 }
 
+// TestMemberAddressesChecked: a member record whose addresses no member
+// could dial is refused naming the field; a version-1 record (written
+// before the check) still replays. Before, "not-an-addr" was recorded and
+// the cluster was asked to add a voter there.
+func TestMemberAddressesChecked(t *testing.T) {
+	h := newHarness(t)
+	for _, c := range []struct{ raft, http, field string }{
+		{"not-an-addr", "127.0.0.1:2", "raft_addr"},
+		{"127.0.0.1:0", "127.0.0.1:2", "raft_addr"},
+		{"127.0.0.1:65536", "127.0.0.1:2", "raft_addr"},
+		{"127.0.0.1:http", "127.0.0.1:2", "raft_addr"},
+		{":7071", "127.0.0.1:2", "raft_addr"},
+		{"0.0.0.0:7071", "127.0.0.1:2", "raft_addr"},
+		{"bad_host:7071", "127.0.0.1:2", "raft_addr"},
+		{"-x.example:7071", "127.0.0.1:2", "raft_addr"},
+		{"1.2.3.999:7071", "127.0.0.1:2", "raft_addr"},
+		{"127.0.0.1:7071", "127.0.0.1", "http_addr"},
+		{"127.0.0.1:7071", "", "http_addr"},
+	} {
+		re := h.reject(fsm.ErrInvalid, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "zz", RaftAddr: c.raft, HTTPAddr: c.http})
+		if re.Field != c.field {
+			t.Errorf("%s %s: refused naming %q, want %s", c.raft, c.http, re.Field, c.field)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:7071", "[::1]:7071", "node-4.example.com:7071", "localhost:1", "n4:65535"} {
+		mustOK(t, h.mustApply(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "ok", RaftAddr: addr, HTTPAddr: addr}))
+	}
+	data := h.encode(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "zz", RaftAddr: "not-an-addr", HTTPAddr: "127.0.0.1:2"})
+	data[1] = 1 // the version-1 entry an older leader wrote
+	if res, ok := h.f.Apply(h.nextLog(data)).(*fsm.Result); !ok || res.Err != nil {
+		t.Fatalf("version-1 member record: %+v", res)
+	}
+}
