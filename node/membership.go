@@ -293,9 +293,13 @@ type joinRequest struct {
 
 // Join asks a running cluster to add this node as a voter: it POSTs
 // /v1/members to each of addrs (HTTP addresses of members; any member
-// forwards to the leader) in turn, with backoff between rounds, until one
-// succeeds, ctx is done or the node shuts down. A 4xx answer other than 409
-// and 429 is final and returned as a *JoinError. It returns nil at once if
+// forwards to the leader) in turn, with backoff between rounds (100ms
+// doubling to 5s), until one succeeds, ctx is done or the node shuts down.
+// Every failure is retried, refusals included: a final-looking answer (a
+// member conflict, a missing token, quorum_at_risk) may be repaired on the
+// cluster's side while this node waits. The caller bounds it with ctx
+// (serve: --join-timeout); the error then wraps ctx's and the last
+// answer (a *JoinError when a member answered). It returns nil at once if
 // this node is already a voter in its Raft configuration.
 func (n *Node) Join(ctx context.Context, addrs []string) error {
 	if len(addrs) == 0 {
@@ -318,10 +322,6 @@ func (n *Node) Join(ctx context.Context, addrs []string) error {
 				n.log.Info("joined the cluster", "via", addr)
 				return nil
 			}
-			var je *JoinError
-			if errors.As(err, &je) && !je.Temporary() {
-				return err
-			}
 			if ctx.Err() != nil {
 				break
 			}
@@ -332,7 +332,10 @@ func (n *Node) Join(ctx context.Context, addrs []string) error {
 			if n.closing.Load() {
 				return ErrShutdown
 			}
-			return fmt.Errorf("node: join: %w (last error: %v)", ctx.Err(), lastErr)
+			if lastErr == nil {
+				return fmt.Errorf("node: join: %w", ctx.Err())
+			}
+			return fmt.Errorf("node: join: %w (last answer: %w)", ctx.Err(), lastErr)
 		}
 	}
 }

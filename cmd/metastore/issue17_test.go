@@ -1,8 +1,11 @@
 package main
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -30,5 +33,32 @@ func TestMembersAddChecksAddresses(t *testing.T) {
 	code, _, errOut := runCmd([]string{"members", "add", "n4", "--raft-addr", "127.0.0.1:7101", "--http-addr", "localhost:7100", "--addr", srv.URL}, nil)
 	if code != exitOK {
 		t.Fatalf("a valid member: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestJoinRefusedExits: a node whose --join is refused keeps asking with
+// backoff for --join-timeout, then exits with status 1 and says why.
+// Before, it logged the refusal once and idled forever.
+func TestJoinRefusedExits(t *testing.T) {
+	var calls atomic.Int32
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `{"error":{"code":"forbidden","message":"this token may not add members"}}`)
+	}))
+	defer refuse.Close()
+	code, _, errOut := runBinary(t, t.TempDir(), nil, "serve", "--node-id", "n4",
+		"--data-dir", t.TempDir(), "--blob-store", "file://"+t.TempDir(),
+		"--http-addr", "127.0.0.1:0", "--raft-addr", freeAddr(t),
+		"--join", refuse.Listener.Addr().String(), "--join-timeout", "1500ms")
+	if code != exitFailure {
+		t.Fatalf("exit %d, want %d\n%s", code, exitFailure, errOut)
+	}
+	if !strings.Contains(errOut, "cannot join the cluster") || !strings.Contains(errOut, "this token may not add members") {
+		t.Errorf("stderr does not say why:\n%s", errOut)
+	}
+	if calls.Load() < 2 {
+		t.Errorf("the refusal was not retried: %d join request(s)", calls.Load())
 	}
 }
