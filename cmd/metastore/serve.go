@@ -10,9 +10,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
