@@ -62,3 +62,40 @@ func TestJoinRefusedExits(t *testing.T) {
 		t.Errorf("the refusal was not retried: %d join request(s)", calls.Load())
 	}
 }
+
+// TestGlobalFlagsBeforeCommand: client flags work before the command, as
+// people type them. Before, "metastore --addr X checkpoints list J" failed
+// with unknown command "--addr".
+func TestGlobalFlagsBeforeCommand(t *testing.T) {
+	fake, srv := newFakeNode(t, map[string]func(http.ResponseWriter){
+		"GET /v1/members": answer(200, membersJSON),
+	})
+	for _, args := range [][]string{
+		{"--addr", srv.URL, "members", "list"},
+		{"--addr=" + srv.URL, "--json", "members", "list"},
+		{"--json", "--timeout", "5s", "--addr", srv.URL, "members", "list"},
+		{"-addr", srv.URL, "members", "list", "--json"},
+	} {
+		code, out, errOut := runCmd(args, nil)
+		if code != exitOK || !strings.Contains(out, "n2") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	if n := len(fake.seen()); n != 4 {
+		t.Errorf("%d requests, want 4", n)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--raft-addr", "x", "members", "list"}, `unknown flag "--raft-addr" before the command`},
+		{[]string{"--addr"}, "flag --addr needs a value"},
+		{[]string{"--addr", srv.URL}, "want a command after the flags"},
+		{[]string{"--addr", srv.URL, "version"}, "talks to no node"},
+	} {
+		code, _, errOut := runCmd(c.args, nil)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", c.args, code, errOut, exitUsage, c.want)
+		}
+	}
+}
