@@ -33,6 +33,9 @@ const (
 	CodeRouteNotFound    = "route_not_found"
 	CodeInternal         = "internal"
 	CodeBadBackup        = "bad_backup"
+	// CodeHeaderTooLarge: the request line and headers are above
+	// --http-max-header-bytes (431).
+	CodeHeaderTooLarge = "header_too_large"
 	// CodeQuorumAtRisk refuses a membership change after which the voters
 	// the leader can reach would not be a quorum (409).
 	CodeQuorumAtRisk = "quorum_at_risk"

@@ -1,10 +1,12 @@
 package api_test
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/internal/testmember"
 )
 
@@ -64,4 +66,55 @@ func TestMemberChangesKeepQuorum(t *testing.T) {
 		t.Fatalf("after the refusals: %+v", st)
 	}
 	ok(t, "PUT", m.URL+"/v1/jobs/still-writable", map[string]any{"config": map[string]any{}}, nil)
+}
+
+// TestProtocolErrorsAreJSON: a 431 answer is a JSON error, a 405 answer
+// carries Allow, and a JSON array where an object belongs is named as such,
+// without Go type names. Before, the 431 was Go's plain text, 405 had no
+// Allow, and the array's message read "expected api.memberBody".
+func TestProtocolErrorsAreJSON(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) { c.MaxHeaderBytes = 8 << 10 })
+	req, err := http.NewRequest("GET", m.URL+"/v1/status", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Pad", strings.Repeat("p", 12<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	expectError(t, response{status: resp.StatusCode, header: resp.Header, body: body}, http.StatusRequestHeaderFieldsTooLarge, "header_too_large", "")
+
+	for path, want := range map[string]string{
+		"/v1/jobs/j":              "GET, PUT",
+		"/v1/members":             "GET, POST",
+		"/v1/jobs/j/epochs/1/pin": "PUT, DELETE",
+	} {
+		r := do(t, "PATCH", m.URL+path, nil)
+		expectError(t, r, http.StatusMethodNotAllowed, "method_not_allowed", "")
+		if got := r.header.Get("Allow"); got != want {
+			t.Errorf("PATCH %s: Allow %q, want %q", path, got, want)
+		}
+	}
+	r := do(t, "DELETE", m.URL+"/v1/jobs/j", nil)
+	if got := r.header.Get("Allow"); r.status != http.StatusMethodNotAllowed || got != "GET, PUT" {
+		t.Errorf("DELETE /v1/jobs/j: %d, Allow %q", r.status, got)
+	}
+
+	for _, path := range []string{"/v1/members", "/v1/jobs/j/epochs"} {
+		r := do(t, "POST", m.URL+path, `[{"id": "x"}]`)
+		expectError(t, r, http.StatusBadRequest, "invalid_json", "")
+		var e apiError
+		r.decode(t, &e)
+		if !strings.Contains(e.Error.Message, "JSON object") || strings.Contains(e.Error.Message, "api.") || strings.Contains(e.Error.Message, "struct") {
+			t.Errorf("POST %s with an array: %q", path, e.Error.Message)
+		}
+	}
+	r = do(t, "PUT", m.URL+"/v1/jobs/j", `{"config": {"retained": "two"}}`)
+	expectError(t, r, http.StatusBadRequest, "invalid_json", "config.retained")
+	if strings.Contains(string(r.body), "uint") || strings.Contains(string(r.body), "int64") {
+		t.Errorf("a string for an integer: %s", r.body)
+	}
 }
