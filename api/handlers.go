@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -260,14 +261,27 @@ func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	// capabilities is required (docs/openapi.json): a task that checkpoints
+	// nothing says so with [], so a forgotten field is not taken for it.
 	var b struct {
-		AttemptID string     `json:"attempt_id"`
-		Tasks     []fsm.Task `json:"tasks"`
+		AttemptID string `json:"attempt_id"`
+		Tasks     []struct {
+			ID   string    `json:"id"`
+			Caps *fsm.Caps `json:"capabilities"`
+		} `json:"tasks"`
 	}
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
-	p := fsm.AttemptStart{Job: job, AttemptID: b.AttemptID, Tasks: b.Tasks}
+	tasks := make([]fsm.Task, len(b.Tasks))
+	for i, tk := range b.Tasks {
+		if tk.Caps == nil {
+			return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), fmt.Sprintf("tasks[%d].capabilities", i),
+				"task %q has no capabilities; a task that checkpoints nothing has []", tk.ID)
+		}
+		tasks[i] = fsm.Task{ID: tk.ID, Caps: *tk.Caps}
+	}
+	p := fsm.AttemptStart{Job: job, AttemptID: b.AttemptID, Tasks: tasks}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}

@@ -118,3 +118,17 @@ func TestProtocolErrorsAreJSON(t *testing.T) {
 		t.Errorf("a string for an integer: %s", r.body)
 	}
 }
+
+// TestOpenAPIMismatchesResolved: the answers the OpenAPI document now
+// describes: an unknown consistency is 400, an attempt's task without
+// capabilities is 400 naming it (it was accepted as []), and a leader
+// transfer on a single member is 409.
+func TestOpenAPIMismatchesResolved(t *testing.T) {
+	m := startSingle(t)
+	expectError(t, do(t, "GET", m.URL+"/v1/jobs?consistency=strong", nil), http.StatusBadRequest, "invalid_argument", "consistency")
+	ok(t, "PUT", m.URL+"/v1/jobs/caps", map[string]any{"config": map[string]any{}}, nil)
+	r := do(t, "POST", m.URL+"/v1/jobs/caps/attempts", `{"attempt_id": "a1", "tasks": [{"id": "src", "capabilities": ["input"]}, {"id": "map"}]}`)
+	expectError(t, r, http.StatusBadRequest, "invalid_argument", "tasks[1].capabilities")
+	ok(t, "POST", m.URL+"/v1/jobs/caps/attempts", `{"attempt_id": "a1", "tasks": [{"id": "src", "capabilities": ["input"]}, {"id": "map", "capabilities": []}]}`, nil)
+	expectError(t, do(t, "POST", m.URL+"/v1/leader/transfer", nil), http.StatusConflict, "conflict", "")
+}
