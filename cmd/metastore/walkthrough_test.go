@@ -226,4 +226,3 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	w.b.WriteLine(bytes.TrimRight(p, "\n"))
 	return len(p), nil
 }
-
