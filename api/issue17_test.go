@@ -132,3 +132,29 @@ func TestOpenAPIMismatchesResolved(t *testing.T) {
 	ok(t, "POST", m.URL+"/v1/jobs/caps/attempts", `{"attempt_id": "a1", "tasks": [{"id": "src", "capabilities": ["input"]}, {"id": "map", "capabilities": []}]}`, nil)
 	expectError(t, do(t, "POST", m.URL+"/v1/leader/transfer", nil), http.StatusConflict, "conflict", "")
 }
+
+// TestStrictReconfigurationInACluster: with three voters up, a fourth may
+// be added before it starts (three of four reachable is a quorum); with
+// one voter down, removing a live one is refused with 409 quorum_at_risk
+// (one of two reachable is not), while removing the dead one is allowed.
+func TestStrictReconfigurationInACluster(t *testing.T) {
+	ms := testmember.StartCluster(t, 3)
+	leader := testmember.LeaderOf(ms)
+	ok(t, "POST", leader.URL+"/v1/members", map[string]string{"id": "n4", "raft_addr": testmember.FreePort(t), "http_addr": "127.0.0.1:2"}, nil)
+	ok(t, "DELETE", leader.URL+"/v1/members/n4", nil, nil)
+
+	var followers []*testmember.Member
+	for _, m := range ms {
+		if m != leader {
+			followers = append(followers, m)
+		}
+	}
+	followers[0].Stop()
+	r := do(t, "DELETE", leader.URL+"/v1/members/"+followers[1].ID, nil)
+	expectError(t, r, http.StatusConflict, "quorum_at_risk", "")
+	if !strings.Contains(string(r.body), followers[0].ID) {
+		t.Errorf("the refusal does not name the stopped member %s: %s", followers[0].ID, r.body)
+	}
+	ok(t, "DELETE", leader.URL+"/v1/members/"+followers[0].ID, nil, nil)
+	ok(t, "PUT", leader.URL+"/v1/jobs/after-removal", map[string]any{"config": map[string]any{}}, nil)
+}
