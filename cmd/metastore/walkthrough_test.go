@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,4 +226,39 @@ type lineWriter struct{ b *syncBuffer }
 func (w *lineWriter) Write(p []byte) (int, error) {
 	w.b.WriteLine(bytes.TrimRight(p, "\n"))
 	return len(p), nil
+}
+
+// TestDocsFuzzCommands checks the fuzzing commands of docs/fuzzing.md
+// without running them (each fuzzes for minutes): every "cd DIR && go test
+// -run '^$' -fuzz '^NAME$' ..." names a directory of the module and a fuzz
+// target NAME defined in its tests.
+func TestDocsFuzzCommands(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/fuzzing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := regexp.MustCompile(`(?m)^cd (\S+) && go test -run '\^\$' -fuzz '\^(\w+)\$' .*$`)
+	found := cmd.FindAllStringSubmatch(string(raw), -1)
+	if len(found) == 0 {
+		t.Fatal("docs/fuzzing.md shows no fuzz command")
+	}
+	for _, m := range found {
+		dir, name := m[1], m[2]
+		files, err := filepath.Glob(filepath.Join("../..", dir, "*_test.go"))
+		if err != nil || len(files) == 0 {
+			t.Errorf("%q: no test files in %s", m[0], dir)
+			continue
+		}
+		defined := false
+		for _, f := range files {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defined = defined || strings.Contains(string(src), "\nfunc "+name+"(f *testing.F)")
+		}
+		if !defined {
+			t.Errorf("%q: %s defines no fuzz target %s", m[0], dir, name)
+		}
+	}
 }
