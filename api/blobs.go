@@ -249,7 +249,7 @@ func (s *Server) manifestGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := pathUint(r, "epoch")
+	n, err := pathEpoch(r)
 	if err != nil {
 		return nil, 0, err
 	}

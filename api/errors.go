@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -32,6 +33,12 @@ const (
 	CodeRouteNotFound    = "route_not_found"
 	CodeInternal         = "internal"
 	CodeBadBackup        = "bad_backup"
+	// CodeHeaderTooLarge: the request line and headers are above
+	// --http-max-header-bytes (431).
+	CodeHeaderTooLarge = "header_too_large"
+	// CodeQuorumAtRisk refuses a membership change after which the voters
+	// the leader can reach would not be a quorum (409).
+	CodeQuorumAtRisk = "quorum_at_risk"
 
 	// Authentication and authorization (auth.go).
 	// CodeUnauthenticated (401): no token, or one the cluster does not
@@ -141,6 +148,8 @@ func toAPIError(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: "this member is shutting down; retry on another"}
 	case errors.Is(err, node.ErrTryAgain):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: err.Error()}
+	case errors.Is(err, node.ErrQuorumAtRisk):
+		return apiErr(http.StatusConflict, CodeQuorumAtRisk, "", "%v", err)
 	case errors.Is(err, node.ErrMemberConflict):
 		return apiErr(http.StatusConflict, string(fsm.CodeConflict), "id", "%v", err)
 	case errors.Is(err, node.ErrBadBackup):
@@ -255,6 +264,37 @@ func checkJSONShape(raw []byte) error {
 	}
 }
 
+// jsonKind names what a Go type accepts in JSON, for error messages that
+// speak JSON rather than Go ("an object", not "api.memberBody").
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "a JSON value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "a JSON object"
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a base64 string"
+		}
+		return "a JSON array"
+	case reflect.String:
+		return "a JSON string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("an integer from 0 to %d", ^uint64(0)>>(64-t.Bits()))
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return fmt.Sprintf("an integer from %d to %d", int64(-1)<<(t.Bits()-1), int64(^uint64(0)>>(65-t.Bits())))
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "a JSON value"
+}
+
 func jsonError(err error) error {
 	var ae *Error // the body's reader refused it (limits.go)
 	if errors.As(err, &ae) {
@@ -269,7 +309,10 @@ func jsonError(err error) error {
 	case errors.As(err, &syn):
 		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "malformed JSON at byte %d: %v", syn.Offset, syn)
 	case errors.As(err, &typ):
-		return apiErr(http.StatusBadRequest, CodeInvalidJSON, typ.Field, "field %q: expected %s, got JSON %s", typ.Field, typ.Type, typ.Value)
+		if typ.Field == "" {
+			return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body must be %s, not a JSON %s", jsonKind(typ.Type), typ.Value)
+		}
+		return apiErr(http.StatusBadRequest, CodeInvalidJSON, typ.Field, "field %q: expected %s, got JSON %s", typ.Field, jsonKind(typ.Type), typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body ends in the middle of a JSON value")
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -30,6 +31,24 @@ func pathUint(r *http.Request, name string) (uint64, error) {
 		return 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q is not a positive integer", raw)
 	}
 	return v, nil
+}
+
+// pathEpoch reads the {epoch} path variable: 1 to fsm.MaxEpoch.
+func pathEpoch(r *http.Request) (uint64, error) {
+	v, err := pathUint(r, "epoch")
+	if err == nil && v > fsm.MaxEpoch {
+		err = apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "epoch", "%d is above the largest epoch, %d (2^63-1)", v, uint64(fsm.MaxEpoch))
+	}
+	return v, err
+}
+
+// queryEpoch reads ?epoch: absent (0) or 1 to fsm.MaxEpoch.
+func queryEpoch(r *http.Request) (uint64, error) {
+	v, err := queryUint(r, "epoch")
+	if err == nil && v > fsm.MaxEpoch {
+		err = apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "epoch", "%d is above the largest epoch, %d (2^63-1)", v, uint64(fsm.MaxEpoch))
+	}
+	return v, err
 }
 
 func queryUint(r *http.Request, name string) (uint64, error) {
@@ -242,14 +261,27 @@ func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	// capabilities is required (docs/openapi.json): a task that checkpoints
+	// nothing says so with [], so a forgotten field is not taken for it.
 	var b struct {
-		AttemptID string     `json:"attempt_id"`
-		Tasks     []fsm.Task `json:"tasks"`
+		AttemptID string `json:"attempt_id"`
+		Tasks     []struct {
+			ID   string    `json:"id"`
+			Caps *fsm.Caps `json:"capabilities"`
+		} `json:"tasks"`
 	}
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
-	p := fsm.AttemptStart{Job: job, AttemptID: b.AttemptID, Tasks: b.Tasks}
+	tasks := make([]fsm.Task, len(b.Tasks))
+	for i, tk := range b.Tasks {
+		if tk.Caps == nil {
+			return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), fmt.Sprintf("tasks[%d].capabilities", i),
+				"task %q has no capabilities; a task that checkpoints nothing has []", tk.ID)
+		}
+		tasks[i] = fsm.Task{ID: tk.ID, Caps: *tk.Caps}
+	}
+	p := fsm.AttemptStart{Job: job, AttemptID: b.AttemptID, Tasks: tasks}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
@@ -350,7 +382,7 @@ func (s *Server) epochGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := pathUint(r, "epoch")
+	n, err := pathEpoch(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -369,7 +401,7 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := pathUint(r, "epoch")
+	n, err := pathEpoch(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -420,7 +452,7 @@ func (s *Server) epochAbort(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := pathUint(r, "epoch")
+	n, err := pathEpoch(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -443,7 +475,7 @@ func (s *Server) pinRequest(r *http.Request, withBody bool) (*fsm.EpochPin, erro
 	if err != nil {
 		return nil, err
 	}
-	n, err := pathUint(r, "epoch")
+	n, err := pathEpoch(r)
 	if err != nil {
 		return nil, err
 	}
@@ -488,7 +520,7 @@ func (s *Server) taskRestore(r *http.Request) (any, uint64, error) {
 	if req.Task, err = pathID(r, "task"); err != nil {
 		return nil, 0, err
 	}
-	if req.Epoch, err = queryUint(r, "epoch"); err != nil {
+	if req.Epoch, err = queryEpoch(r); err != nil {
 		return nil, 0, err
 	}
 	if req.Pin, err = queryID(r, "pin"); err != nil {

@@ -31,9 +31,38 @@ func NewHTTPServer(cfg config.Config, handler http.Handler, errorLog *log.Logger
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes * headerBackstop,
 		ErrorLog:          errorLog,
 	}
+}
+
+// headerBackstop is how many times --http-max-header-bytes the HTTP server
+// itself reads before it gives up on a request's headers. The API enforces
+// the configured limit (headerLimit), so it can answer 431 with a JSON
+// error; Go's server answers only what is larger than the backstop, with
+// its own plain-text 431, and holds no more than that per connection.
+const headerBackstop = 4
+
+// headerLimit answers 431 header_too_large, as JSON, to a request whose
+// request line and headers are above MaxHeaderBytes: the size is counted as
+// they stood on the wire (each header line "Key: value\r\n").
+func (s *Server) headerLimit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+		n += len("Host: ") + len(r.Host) + 2
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				n += len(k) + 2 + len(v) + 2
+			}
+		}
+		if n > s.cfg.MaxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			writeError(w, apiErr(http.StatusRequestHeaderFieldsTooLarge, CodeHeaderTooLarge, "",
+				"the request line and headers are %d bytes, above the limit of %d (--http-max-header-bytes)", n, s.cfg.MaxHeaderBytes))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Rejection reasons counted by metastore_http_rejections_total.

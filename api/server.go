@@ -8,6 +8,7 @@ import (
 	"net/http/pprof"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -130,7 +131,9 @@ func New(d Deps) *Server {
 }
 
 // Handler is the root handler.
-func (s *Server) Handler() http.Handler { return s.access(s.guard(s.limit(s.router))) }
+func (s *Server) Handler() http.Handler {
+	return s.access(s.headerLimit(s.guard(s.limit(s.router))))
+}
 
 // kind says where a route is served.
 type kind int
@@ -238,9 +241,29 @@ func (s *Server) routes(reg *prometheus.Registry) *mux.Router {
 		writeError(w, apiErr(http.StatusNotFound, CodeRouteNotFound, "", "no route %s %s", req.Method, req.URL.Path))
 	}))
 	r.MethodNotAllowedHandler = s.instrument("method_not_allowed", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		writeError(w, apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "method %s is not allowed on %s", req.Method, req.URL.Path))
+		allowed := allowedMethods(r, req)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "method %s is not allowed on %s (allowed: %s)", req.Method, req.URL.Path, strings.Join(allowed, ", ")))
 	}))
 	return r
+}
+
+// routeMethods are the methods the API's routes use.
+var routeMethods = []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete}
+
+// allowedMethods lists the methods the router serves on req's path, for the
+// Allow header of a 405 answer (RFC 9110 15.5.6).
+func allowedMethods(r *mux.Router, req *http.Request) []string {
+	var allowed []string
+	for _, m := range routeMethods {
+		probe := req.Clone(req.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if r.Match(probe, &match) && match.MatchErr == nil {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
 }
 
 // wrap turns a route into an http.Handler: body limit, leader forwarding,

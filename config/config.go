@@ -59,6 +59,9 @@ type Config struct {
 	// Join lists HTTP addresses of running members. A node with Join set
 	// never bootstraps; it asks the cluster to add it as a voter.
 	Join []string
+	// JoinTimeout bounds how long a node with Join keeps asking (with
+	// backoff, refusals included) before it gives up and exits non-zero.
+	JoinTimeout time.Duration
 
 	// Raft tuning.
 	HeartbeatTimeout   time.Duration
@@ -181,6 +184,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:       1 << 20,
 		MinFreeDisk:        DefaultMinFreeDisk,
 		ShutdownTimeout:    10 * time.Second,
+		JoinTimeout:        5 * time.Minute,
 		UploadLease:        time.Hour,
 		MaxBlobBytes:       5 << 30,
 		GCInterval:         30 * time.Second,
@@ -285,6 +289,7 @@ func (c *Config) Validate() error {
 		{"snapshot-interval", c.SnapshotInterval, 5 * time.Millisecond},
 		{"apply-timeout", c.ApplyTimeout, 10 * time.Millisecond},
 		{"shutdown-timeout", c.ShutdownTimeout, 0},
+		{"join-timeout", c.JoinTimeout, time.Millisecond},
 	} {
 		if d.v < d.min {
 			return bad(d.name, "%s is below the minimum %s", d.v, d.min)

@@ -10,7 +10,9 @@ import (
 )
 
 func init() {
-	register(CmdEpochBegin, "epoch-begin", 1, applyEpochBegin)
+	// Version 2 refuses epochs above MaxEpoch; entries of version 1 were
+	// accepted up to 2^64-1 and replay as they were applied.
+	register(CmdEpochBegin, "epoch-begin", 2, applyEpochBegin)
 	// Version 2 adds the cross-job and upload-slot rules (crossjob.go);
 	// entries of version 1 are applied by the rules they were written under.
 	register(CmdTaskAck, "task-ack", 2, applyTaskAck)
@@ -27,7 +29,25 @@ type EpochBegin struct {
 	Epoch      uint64 `json:"epoch"`
 }
 
+// Validate checks a begin at the current version: the epoch is between 1
+// and MaxEpoch.
 func (p *EpochBegin) Validate() error {
+	if err := p.validateV1(); err != nil {
+		return err
+	}
+	return checkEpochBound(p.Epoch)
+}
+
+// checkEpochBound refuses an epoch number above MaxEpoch.
+func checkEpochBound(epoch uint64) error {
+	if epoch > MaxEpoch {
+		return ruleErr(CodeInvalid, "epoch", "%d is above the largest epoch, %d (2^63-1)", epoch, uint64(MaxEpoch))
+	}
+	return nil
+}
+
+// validateV1 is the check of version 1 entries: any positive epoch.
+func (p *EpochBegin) validateV1() error {
 	if err := checkID("job", p.Job); err != nil {
 		return err
 	}
@@ -202,7 +222,11 @@ func applyEpochBegin(t *txn, c Command) (any, error) {
 	if err := decodePayload(c, &p); err != nil {
 		return nil, err
 	}
-	if err := p.Validate(); err != nil {
+	validate := p.Validate
+	if c.Version < 2 {
+		validate = p.validateV1
+	}
+	if err := validate(); err != nil {
 		return nil, err
 	}
 	j, err := mustJob(t, p.Job)

@@ -11,7 +11,9 @@ import (
 )
 
 func init() {
-	register(CmdMemberUpsert, "member-upsert", 1, applyMemberUpsert)
+	// Version 2 checks the form of the addresses (CheckMemberAddr); entries
+	// of version 1 replay under the length check they were applied with.
+	register(CmdMemberUpsert, "member-upsert", 2, applyMemberUpsert)
 	register(CmdMemberRemove, "member-remove", 1, applyMemberRemove)
 	register(CmdJobPut, "job-put", 1, applyJobPut)
 	register(CmdAttemptStart, "attempt-start", 2, applyAttemptStart)
@@ -24,7 +26,21 @@ type MemberUpsert struct {
 	HTTPAddr string `json:"http_addr"`
 }
 
+// Validate checks a record at the current version: the id, and addresses
+// other members and clients can dial (CheckMemberAddr).
 func (m *MemberUpsert) Validate() error {
+	if err := checkID("id", m.ID); err != nil {
+		return err
+	}
+	if err := CheckMemberAddr("raft_addr", m.RaftAddr); err != nil {
+		return err
+	}
+	return CheckMemberAddr("http_addr", m.HTTPAddr)
+}
+
+// validateV1 is the check of version 1 entries: non-empty addresses of at
+// most 256 bytes.
+func (m *MemberUpsert) validateV1() error {
 	if err := checkID("id", m.ID); err != nil {
 		return err
 	}
@@ -47,7 +63,11 @@ func applyMemberUpsert(t *txn, c Command) (any, error) {
 	if err := decodePayload(c, &p); err != nil {
 		return nil, err
 	}
-	if err := p.Validate(); err != nil {
+	validate := p.Validate
+	if c.Version < 2 {
+		validate = p.validateV1
+	}
+	if err := validate(); err != nil {
 		return nil, err
 	}
 	m := Member(p)

@@ -25,8 +25,8 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Type != fsm.CmdEpochBegin || c.Version != 1 {
-		t.Errorf("type %s version %d, want %s version 1", c.Type, c.Version, fsm.CmdEpochBegin)
+	if c.Type != fsm.CmdEpochBegin || c.Version != 2 {
+		t.Errorf("type %s version %d, want %s version 2", c.Type, c.Version, fsm.CmdEpochBegin)
 	}
 	if !c.Time.Equal(at) || c.Time.Location() != time.UTC {
 		t.Errorf("time %v, want %v in UTC", c.Time, at)

@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"sort"
 	"strings"
@@ -17,6 +18,11 @@ const (
 	MaxInlinePayload = 16 << 10
 	// MaxPendingEpochs bounds the epochs of one job pending at once.
 	MaxPendingEpochs = 64
+	// MaxEpoch is the largest epoch number: 2^63-1, the largest int64
+	// (docs/openapi.json declares epochs int64, and Java and JavaScript
+	// clients cannot count past it). A job whose epoch reached 2^64-1
+	// could never begin another one.
+	MaxEpoch = math.MaxInt64
 	// MaxTasks bounds the tasks of one attempt.
 	MaxTasks = 10000
 	// MaxReasonLen bounds free-text reasons and savepoint names.

@@ -45,6 +45,13 @@ var (
 	// cluster at another Raft address, or the address belongs to another id.
 	// The existing server must be removed first (HTTP 409).
 	ErrMemberConflict = errors.New("node: member conflict")
+
+	// ErrQuorumAtRisk is returned by AddVoter and RemoveServer for a change
+	// after which the voters this leader can reach would not form a quorum
+	// of the new configuration (etcd's strict reconfiguration check): the
+	// cluster would be left without a leader. Nothing was changed (HTTP
+	// 409); start the member, or repair the unreachable ones, first.
+	ErrQuorumAtRisk = errors.New("node: membership change would leave no quorum of reachable voters")
 )
 
 // JoinError is a join request refused by the cluster with an HTTP status

@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -60,6 +62,12 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, httpAddr string) erro
 			existing = &servers[i]
 		case string(s.Address) == raftAddr:
 			return fmt.Errorf("%w: raft address %s belongs to server %q: remove it first", ErrMemberConflict, raftAddr, s.ID)
+		}
+	}
+
+	if existing == nil || existing.Suffrage != raft.Voter {
+		if err := n.checkQuorumAfter(ctx, servers, &raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(raftAddr), Suffrage: raft.Voter}, ""); err != nil {
+			return err
 		}
 	}
 
@@ -117,6 +125,11 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if !inConfig && !hasRecord {
 		return fmt.Errorf("%w: %q", ErrUnknownMember, id)
 	}
+	if inConfig {
+		if err := n.checkQuorumAfter(ctx, servers, nil, id); err != nil {
+			return err
+		}
+	}
 
 	removeRecord := func() error {
 		if !hasRecord {
@@ -145,6 +158,85 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	}
 	n.log.Info("server removed", "id", id, "was_in_configuration", inConfig, "had_member_record", hasRecord)
 	return nil
+}
+
+// quorumProbeTimeout bounds the dial of one voter by checkQuorumAfter.
+const quorumProbeTimeout = 2 * time.Second
+
+// checkQuorumAfter is the strict reconfiguration check (etcd's
+// --strict-reconfig-check): it refuses, with ErrQuorumAtRisk, a change of
+// the configuration servers into one with add as a voter or without the
+// server removeID, when the voters of the new configuration that this
+// leader can reach would not be a quorum of it. This leader counts as
+// reachable; every other voter, the one being added included, is dialled
+// on its Raft address (through the TLS stream layer with TLS, so a member
+// that is not of the cluster's CA counts as unreachable). A voter added
+// before it is started is accepted only while the others still form a
+// quorum without it: adding a fourth to three is fine, adding a second to
+// one is not.
+func (n *Node) checkQuorumAfter(ctx context.Context, servers []raft.Server, add *raft.Server, removeID string) error {
+	var voters []raft.Server
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != removeID && (add == nil || s.ID != add.ID) {
+			voters = append(voters, s)
+		}
+	}
+	if add != nil {
+		voters = append(voters, *add)
+	}
+	if len(voters) == 0 {
+		return nil // Raft refuses removing the last voter itself
+	}
+	probes := make([]error, len(voters))
+	var wg sync.WaitGroup
+	for i, s := range voters {
+		if string(s.ID) == n.cfg.NodeID {
+			continue
+		}
+		wg.Go(func() { probes[i] = n.probeRaft(ctx, string(s.Address)) })
+	}
+	wg.Wait()
+	reachable := 0
+	var down []string
+	for i, s := range voters {
+		if probes[i] == nil {
+			reachable++
+		} else {
+			down = append(down, fmt.Sprintf("%s at %s: %v", s.ID, s.Address, probes[i]))
+		}
+	}
+	quorum := len(voters)/2 + 1
+	if reachable >= quorum {
+		return nil
+	}
+	change := "removing " + removeID
+	if add != nil {
+		change = "adding " + string(add.ID)
+	}
+	return fmt.Errorf("%w: %s would leave %d voter(s) of which %d can be reached, and a quorum is %d (unreachable: %s); start the member, or repair the unreachable ones, first",
+		ErrQuorumAtRisk, change, len(voters), reachable, quorum, strings.Join(down, "; "))
+}
+
+// probeRaft dials a member's Raft address, within quorumProbeTimeout, as
+// Raft would: through the TLS stream layer when the cluster uses TLS (the
+// handshake must succeed), plain TCP otherwise. It sends no Raft message;
+// the member's transport sees a connection that closes at once.
+func (n *Node) probeRaft(ctx context.Context, addr string) error {
+	timeout := quorumProbeTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	var conn net.Conn
+	var err error
+	if n.tlsStream != nil {
+		conn, err = n.tlsStream.Dial(raft.ServerAddress(addr), timeout)
+	} else {
+		conn, err = (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 // applyMember applies a member command and turns a rule violation into an
@@ -201,9 +293,13 @@ type joinRequest struct {
 
 // Join asks a running cluster to add this node as a voter: it POSTs
 // /v1/members to each of addrs (HTTP addresses of members; any member
-// forwards to the leader) in turn, with backoff between rounds, until one
-// succeeds, ctx is done or the node shuts down. A 4xx answer other than 409
-// and 429 is final and returned as a *JoinError. It returns nil at once if
+// forwards to the leader) in turn, with backoff between rounds (100ms
+// doubling to 5s), until one succeeds, ctx is done or the node shuts down.
+// Every failure is retried, refusals included: a final-looking answer (a
+// member conflict, a missing token, quorum_at_risk) may be repaired on the
+// cluster's side while this node waits. The caller bounds it with ctx
+// (serve: --join-timeout); the error then wraps ctx's and the last
+// answer (a *JoinError when a member answered). It returns nil at once if
 // this node is already a voter in its Raft configuration.
 func (n *Node) Join(ctx context.Context, addrs []string) error {
 	if len(addrs) == 0 {
@@ -226,10 +322,6 @@ func (n *Node) Join(ctx context.Context, addrs []string) error {
 				n.log.Info("joined the cluster", "via", addr)
 				return nil
 			}
-			var je *JoinError
-			if errors.As(err, &je) && !je.Temporary() {
-				return err
-			}
 			if ctx.Err() != nil {
 				break
 			}
@@ -240,7 +332,10 @@ func (n *Node) Join(ctx context.Context, addrs []string) error {
 			if n.closing.Load() {
 				return ErrShutdown
 			}
-			return fmt.Errorf("node: join: %w (last error: %v)", ctx.Err(), lastErr)
+			if lastErr == nil {
+				return fmt.Errorf("node: join: %w", ctx.Err())
+			}
+			return fmt.Errorf("node: join: %w (last answer: %w)", ctx.Err(), lastErr)
 		}
 	}
 }

@@ -846,7 +846,10 @@ func TestJoin(t *testing.T) {
 	})
 }
 
-func TestJoinStopsOnFinalRefusal(t *testing.T) {
+// TestJoinRetriesRefusalUntilDone: a refusal is retried with backoff (the
+// cluster side may be repaired meanwhile) until ctx is done; the error then
+// carries the last answer.
+func TestJoinRetriesRefusalUntilDone(t *testing.T) {
 	log := testLogger(t)
 	var calls atomic.Int32
 	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -864,13 +867,16 @@ func TestJoinStopsOnFinalRefusal(t *testing.T) {
 		tn.cfg.Join = []string{refuse.Listener.Addr().String()}
 		return tn.start()
 	})
-	err := tn.node.Join(ctxT(t), tn.cfg.Join)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- tn.node.Join(ctx, tn.cfg.Join) }()
+	waitFor(t, 10*time.Second, "the refusal asked again", func() bool { return calls.Load() >= 2 })
+	cancel()
+	err := <-done
 	var je *node.JoinError
-	if !errors.As(err, &je) || je.Status != 400 || je.Field != "id" || je.Message != "id is reserved" || je.Temporary() {
-		t.Fatalf("want final JoinError, got %#v", err)
-	}
-	if calls.Load() != 1 {
-		t.Fatalf("final refusal retried: %d calls", calls.Load())
+	if !errors.As(err, &je) || !errors.Is(err, context.Canceled) || je.Status != 400 || je.Field != "id" || je.Message != "id is reserved" || je.Temporary() {
+		t.Fatalf("want the cancellation and the last JoinError, got %#v", err)
 	}
 	// Never bootstrapped: no leader, not ready.
 	if err := tn.node.Ready(); !errors.Is(err, node.ErrNoLeader) {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 
 	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/node"
 )
@@ -63,6 +65,13 @@ func runMembersAdd(inv *invocation, args []string) int {
 	for _, req := range []struct{ name, v string }{{"raft-addr", raftAddr}, {"http-addr", httpAddr}} {
 		if req.v == "" {
 			return inv.badUsage("--%s is required", req.name)
+		}
+		// The store refuses an address no member could dial; say so
+		// before asking it.
+		if err := fsm.CheckMemberAddr(req.name, req.v); err != nil {
+			var re *fsm.RuleError
+			errors.As(err, &re)
+			return inv.badUsage("--%s %s", req.name, re.Message)
 		}
 	}
 	id := pos[0]

@@ -153,7 +153,28 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		printUsage(stderr)
 		return exitUsage
 	}
+	globals, args, err := leadingFlags(args, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "metastore: %v (run 'metastore help')\n", err)
+		return exitUsage
+	}
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, "metastore: %s: want a command after the flags (run 'metastore help')\n", strings.Join(globals, " "))
+		return exitUsage
+	}
 	word, rest := args[0], args[1:]
+	// dispatch runs a command with the flags given before it: client flags
+	// are the same wherever they stand.
+	dispatch := func(c *command, args []string) int {
+		if len(globals) > 0 {
+			if !c.client {
+				fmt.Fprintf(stderr, "metastore: %s: %s is a client flag, and %s talks to no node\n", c.name, globals[0], c.name)
+				return exitUsage
+			}
+			args = append(append([]string(nil), globals...), args...)
+		}
+		return c.run(&invocation{cmd: c, stdout: stdout, stderr: stderr, getenv: getenv}, args)
+	}
 	switch word {
 	case "help", "-h", "-help", "--help":
 		printUsage(stdout)
@@ -164,7 +185,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	var group []*command
 	for _, c := range commands {
 		if c.name == word {
-			return c.run(&invocation{cmd: c, stdout: stdout, stderr: stderr, getenv: getenv}, rest)
+			return dispatch(c, rest)
 		}
 		if first, _, _ := strings.Cut(c.name, " "); first == word {
 			group = append(group, c)
@@ -192,11 +213,43 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	}
 	for i, c := range group {
 		if subs[i] == rest[0] {
-			return c.run(&invocation{cmd: c, stdout: stdout, stderr: stderr, getenv: getenv}, rest[1:])
+			return dispatch(c, rest[1:])
 		}
 	}
 	fmt.Fprintf(stderr, "metastore: %s: unknown subcommand %q (want %s)\n", word, rest[0], joinOr(subs))
 	return exitUsage
+}
+
+// leadingFlags splits the client flags that stand before the command
+// ("metastore --addr X checkpoints list J") from the command line. It
+// knows the client flags (newClientFlags) to tell a flag that takes a
+// value from a boolean one; a flag that is not a client flag is an error.
+func leadingFlags(args []string, getenv func(string) string) (flags, rest []string, err error) {
+	fs, _ := newClientFlags("metastore", getenv)
+	for len(args) > 0 {
+		a := args[0]
+		if len(a) < 2 || a[0] != '-' || a == "--" {
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch name {
+		case "h", "help":
+			return flags, args, nil
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			return nil, nil, fmt.Errorf("unknown flag %q before the command (the flags a command takes go after it; before it, only client flags such as --addr, --json, --timeout)", a)
+		}
+		n := 2
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); hasValue || ok && b.IsBoolFlag() {
+			n = 1
+		}
+		if len(args) < n {
+			return nil, nil, fmt.Errorf("flag %s needs a value", a)
+		}
+		flags, args = append(flags, args[:n]...), args[n:]
+	}
+	return flags, args, nil
 }
 
 // joinOr joins words as "a, b or c".

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -218,15 +219,34 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		"data_dir", cfg.DataDir,
 		"version", buildVersion())
 
-	joinCtx, cancelJoin := context.WithCancel(context.Background())
+	// A node that cannot join within --join-timeout exits with status 1:
+	// idling as a member of no cluster helps nobody. Shutdown cancels the
+	// join (stopJoin), which is not a failure.
+	joinCtx, cancelJoin := context.WithTimeout(context.Background(), cfg.JoinTimeout)
 	defer cancelJoin()
+	stopping := make(chan struct{})
+	stopJoin := func() {
+		select {
+		case <-stopping:
+		default:
+			close(stopping)
+		}
+		cancelJoin()
+	}
 	joinDone := make(chan struct{})
+	joinFailed := make(chan error, 1)
 	if len(cfg.Join) > 0 {
 		go func() {
 			defer close(joinDone)
-			log.Info("joining cluster", "join", cfg.Join)
-			if err := n.Join(joinCtx, cfg.Join); err != nil && joinCtx.Err() == nil {
-				log.Error("cannot join cluster", "join", cfg.Join, "err", err)
+			log.Info("joining cluster", "join", cfg.Join, "join_timeout", cfg.JoinTimeout)
+			err := n.Join(joinCtx, cfg.Join)
+			select {
+			case <-stopping:
+				return
+			default:
+			}
+			if err != nil {
+				joinFailed <- err
 			}
 		}()
 	} else {
@@ -240,6 +260,10 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	case err := <-serveErr:
 		log.Error("HTTP server failed; shutting down", "err", err)
 		status = exitFailure
+	case err := <-joinFailed:
+		log.Error("cannot join cluster; giving up and exiting with status 1", "join", cfg.Join, "join_timeout", cfg.JoinTimeout, "err", err)
+		fmt.Fprintf(stderr, "metastore: serve: cannot join the cluster at %s within --join-timeout %s: %v\n", strings.Join(cfg.Join, ","), cfg.JoinTimeout, err)
+		status = exitFailure
 	}
 	go func() {
 		sig := <-sigs
@@ -247,7 +271,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		os.Exit(exitFailure)
 	}()
 
-	if !shutdown(cfg.ShutdownTimeout, log, n, f, srv, cancelRequests, cancelJoin, joinDone) {
+	if !shutdown(cfg.ShutdownTimeout, log, n, f, srv, cancelRequests, stopJoin, joinDone) {
 		status = exitFailure
 	}
 	return status

@@ -50,6 +50,8 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*peersValue)(&c.InitialCluster) }},
 	{"join", "comma-separated HTTP addresses of running members to ask for admission; never bootstraps",
 		func(c *config.Config) flag.Value { return (*listValue)(&c.Join) }},
+	{"join-timeout", "how long --join keeps asking, with backoff and refusals included, before the node exits with status 1",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.JoinTimeout) }},
 	{"heartbeat-timeout", "Raft follower heartbeat timeout: a follower that hears no leader for a random 1 to 2 times this stands for election",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.HeartbeatTimeout) }},
 	{"election-timeout", "Raft candidate election timeout",
