@@ -59,6 +59,9 @@ type Options struct {
 	GCBatch     int
 	// KeepAll keeps the artifacts of passed scenarios too.
 	KeepAll bool
+	// KeepData keeps the work directory (the members' data directories) of
+	// a scenario whose artifacts are kept, to read its state files.
+	KeepData bool
 	// LossyDisk puts every scenario's members on lossy disks
 	// (cluster.Options.LossyDisk), not only those whose faults need it.
 	LossyDisk bool
@@ -348,7 +351,12 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 			r.printf("  (saving artifacts: %v)\n", err)
 		}
 		res.Dir = dir
-		keep = false // the artifacts hold copies; the work dir can go
+		// The artifacts hold copies of the logs; the work dir (the
+		// members' data directories) goes too, unless Options.KeepData.
+		keep = r.opts.KeepData
+		if keep {
+			r.printf("  data directories kept in %s\n", c.WorkDir())
+		}
 	} else if in.OutDir != "" {
 		os.RemoveAll(dir)
 	}

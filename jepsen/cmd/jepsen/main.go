@@ -67,6 +67,7 @@ func main() {
 	reuseWindow := fs.Duration("reuse-window", 0, "spread of the ages at which a blob is referenced again past the grace period, beyond the GC interval (default 1s: the GC control's window)")
 	gcBatch := fs.Int("gc-batch", 0, "the members' GC batch size (default 100)")
 	keepAll := fs.Bool("keep", false, "keep the artifacts of passed scenarios too")
+	keepData := fs.Bool("keep-data", false, "keep the members' data directories of scenarios whose artifacts are kept")
 	dryRun := fs.Bool("dry-run", false, "print the scenarios the command would run, and run nothing")
 	healthTimeout := fs.Duration("health-timeout", 0, "run: how long the nemesis waits for the cluster to be healthy after each heal (default 90s)")
 	var env multi
@@ -167,7 +168,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, ReuseWindow: *reuseWindow, GCInterval: *gcInterval, GCBatch: *gcBatch, LossyDisk: *lossyDisk, KeepAll: *keepAll})
+	r, err := runner.New(ctx, runner.Options{OutDir: *out, Verbose: *verbose, Race: *race, Env: env, Jobs: *jobs, ReuseSameRef: *sameRef, ReuseProb: *reuseProb, ReuseHold: *reuseHold, ReuseWindow: *reuseWindow, GCInterval: *gcInterval, GCBatch: *gcBatch, LossyDisk: *lossyDisk, KeepAll: *keepAll, KeepData: *keepData})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "jepsen: %v\n", err)
 		os.Exit(2)
