@@ -85,14 +85,30 @@ func (c *Collector) Observe(ctx context.Context) (ObserveReport, error) {
 	}
 }
 
-// head HEADs keys, VerifyConcurrency at a time: an observation for each
-// key the store answered (found or missing), and the count of failures.
+// head HEADs keys (headAll): an observation for each key the store
+// answered (found or missing), and the count of failures.
 func (c *Collector) head(ctx context.Context, keys []string) ([]fsm.BlobObservation, int) {
+	var out []fsm.BlobObservation
+	failed := 0
+	c.headAll(ctx, keys, func(k string, info blobstore.Info, err error) {
+		switch {
+		case err == nil:
+			out = append(out, fsm.BlobObservation{Key: k, Size: uint64(max(info.Size, 0)), ETag: info.ETag})
+		case errors.Is(err, blobstore.ErrNotFound):
+			out = append(out, fsm.BlobObservation{Key: k, Missing: true})
+		default:
+			failed++
+		}
+	})
+	return out, failed
+}
+
+// headAll HEADs keys, VerifyConcurrency at a time, until ctx ends, and
+// hands each answer to fn, one call at a time.
+func (c *Collector) headAll(ctx context.Context, keys []string, fn func(key string, info blobstore.Info, err error)) {
 	var (
-		mu     sync.Mutex
-		out    []fsm.BlobObservation
-		failed int
-		wg     sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	work := make(chan string)
 	for range min(VerifyConcurrency, len(keys)) {
@@ -100,14 +116,7 @@ func (c *Collector) head(ctx context.Context, keys []string) ([]fsm.BlobObservat
 			for k := range work {
 				info, err := c.store.Head(ctx, k)
 				mu.Lock()
-				switch {
-				case err == nil:
-					out = append(out, fsm.BlobObservation{Key: k, Size: uint64(max(info.Size, 0)), ETag: info.ETag})
-				case errors.Is(err, blobstore.ErrNotFound):
-					out = append(out, fsm.BlobObservation{Key: k, Missing: true})
-				default:
-					failed++
-				}
+				fn(k, info, err)
 				mu.Unlock()
 			}
 		})
@@ -122,7 +131,6 @@ send:
 	}
 	close(work)
 	wg.Wait()
-	return out, failed
 }
 
 // observeLoop is the observer's part of the leader task: a pass at once

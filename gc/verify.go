@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/metastore/metastore/blobstore"
@@ -36,45 +35,20 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 	}
 	rep.Blobs = len(keys)
 
-	var (
-		mu      sync.Mutex
-		missing []string
-		changed = map[string]blobstore.Info{}
-		wg      sync.WaitGroup
-	)
-	work := make(chan string)
-	for range min(VerifyConcurrency, len(keys)) {
-		wg.Go(func() {
-			for k := range work {
-				info, err := c.store.Head(ctx, k)
-				if err == nil {
-					if c.changed(k, info) {
-						mu.Lock()
-						changed[k] = info
-						mu.Unlock()
-					}
-					continue
-				}
-				mu.Lock()
-				if errors.Is(err, blobstore.ErrNotFound) {
-					missing = append(missing, k)
-				} else if ctx.Err() == nil {
-					rep.Errors = append(rep.Errors, VerifyError{Key: k, Error: err.Error()})
-				}
-				mu.Unlock()
+	var missing []string
+	changed := map[string]blobstore.Info{}
+	c.headAll(ctx, keys, func(k string, info blobstore.Info, err error) {
+		switch {
+		case err == nil:
+			if c.changed(k, info) {
+				changed[k] = info
 			}
-		})
-	}
-send:
-	for _, k := range keys {
-		select {
-		case work <- k:
-		case <-ctx.Done():
-			break send
+		case errors.Is(err, blobstore.ErrNotFound):
+			missing = append(missing, k)
+		case ctx.Err() == nil:
+			rep.Errors = append(rep.Errors, VerifyError{Key: k, Error: err.Error()})
 		}
-	}
-	close(work)
-	wg.Wait()
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
