@@ -32,6 +32,19 @@ func waitVoters(ctx context.Context, c *cluster.Cluster, want []string) error {
 	}
 }
 
+// leaderVoters returns the leader and the voters of its configuration.
+func leaderVoters(ctx context.Context, c *cluster.Cluster) (*cluster.Member, []string, error) {
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := c.Status(ctx, leader)
+	if err != nil {
+		return nil, nil, err
+	}
+	return leader, st.Voters(), nil
+}
+
 func without(ids []string, id string) []string {
 	return slices.DeleteFunc(slices.Clone(ids), func(x string) bool { return x == id })
 }
@@ -52,15 +65,11 @@ func (f *rejoinFault) Name() string     { return "member-rejoin" }
 func (f *rejoinFault) Describe() string { return f.detail }
 
 func (f *rejoinFault) Inject(ctx context.Context, c *cluster.Cluster) error {
-	leader, err := c.Leader(ctx)
+	leader, voters, err := leaderVoters(ctx, c)
 	if err != nil {
 		return err
 	}
-	st, err := c.Status(ctx, leader)
-	if err != nil {
-		return err
-	}
-	f.voters = st.Voters()
+	f.voters = voters
 	fs := c.Followers(leader)
 	if len(fs) == 0 {
 		return fmt.Errorf("no follower")
@@ -129,15 +138,11 @@ func (f *spareFault) Inject(ctx context.Context, c *cluster.Cluster) error {
 	if f.spare == nil {
 		return fmt.Errorf("no idle spare member (Options.Spares)")
 	}
-	leader, err := c.Leader(ctx)
+	_, voters, err := leaderVoters(ctx, c)
 	if err != nil {
 		return err
 	}
-	st, err := c.Status(ctx, leader)
-	if err != nil {
-		return err
-	}
-	f.voters = st.Voters()
+	f.voters = voters
 	if err := f.spare.Wipe(); err != nil {
 		return err
 	}
@@ -223,15 +228,11 @@ func (f *membershipKillFault) Describe() string { return f.detail }
 
 func (f *membershipKillFault) Inject(ctx context.Context, c *cluster.Cluster) error {
 	*f = membershipKillFault{}
-	leader, err := c.Leader(ctx)
+	leader, voters, err := leaderVoters(ctx, c)
 	if err != nil {
 		return err
 	}
-	st, err := c.Status(ctx, leader)
-	if err != nil {
-		return err
-	}
-	f.leader, f.voters = leader, st.Voters()
+	f.leader, f.voters = leader, voters
 	for _, m := range c.Members() {
 		if m.Spare && !m.Running() {
 			f.target = m
@@ -315,15 +316,11 @@ func (f *membershipKillFault) Heal(ctx context.Context, c *cluster.Cluster) erro
 			return err
 		}
 	}
-	leader, err := c.Leader(ctx)
+	_, voters, err := leaderVoters(ctx, c)
 	if err != nil {
 		return err
 	}
-	st, err := c.Status(ctx, leader)
-	if err != nil {
-		return err
-	}
-	in := slices.Contains(st.Voters(), f.target.ID)
+	in := slices.Contains(voters, f.target.ID)
 	switch {
 	case f.remove && in:
 		f.detail += "; the removal did not take"
