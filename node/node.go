@@ -94,7 +94,7 @@ type Node struct {
 	tasks map[string]func(ctx context.Context)
 
 	raft      *raft.Raft
-	trans     *raft.NetworkTransport
+	trans     serialHeartbeats
 	tlsStream *tlsStreamLayer // nil without TLS
 	boltStore *raftboltdb.BoltStore
 	logs      raft.LogStore // log cache over boltStore
@@ -368,10 +368,11 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 // reader; replication to that follower stops and Raft.Shutdown hangs
 // forever (seen in this package's tests; grafana/pyroscope#5518 hit it in
 // production). Raft's own docs say pipelining brings little benefit.
-func newTransport(cfg config.Config, logger hclog.Logger, material *mtls.Reloader, log *slog.Logger) (*raft.NetworkTransport, *tlsStreamLayer, error) {
+func newTransport(cfg config.Config, logger hclog.Logger, material *mtls.Reloader, log *slog.Logger) (serialHeartbeats, *tlsStreamLayer, error) {
+	var none serialHeartbeats
 	advertise, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertiseAddr())
 	if err != nil {
-		return nil, nil, fmt.Errorf("node: resolve raft advertise address %q: %w", cfg.RaftAdvertiseAddr(), err)
+		return none, nil, fmt.Errorf("node: resolve raft advertise address %q: %w", cfg.RaftAdvertiseAddr(), err)
 	}
 	tc := &raft.NetworkTransportConfig{
 		Logger:          logger,
@@ -382,16 +383,16 @@ func newTransport(cfg config.Config, logger hclog.Logger, material *mtls.Reloade
 	if material == nil {
 		trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, advertise, tc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("node: raft transport on %s: %w", cfg.RaftAddr, err)
+			return none, nil, fmt.Errorf("node: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
-		return trans, nil, nil
+		return serialHeartbeats{trans}, nil, nil
 	}
 	stream, err := listenRaftTLS(cfg.RaftAddr, advertise, material, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("node: raft TLS transport on %s: %w", cfg.RaftAddr, err)
+		return none, nil, fmt.Errorf("node: raft TLS transport on %s: %w", cfg.RaftAddr, err)
 	}
 	tc.Stream = stream
-	return raft.NewNetworkTransportWithConfig(tc), stream, nil
+	return serialHeartbeats{raft.NewNetworkTransportWithConfig(tc)}, stream, nil
 }
 
 // raftConfig maps the node's configuration onto raft.Config. Zero durations
