@@ -27,7 +27,7 @@ type UploadSlot struct {
 }
 
 // UploadSlots asks for count upload slots for task (count 0 means 1; at
-// most fsm.MaxIntents). Each call hands out fresh keys, so it is the one
+// most wire.MaxIntents). Each call hands out fresh keys, so it is the one
 // call of the API that is not idempotent by content; retrying it (as the
 // client does on a failure whose outcome is unknown) is still harmless: a
 // slot nothing commits expires with its lease and the garbage collector

@@ -10,7 +10,7 @@
 //	att, err := c.StartAttempt(ctx, "orders", "run-42", tasks)
 //	_, err = c.BeginEpoch(ctx, "orders", att.Generation, 7)
 //	_, err = c.Ack(ctx, "orders", att.Generation, 7, "source-0", client.AckRequest{
-//		Payloads: map[fsm.Kind][]byte{fsm.KindInput: offsets}})
+//		Payloads: map[wire.Kind][]byte{wire.KindInput: offsets}})
 //	done, err := c.AwaitEpoch(ctx, "orders", 7)
 //
 // A cluster served over https takes Config.TLS, typically from

@@ -9,9 +9,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/gc/gcapi"
-	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // Operator calls: membership, leadership, tokens, backups, garbage
@@ -20,7 +18,7 @@ import (
 
 // Membership is the Raft membership as a member reports it.
 type Membership struct {
-	Members  []node.MemberStatus `json:"members"`
+	Members  []wire.MemberStatus `json:"members"`
 	LeaderID string              `json:"leader_id"`
 }
 
@@ -38,9 +36,9 @@ func (c *Client) Members(ctx context.Context) (*Membership, error) {
 // other members and clients reach it) and returns the membership after it.
 // Adding a member that is already a voter at the same addresses changes
 // nothing.
-func (c *Client) AddMember(ctx context.Context, id, raftAddr, httpAddr string) ([]node.MemberStatus, error) {
+func (c *Client) AddMember(ctx context.Context, id, raftAddr, httpAddr string) ([]wire.MemberStatus, error) {
 	var out struct {
-		Members []node.MemberStatus `json:"members"`
+		Members []wire.MemberStatus `json:"members"`
 	}
 	body := map[string]string{"id": id, "raft_addr": raftAddr, "http_addr": httpAddr}
 	if err := c.mutate(ctx, http.MethodPost, "/v1/members", body, &out); err != nil {
@@ -50,9 +48,9 @@ func (c *Client) AddMember(ctx context.Context, id, raftAddr, httpAddr string) (
 }
 
 // RemoveMember removes a member and returns the membership after it.
-func (c *Client) RemoveMember(ctx context.Context, id string) ([]node.MemberStatus, error) {
+func (c *Client) RemoveMember(ctx context.Context, id string) ([]wire.MemberStatus, error) {
 	var out struct {
-		Members []node.MemberStatus `json:"members"`
+		Members []wire.MemberStatus `json:"members"`
 	}
 	if err := c.mutate(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(id), nil, &out); err != nil {
 		return nil, err
@@ -80,17 +78,17 @@ func (c *Client) TransferLeadership(ctx context.Context) (*LeaderChange, error) 
 // TokenRequest describes a token to create: Role operator, or worker with
 // Job or JobPrefix.
 type TokenRequest struct {
-	Role        fsm.Role `json:"role"`
-	Job         string   `json:"job,omitempty"`
-	JobPrefix   string   `json:"job_prefix,omitempty"`
-	Description string   `json:"description,omitempty"`
+	Role        wire.Role `json:"role"`
+	Job         string    `json:"job,omitempty"`
+	JobPrefix   string    `json:"job_prefix,omitempty"`
+	Description string    `json:"description,omitempty"`
 }
 
 // Token is an API token as the API shows it; Secret is set only in the
 // answer of CreateToken, the one time it is shown.
 type Token struct {
 	Accessor    string    `json:"accessor"`
-	Role        fsm.Role  `json:"role"`
+	Role        wire.Role `json:"role"`
 	Job         string    `json:"job,omitempty"`
 	JobPrefix   string    `json:"job_prefix,omitempty"`
 	Description string    `json:"description,omitempty"`
@@ -143,8 +141,8 @@ func (c *Client) RevokeToken(ctx context.Context, accessor string, force bool) (
 }
 
 // GCStatus returns the garbage collector's status on the leader.
-func (c *Client) GCStatus(ctx context.Context) (*gcapi.Status, error) {
-	var out gcapi.Status
+func (c *Client) GCStatus(ctx context.Context) (*wire.GCStatus, error) {
+	var out wire.GCStatus
 	if err := c.get(ctx, "/v1/gc", nil, &out); err != nil {
 		return nil, err
 	}
@@ -153,7 +151,7 @@ func (c *Client) GCStatus(ctx context.Context) (*gcapi.Status, error) {
 
 // RunGC runs one collection cycle now on the leader and returns its report
 // (opts.DryRun: only what it would do).
-func (c *Client) RunGC(ctx context.Context, opts gcapi.RunOptions) (*gcapi.Report, error) {
+func (c *Client) RunGC(ctx context.Context, opts wire.GCRunOptions) (*wire.GCReport, error) {
 	q := url.Values{}
 	if opts.DryRun {
 		q.Set("dry_run", "true")
@@ -161,7 +159,7 @@ func (c *Client) RunGC(ctx context.Context, opts gcapi.RunOptions) (*gcapi.Repor
 	if opts.Orphans {
 		q.Set("orphans", "true")
 	}
-	var out gcapi.Report
+	var out wire.GCReport
 	// A cycle can take a while: it may wait up to a minute more than a
 	// plain request.
 	if _, err := c.do(ctx, &request{method: http.MethodPost, path: "/v1/gc/run", query: q, class: classMutation, wait: time.Minute}, &out); err != nil {
@@ -172,8 +170,8 @@ func (c *Client) RunGC(ctx context.Context, opts gcapi.RunOptions) (*gcapi.Repor
 
 // Verify checks that the object store holds every blob the job's retained
 // and pinned checkpoints reference; the report lists what is missing.
-func (c *Client) Verify(ctx context.Context, job string) (*gcapi.VerifyReport, error) {
-	var out gcapi.VerifyReport
+func (c *Client) Verify(ctx context.Context, job string) (*wire.VerifyReport, error) {
+	var out wire.VerifyReport
 	if _, err := c.do(ctx, &request{method: http.MethodGet, path: jobPath(job) + "/verify", class: classRead, wait: time.Minute}, &out); err != nil {
 		return nil, err
 	}
@@ -182,8 +180,8 @@ func (c *Client) Verify(ctx context.Context, job string) (*gcapi.VerifyReport, e
 
 // FsckResult is the answer of Fsck: OK is false on any mismatch.
 type FsckResult struct {
-	OK     bool           `json:"ok"`
-	Report fsm.FsckReport `json:"report"`
+	OK     bool            `json:"ok"`
+	Report wire.FsckReport `json:"report"`
 }
 
 // Fsck recounts every blob reference count on the leader.
@@ -197,7 +195,7 @@ func (c *Client) Fsck(ctx context.Context) (*FsckResult, error) {
 
 // SaveSnapshot streams a backup of the whole replicated state from the
 // leader into w and returns the number of bytes written. The backup starts
-// with a header line describing it (node.BackupInfo); w receives it
+// with a header line describing it (wire.BackupInfo); w receives it
 // unchanged. A transfer cut short is an error (the answer's length is
 // known in advance).
 func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
@@ -233,7 +231,7 @@ func (c *Client) SnapshotReader(ctx context.Context) (io.ReadCloser, int64, erro
 // restored. It is sent once, to the endpoint the client prefers (a
 // follower forwards it to the leader), and never repeated: on an error
 // other than an API answer, check with Status whether it took effect.
-func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, size int64) (*node.BackupInfo, error) {
+func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, size int64) (*wire.BackupInfo, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("client: RestoreSnapshot: size %d", size)
 	}
@@ -269,7 +267,7 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, size int64) (
 		*dst = append((*dst)[:0], raw...)
 	}
 	var out struct {
-		Restored node.BackupInfo `json:"restored"`
+		Restored wire.BackupInfo `json:"restored"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return nil, fmt.Errorf("metastore: PUT /v1/snapshot: %w", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // Buckets of the object-store side of the model.
@@ -165,27 +166,24 @@ type IntentCreate struct {
 	LeaseUntil time.Time `json:"lease_until"`
 }
 
-// MaxIntents bounds the keys of one intent request.
-const MaxIntents = 1000
-
 func (p *IntentCreate) Validate() error {
-	if err := checkID("job", p.Job); err != nil {
+	if err := wire.CheckID("job", p.Job); err != nil {
 		return err
 	}
 	if p.Task != "" {
-		if err := checkID("task", p.Task); err != nil {
+		if err := wire.CheckID("task", p.Task); err != nil {
 			return err
 		}
 	}
 	if p.Generation == 0 {
-		return ruleErr(CodeInvalid, "generation", "required (the generation of the current attempt)")
+		return ruleErr(wire.CodeInvalid, "generation", "required (the generation of the current attempt)")
 	}
-	if len(p.Keys) == 0 || len(p.Keys) > MaxIntents {
-		return ruleErr(CodeInvalid, "count", "between 1 and %d uploads per request", MaxIntents)
+	if len(p.Keys) == 0 || len(p.Keys) > wire.MaxIntents {
+		return ruleErr(wire.CodeInvalid, "count", "between 1 and %d uploads per request", wire.MaxIntents)
 	}
 	for _, k := range p.Keys {
 		if err := manifests.ValidateKey(k); err != nil {
-			return ruleErr(CodeInvalid, "keys", "%v", err)
+			return ruleErr(wire.CodeInvalid, "keys", "%v", err)
 		}
 	}
 	return nil
@@ -213,7 +211,7 @@ func applyIntentCreate(t *txn, c Command) (any, error) {
 			if b.State == BlobIntent && b.Job == p.Job && b.LeaseUntil != nil && b.LeaseUntil.Equal(p.LeaseUntil) {
 				continue // a retried request
 			}
-			return nil, ruleErr(CodeConflict, "keys", "blob key %q is already in use", k)
+			return nil, ruleErr(wire.CodeConflict, "keys", "blob key %q is already in use", k)
 		}
 	}
 	out := make([]*Blob, 0, len(p.Keys))
@@ -389,7 +387,7 @@ func (f *FSM) Blob(key string) (*Blob, uint64, error) {
 	idx, err := f.view(func(t *txn) (err error) {
 		b, err = t.blob(key)
 		if err == nil && b == nil {
-			err = ruleErr(CodeNotFound, "key", "blob %q is not known", key)
+			err = ruleErr(wire.CodeNotFound, "key", "blob %q is not known", key)
 		}
 		return err
 	})

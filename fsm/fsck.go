@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // RefMismatch is a blob whose stored reference count differs from the
@@ -217,14 +218,14 @@ func (f *FSM) Manifest(job string, epoch uint64, task string) (*manifests.Manife
 			return err
 		}
 		if e.State != EpochCompleted && e.State != EpochPending {
-			return ruleErr(CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; its manifests are no longer kept", epoch, job, e.State)
+			return ruleErr(wire.CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; its manifests are no longer kept", epoch, job, e.State)
 		}
 		a, err := t.ack(job, epoch, task)
 		if err != nil {
 			return err
 		}
 		if a == nil || a.Lineage == 0 {
-			return ruleErr(CodeNotFound, "task", "epoch %d of job %q holds no manifest for task %q", epoch, job, task)
+			return ruleErr(wire.CodeNotFound, "task", "epoch %d of job %q holds no manifest for task %q", epoch, job, task)
 		}
 		m, err = readManifest(t, a.Lineage, epoch)
 		return err
