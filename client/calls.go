@@ -51,7 +51,7 @@ func (c *Client) Status(ctx context.Context) (*wire.Status, error) {
 // store's defaults.
 func (c *Client) PutJob(ctx context.Context, job string, cfg wire.JobConfig) (*wire.Job, error) {
 	var out wire.Job
-	err := c.mutate(ctx, http.MethodPut, jobPath(job), map[string]any{"config": cfg}, &out)
+	err := c.mutate(ctx, http.MethodPut, jobPath(job), wire.JobPutRequest{Config: cfg}, &out)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +87,10 @@ func (c *Client) Jobs(ctx context.Context) ([]wire.Job, error) {
 // a newer attempt started it is ErrFenced.
 func (c *Client) StartAttempt(ctx context.Context, job, attemptID string, tasks []wire.Task) (*wire.Attempt, error) {
 	var out wire.Attempt
-	body := map[string]any{"attempt_id": attemptID, "tasks": tasks}
+	body := wire.AttemptStartRequest{AttemptID: attemptID, Tasks: make([]wire.TaskRequest, len(tasks))}
+	for i := range tasks {
+		body.Tasks[i] = wire.TaskRequest{ID: tasks[i].ID, Caps: &tasks[i].Caps}
+	}
 	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/attempts", body, &out); err != nil {
 		return nil, err
 	}
@@ -113,7 +116,7 @@ func (c *Client) Attempt(ctx context.Context, job string, gen uint64) (*wire.Att
 // generation answers the epoch.
 func (c *Client) BeginEpoch(ctx context.Context, job string, gen, epoch uint64) (*wire.Epoch, error) {
 	var out wire.Epoch
-	body := map[string]any{"generation": gen, "epoch": epoch}
+	body := wire.EpochBeginRequest{Generation: gen, Epoch: epoch}
 	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/epochs", body, &out); err != nil {
 		return nil, err
 	}
@@ -136,11 +139,7 @@ type AckRequest struct {
 // ErrConflict. On ErrOutcomeUnknown, repeat the same call: it is the only
 // way to learn whether the ack was stored.
 func (c *Client) Ack(ctx context.Context, job string, gen, epoch uint64, task string, ack AckRequest) (*wire.AckResult, error) {
-	body := struct {
-		Generation uint64               `json:"generation"`
-		Payloads   map[wire.Kind][]byte `json:"payloads,omitempty"`
-		Manifest   *wire.ManifestAck    `json:"manifest,omitempty"`
-	}{gen, ack.Payloads, ack.Manifest}
+	body := wire.TaskAckRequest{Generation: gen, Payloads: ack.Payloads, Manifest: ack.Manifest}
 	var out wire.AckResult
 	if err := c.mutate(ctx, http.MethodPut, epochPath(job, epoch)+"/acks/"+url.PathEscape(task), body, &out); err != nil {
 		return nil, err
@@ -153,7 +152,7 @@ func (c *Client) Ack(ctx context.Context, job string, gen, epoch uint64, task st
 // ErrEpochNotPending.
 func (c *Client) AbortEpoch(ctx context.Context, job string, gen, epoch uint64, reason string) (*wire.Epoch, error) {
 	var out wire.Epoch
-	body := map[string]any{"generation": gen, "reason": reason}
+	body := wire.EpochAbortRequest{Generation: gen, Reason: reason}
 	if err := c.mutate(ctx, http.MethodPost, epochPath(job, epoch)+"/abort", body, &out); err != nil {
 		return nil, err
 	}
@@ -166,7 +165,7 @@ func (c *Client) Pin(ctx context.Context, job string, epoch uint64, name string)
 	var out wire.Epoch
 	var body any // no body without a name
 	if name != "" {
-		body = map[string]string{"name": name}
+		body = wire.PinRequest{Name: name}
 	}
 	if err := c.mutate(ctx, http.MethodPut, epochPath(job, epoch)+"/pin", body, &out); err != nil {
 		return nil, err

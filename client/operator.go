@@ -40,7 +40,7 @@ func (c *Client) AddMember(ctx context.Context, id, raftAddr, httpAddr string) (
 	var out struct {
 		Members []wire.MemberStatus `json:"members"`
 	}
-	body := map[string]string{"id": id, "raft_addr": raftAddr, "http_addr": httpAddr}
+	body := wire.MemberRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr}
 	if err := c.mutate(ctx, http.MethodPost, "/v1/members", body, &out); err != nil {
 		return nil, err
 	}
@@ -77,25 +77,11 @@ func (c *Client) TransferLeadership(ctx context.Context) (*LeaderChange, error) 
 
 // TokenRequest describes a token to create: Role operator, or worker with
 // Job or JobPrefix.
-type TokenRequest struct {
-	Role        wire.Role `json:"role"`
-	Job         string    `json:"job,omitempty"`
-	JobPrefix   string    `json:"job_prefix,omitempty"`
-	Description string    `json:"description,omitempty"`
-}
+type TokenRequest = wire.TokenRequest
 
 // Token is an API token as the API shows it; Secret is set only in the
 // answer of CreateToken, the one time it is shown.
-type Token struct {
-	Accessor    string    `json:"accessor"`
-	Role        wire.Role `json:"role"`
-	Job         string    `json:"job,omitempty"`
-	JobPrefix   string    `json:"job_prefix,omitempty"`
-	Description string    `json:"description,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	CreateIndex uint64    `json:"create_index"`
-	Secret      string    `json:"secret,omitempty"`
-}
+type Token = wire.Token
 
 // CreateToken creates a token and returns it with its secret. It is not
 // repeated when its outcome is unknown (a token created twice is two

@@ -37,8 +37,8 @@ type EpochBeginRequest struct {
 // TaskAckRequest is PUT /v1/jobs/{job}/epochs/{epoch}/acks/{task}.
 type TaskAckRequest struct {
 	Generation uint64          `json:"generation"`
-	Payloads   map[Kind][]byte `json:"payloads"`
-	Manifest   *ManifestAck    `json:"manifest"`
+	Payloads   map[Kind][]byte `json:"payloads,omitempty"`
+	Manifest   *ManifestAck    `json:"manifest,omitempty"`
 }
 
 // ManifestAck is the manifest part of an ack: the task's state in the
