@@ -31,6 +31,11 @@ type Error struct {
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
+// body is the error as the API sends it.
+func (e *Error) body() wire.ErrorResponse {
+	return wire.ErrorResponse{Error: wire.Error{Code: e.Code, Field: e.Field, Message: e.Message, Retryable: e.Retryable}}
+}
+
 func apiErr(status int, code wire.Code, field, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
 }

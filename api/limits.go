@@ -118,8 +118,8 @@ func (s *Server) limit(next http.Handler) http.Handler {
 				if reason == rejectInFlight {
 					msg = "too many requests in progress from this client; retry when one has finished"
 				}
-				writeJSON(w, http.StatusTooManyRequests, map[string]*Error{"error": {
-					Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited, Retryable: true, Message: msg}})
+				e := &Error{Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited, Retryable: true, Message: msg}
+				writeJSON(w, e.Status, e.body())
 				return
 			}
 			defer release()

@@ -422,7 +422,7 @@ func writeError(w http.ResponseWriter, e *Error) {
 	if e.Retryable {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, e.Status, map[string]*Error{"error": e})
+	writeJSON(w, e.Status, e.body())
 }
 
 // healthz answers while the process serves HTTP.

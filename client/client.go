@@ -608,13 +608,10 @@ func (c *Client) count(class reqClass) {
 
 // decodeError turns an error answer into an *APIError.
 func decodeError(status int, raw []byte, method, path string) *APIError {
-	var env struct {
-		Error *APIError `json:"error"`
-	}
-	if err := json.Unmarshal(raw, &env); err == nil && env.Error != nil && env.Error.Code != "" {
-		ae := env.Error
-		ae.Status, ae.Method, ae.Path = status, method, path
-		return ae
+	var env wire.ErrorResponse
+	if err := json.Unmarshal(raw, &env); err == nil && env.Error.Code != "" {
+		e := env.Error
+		return &APIError{Status: status, Code: e.Code, Field: e.Field, Message: e.Message, Retryable: e.Retryable, Method: method, Path: path}
 	}
 	msg := strings.TrimSpace(string(raw))
 	if len(msg) > 512 {

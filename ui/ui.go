@@ -124,7 +124,7 @@ func checkView(rest string) *viewError {
 	}
 	parts := strings.Split(rest, "/")
 	if parts[0] != "jobs" || (len(parts) != 2 && len(parts) != 4) || (len(parts) == 4 && parts[2] != "epochs") {
-		return &viewError{http.StatusNotFound, "route_not_found", "no console view /ui/" + rest}
+		return &viewError{http.StatusNotFound, string(wire.CodeRouteNotFound), "no console view /ui/" + rest}
 	}
 	if !wire.IDPattern.MatchString(parts[1]) {
 		return &viewError{http.StatusBadRequest, string(wire.CodeInvalid), "job " + strconv.Quote(parts[1]) + " must match " + wire.IDPattern.String()}

@@ -263,9 +263,9 @@ func Classify(err error, mutation bool) (Outcome, string) {
 	var re *client.RetryError
 	if errors.As(err, &re) {
 		if re.Unknown {
-			code = "outcome_unknown"
+			code = string(wire.CodeOutcomeUnknown)
 		} else {
-			code = "unavailable"
+			code = string(wire.CodeUnavailable)
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
