@@ -19,8 +19,8 @@ import (
 
 func pathID(r *http.Request, name string) (string, error) {
 	v := mux.Vars(r)[name]
-	if !wire.IDPattern.MatchString(v) {
-		return "", apiErr(http.StatusBadRequest, wire.CodeInvalid, name, "%q must match %s", v, wire.IDPattern)
+	if err := wire.CheckID(name, v); err != nil {
+		return "", err
 	}
 	return v, nil
 }
@@ -69,8 +69,8 @@ func queryID(r *http.Request, name string) (string, error) {
 	if raw == "" {
 		return "", nil
 	}
-	if !wire.IDPattern.MatchString(raw) {
-		return "", apiErr(http.StatusBadRequest, wire.CodeInvalid, name, "%q must match %s", raw, wire.IDPattern)
+	if err := wire.CheckID(name, raw); err != nil {
+		return "", err
 	}
 	return raw, nil
 }

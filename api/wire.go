@@ -56,8 +56,6 @@ func toWire(v any) any {
 		return wireBlob(v)
 	case *fsm.BlobStats:
 		return wireBlobStats(v)
-	case *fsm.FsckReport:
-		return wireFsck(v)
 	case *fsm.Token:
 		return wireToken(v)
 	}
@@ -206,16 +204,6 @@ func wireBlobStats(st *fsm.BlobStats) *wire.BlobStats {
 		}
 	}
 	return out
-}
-
-func wireFsck(r *fsm.FsckReport) *wire.FsckReport {
-	if r == nil {
-		return nil
-	}
-	return &wire.FsckReport{Index: r.Index, Blobs: r.Blobs, Records: r.Records, Lineages: r.Lineages, Problems: r.Problems,
-		Mismatches: convertAll(r.Mismatches, func(m *fsm.RefMismatch) wire.RefMismatch {
-			return wire.RefMismatch{Key: m.Key, State: wire.BlobState(m.State), Stored: m.Stored, Recounted: m.Recounted}
-		})}
 }
 
 // wireToken shows a token's record without its hash.

@@ -78,7 +78,7 @@ func TestWireAnswersKeepTheJSON(t *testing.T) {
 	records := []any{
 		&fsm.Job{}, &fsm.Attempt{}, &fsm.AttemptDetail{}, &fsm.AttemptList{}, &fsm.Epoch{},
 		&fsm.EpochDetail{}, &fsm.AckResult{}, &fsm.RestorePlan{}, &fsm.Blob{}, &fsm.BlobStats{},
-		&fsm.FsckReport{}, []fsm.Job{{}}, []fsm.Epoch{{}},
+		[]fsm.Job{{}}, []fsm.Epoch{{}},
 	}
 	for _, rec := range records {
 		for _, filled := range []bool{false, true} {
