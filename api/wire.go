@@ -54,8 +54,6 @@ func toWire(v any) any {
 		return wireRestorePlan(v)
 	case *fsm.Blob:
 		return wireBlob(v)
-	case *fsm.BlobStats:
-		return wireBlobStats(v)
 	case *fsm.Token:
 		return wireToken(v)
 	}
@@ -178,32 +176,6 @@ func wireBlob(b *fsm.Blob) *wire.Blob {
 		Refs: b.Refs, LeaseUntil: b.LeaseUntil, CreatedAt: b.CreatedAt, UnreferencedAt: b.UnreferencedAt,
 		DeletingAt: b.DeletingAt, GoneAt: b.GoneAt, ModifyIndex: b.ModifyIndex,
 	}
-}
-
-func wireBlobStats(st *fsm.BlobStats) *wire.BlobStats {
-	if st == nil {
-		return nil
-	}
-	out := &wire.BlobStats{Candidates: st.Candidates}
-	if st.Count != nil {
-		out.Count = make(map[wire.BlobState]int, len(st.Count))
-		for s, n := range st.Count {
-			out.Count[wire.BlobState(s)] = n
-		}
-	}
-	if st.Bytes != nil {
-		out.Bytes = make(map[wire.BlobState]uint64, len(st.Bytes))
-		for s, n := range st.Bytes {
-			out.Bytes[wire.BlobState(s)] = n
-		}
-	}
-	if st.LiveByJob != nil {
-		out.LiveByJob = make(map[string]wire.JobBlobs, len(st.LiveByJob))
-		for j, b := range st.LiveByJob {
-			out.LiveByJob[j] = wire.JobBlobs{Count: b.Count, Bytes: b.Bytes}
-		}
-	}
-	return out
 }
 
 // wireToken shows a token's record without its hash.

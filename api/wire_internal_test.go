@@ -77,7 +77,7 @@ func mustJSON(t *testing.T, v any) []byte {
 func TestWireAnswersKeepTheJSON(t *testing.T) {
 	records := []any{
 		&fsm.Job{}, &fsm.Attempt{}, &fsm.AttemptDetail{}, &fsm.AttemptList{}, &fsm.Epoch{},
-		&fsm.EpochDetail{}, &fsm.AckResult{}, &fsm.RestorePlan{}, &fsm.Blob{}, &fsm.BlobStats{},
+		&fsm.EpochDetail{}, &fsm.AckResult{}, &fsm.RestorePlan{}, &fsm.Blob{},
 		[]fsm.Job{{}}, []fsm.Epoch{{}},
 	}
 	for _, rec := range records {

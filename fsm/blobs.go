@@ -438,35 +438,24 @@ func (f *FSM) Deleting(max int) ([]string, error) {
 	return out, err
 }
 
-// BlobStats counts blobs by state, and the bytes of each state.
-type BlobStats struct {
-	Count map[BlobState]int    `json:"count"`
-	Bytes map[BlobState]uint64 `json:"bytes"`
-	// Candidates is the number of unreferenced blobs waiting for the
-	// collector.
-	Candidates int `json:"candidates"`
-	// LiveByJob counts the live blobs and their bytes by the job that
-	// uploaded them.
-	LiveByJob map[string]JobBlobs `json:"live_by_job"`
-}
-
-// JobBlobs is a count of blobs and their bytes.
-type JobBlobs struct {
-	Count int    `json:"count"`
-	Bytes uint64 `json:"bytes"`
-}
+// The blob statistics are computed, never stored: they are the API's
+// answer (wire.BlobStats) as it is.
+type (
+	BlobStats = wire.BlobStats
+	JobBlobs  = wire.JobBlobs
+)
 
 // BlobStats scans every blob record.
 func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
-	s := &BlobStats{Count: map[BlobState]int{}, Bytes: map[BlobState]uint64{}, LiveByJob: map[string]JobBlobs{}}
+	s := &BlobStats{Count: map[wire.BlobState]int{}, Bytes: map[wire.BlobState]uint64{}, LiveByJob: map[string]JobBlobs{}}
 	idx, err := f.view(func(t *txn) error {
 		if err := t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
 			var b Blob
 			if err := json.Unmarshal(v, &b); err != nil {
 				return false, err
 			}
-			s.Count[b.State]++
-			s.Bytes[b.State] += b.Size
+			s.Count[wire.BlobState(b.State)]++
+			s.Bytes[wire.BlobState(b.State)] += b.Size
 			if b.State == BlobLive {
 				j := s.LiveByJob[b.Job]
 				j.Count++
