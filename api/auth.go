@@ -378,11 +378,11 @@ func (s *Server) tokensList(_ *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	out := make([]*wire.Token, 0, len(toks))
+	out := wire.TokenList{Tokens: make([]wire.Token, 0, len(toks))}
 	for i := range toks {
-		out = append(out, wireToken(&toks[i]))
+		out.Tokens = append(out.Tokens, *wireToken(&toks[i]))
 	}
-	return map[string]any{"tokens": out}, idx, nil
+	return out, idx, nil
 }
 
 // tokensRevoke revokes a token; ?force=true allows revoking the last
@@ -401,7 +401,7 @@ func (s *Server) tokensRevoke(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	return map[string]any{"revoked": wireToken(v.(*fsm.Token))}, idx, nil
+	return wire.TokenRevoked{Revoked: *wireToken(v.(*fsm.Token))}, idx, nil
 }
 
 // ---- scope filters used by handlers ----

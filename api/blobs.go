@@ -91,7 +91,7 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		}
 		out = append(out, u)
 	}
-	return map[string]any{"uploads": out, "lease_until": p.LeaseUntil}, res.Index, nil
+	return wire.Uploads{LeaseUntil: p.LeaseUntil, Uploads: out}, res.Index, nil
 }
 
 // randomID is 16 random bytes in hex: upload keys never collide and cannot
@@ -142,7 +142,7 @@ func (s *Server) objectPut(r *http.Request) (any, uint64, error) {
 	if err := s.store.Put(r.Context(), key, r.Body, r.ContentLength); err != nil {
 		return nil, idx, storeError(err)
 	}
-	return map[string]any{"key": key, "size": r.ContentLength}, idx, nil
+	return wire.ObjectPut{Key: key, Size: r.ContentLength}, idx, nil
 }
 
 // objectGet streams a range of a live blob: ?offset=N&length=M.
@@ -219,7 +219,7 @@ func (s *Server) blobStats(_ *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	return map[string]any{"store": s.store.String(), "blobs": toWire(st)}, idx, nil
+	return wire.BlobStatsAnswer{Blobs: st, Store: s.store.String()}, idx, nil
 }
 
 // fsck recounts every reference count from the manifest records.
@@ -228,7 +228,7 @@ func (s *Server) fsck(_ *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return map[string]any{"ok": rep.OK(), "report": toWire(rep)}, rep.Index, nil
+	return wire.FsckAnswer{OK: rep.OK(), Report: *rep}, rep.Index, nil
 }
 
 func (s *Server) manifestGet(r *http.Request) (any, uint64, error) {
@@ -248,7 +248,7 @@ func (s *Server) manifestGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	return map[string]any{"job": job, "epoch": n, "task": task, "manifest": m, "bytes": m.Bytes()}, idx, nil
+	return wire.ManifestAnswer{Bytes: m.Bytes(), Epoch: n, Job: job, Manifest: m, Task: task}, idx, nil
 }
 
 // errNoGC answers the collector's routes on a member built without one.
@@ -331,5 +331,5 @@ func (s *Server) snapshotRestore(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return map[string]any{"restored": wireBackupInfo(*info)}, s.fsm.AppliedIndex(), nil
+	return wire.SnapshotRestored{Restored: wireBackupInfo(*info)}, s.fsm.AppliedIndex(), nil
 }

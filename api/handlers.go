@@ -90,7 +90,7 @@ func (s *Server) status(_ *http.Request) (any, uint64, error) {
 
 func (s *Server) membersList(_ *http.Request) (any, uint64, error) {
 	st := s.node.Status()
-	return map[string]any{"members": st.Members, "leader_id": st.LeaderID}, st.AppliedIndex, nil
+	return wire.Membership{LeaderID: st.LeaderID, Members: st.Members}, st.AppliedIndex, nil
 }
 
 func (s *Server) membersAdd(r *http.Request) (any, uint64, error) {
@@ -107,7 +107,7 @@ func (s *Server) membersAdd(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	st := s.node.Status()
-	return map[string]any{"added": m.ID, "members": st.Members}, st.AppliedIndex, nil
+	return wire.MembershipChange{Added: m.ID, Members: st.Members}, st.AppliedIndex, nil
 }
 
 func (s *Server) membersRemove(r *http.Request) (any, uint64, error) {
@@ -119,7 +119,7 @@ func (s *Server) membersRemove(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	st := s.node.Status()
-	return map[string]any{"removed": id, "members": st.Members}, st.AppliedIndex, nil
+	return wire.MembershipChange{Removed: id, Members: st.Members}, st.AppliedIndex, nil
 }
 
 func (s *Server) leaderTransfer(r *http.Request) (any, uint64, error) {
@@ -136,14 +136,14 @@ func (s *Server) leaderTransfer(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	st := s.node.Status()
-	return map[string]any{"previous_leader": s.cfg.NodeID, "leader_id": st.LeaderID}, st.AppliedIndex, nil
+	return wire.LeaderTransfer{LeaderID: st.LeaderID, PreviousLeader: s.cfg.NodeID}, st.AppliedIndex, nil
 }
 
 // stateHash digests this member's whole state at its applied index; two
 // members at the same index must answer the same digest.
 func (s *Server) stateHash(_ *http.Request) (any, uint64, error) {
 	idx, h, err := s.fsm.StateHash()
-	return map[string]any{"index": idx, "hash": h, "id": s.cfg.NodeID}, idx, err
+	return wire.StateHash{Hash: h, ID: s.cfg.NodeID, Index: idx}, idx, err
 }
 
 // Jobs and attempts.
@@ -156,7 +156,7 @@ func (s *Server) jobsList(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return blockingRead(r, s.fsm.Changes, wait, func() (map[string]any, uint64, bool, error) {
+	return blockingRead(r, s.fsm.Changes, wait, func() (*wire.JobList, uint64, bool, error) {
 		jobs, idx, err := s.fsm.Jobs()
 		if err != nil {
 			return nil, idx, true, err
@@ -166,7 +166,7 @@ func (s *Server) jobsList(r *http.Request) (any, uint64, error) {
 		for _, j := range jobs {
 			changed = changed || j.ModifyIndex > after
 		}
-		return map[string]any{"jobs": toWire(jobs)}, idx, changed, nil
+		return &wire.JobList{Jobs: convertAll(jobs, func(j *fsm.Job) wire.Job { return *wireJob(j) })}, idx, changed, nil
 	})
 }
 
@@ -355,7 +355,10 @@ func (s *Server) epochsList(r *http.Request) (any, uint64, error) {
 		return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "state", "%q is not one of pending, completed, aborted, subsumed", state)
 	}
 	epochs, idx, err := s.fsm.Epochs(job, state)
-	return map[string]any{"epochs": toWire(epochs)}, idx, err
+	if err != nil {
+		return nil, idx, err
+	}
+	return wire.EpochList{Epochs: convertAll(epochs, func(e *fsm.Epoch) wire.Epoch { return *wireEpoch(e) })}, idx, nil
 }
 
 // epochGet reads an epoch with its statistics. With ?index=N it is a

@@ -27,9 +27,7 @@ type UploadSlot = wire.Upload
 // slot nothing commits expires with its lease and the garbage collector
 // deletes whatever was uploaded to it.
 func (c *Client) UploadSlots(ctx context.Context, job string, gen uint64, task string, count int) ([]UploadSlot, error) {
-	var out struct {
-		Uploads []UploadSlot `json:"uploads"`
-	}
+	var out wire.Uploads
 	body := wire.UploadsRequest{Generation: gen, Task: task, Count: count}
 	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/uploads", body, &out); err != nil {
 		return nil, err

@@ -70,9 +70,7 @@ func (c *Client) Job(ctx context.Context, job string) (*wire.Job, error) {
 
 // Jobs lists every job.
 func (c *Client) Jobs(ctx context.Context) ([]wire.Job, error) {
-	var out struct {
-		Jobs []wire.Job `json:"jobs"`
-	}
+	var out wire.JobList
 	if err := c.get(ctx, "/v1/jobs", nil, &out); err != nil {
 		return nil, err
 	}
@@ -198,9 +196,7 @@ func (c *Client) Epochs(ctx context.Context, job string, state wire.EpochState) 
 	if state != "" {
 		q = url.Values{"state": {string(state)}}
 	}
-	var out struct {
-		Epochs []wire.Epoch `json:"epochs"`
-	}
+	var out wire.EpochList
 	if err := c.get(ctx, jobPath(job)+"/epochs", q, &out); err != nil {
 		return nil, err
 	}
@@ -238,9 +234,7 @@ func (c *Client) AwaitEpoch(ctx context.Context, job string, epoch uint64) (*wir
 
 // EpochManifest reads the manifest task acknowledged in epoch.
 func (c *Client) EpochManifest(ctx context.Context, job string, epoch uint64, task string) (*manifests.Manifest, error) {
-	var out struct {
-		Manifest *manifests.Manifest `json:"manifest"`
-	}
+	var out wire.ManifestAnswer
 	if err := c.get(ctx, epochPath(job, epoch)+"/manifests/"+url.PathEscape(task), nil, &out); err != nil {
 		return nil, err
 	}

@@ -17,10 +17,7 @@ import (
 // (Config.Token), except Members, which any token may call.
 
 // Membership is the Raft membership as a member reports it.
-type Membership struct {
-	Members  []wire.MemberStatus `json:"members"`
-	LeaderID string              `json:"leader_id"`
-}
+type Membership = wire.Membership
 
 // Members lists the members of the cluster and the leader, as the member
 // the client talks to knows them.
@@ -37,9 +34,7 @@ func (c *Client) Members(ctx context.Context) (*Membership, error) {
 // Adding a member that is already a voter at the same addresses changes
 // nothing.
 func (c *Client) AddMember(ctx context.Context, id, raftAddr, httpAddr string) ([]wire.MemberStatus, error) {
-	var out struct {
-		Members []wire.MemberStatus `json:"members"`
-	}
+	var out wire.MembershipChange
 	body := wire.MemberRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr}
 	if err := c.mutate(ctx, http.MethodPost, "/v1/members", body, &out); err != nil {
 		return nil, err
@@ -49,9 +44,7 @@ func (c *Client) AddMember(ctx context.Context, id, raftAddr, httpAddr string) (
 
 // RemoveMember removes a member and returns the membership after it.
 func (c *Client) RemoveMember(ctx context.Context, id string) ([]wire.MemberStatus, error) {
-	var out struct {
-		Members []wire.MemberStatus `json:"members"`
-	}
+	var out wire.MembershipChange
 	if err := c.mutate(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(id), nil, &out); err != nil {
 		return nil, err
 	}
@@ -59,10 +52,7 @@ func (c *Client) RemoveMember(ctx context.Context, id string) ([]wire.MemberStat
 }
 
 // LeaderChange is the answer of TransferLeadership.
-type LeaderChange struct {
-	PreviousLeader string `json:"previous_leader"`
-	LeaderID       string `json:"leader_id"`
-}
+type LeaderChange = wire.LeaderTransfer
 
 // TransferLeadership hands leadership from the leader to the most
 // up-to-date other voter. A cluster with no other voter answers
@@ -101,9 +91,7 @@ func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (*Token, err
 
 // Tokens lists the tokens (never their secrets).
 func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
-	var out struct {
-		Tokens []Token `json:"tokens"`
-	}
+	var out wire.TokenList
 	if err := c.get(ctx, "/v1/tokens", nil, &out); err != nil {
 		return nil, err
 	}
@@ -117,9 +105,7 @@ func (c *Client) RevokeToken(ctx context.Context, accessor string, force bool) (
 	if force {
 		q = url.Values{"force": {"true"}}
 	}
-	var out struct {
-		Revoked Token `json:"revoked"`
-	}
+	var out wire.TokenRevoked
 	if _, err := c.do(ctx, &request{method: http.MethodDelete, path: "/v1/tokens/" + url.PathEscape(accessor), query: q, class: classMutation}, &out); err != nil {
 		return nil, err
 	}
@@ -165,10 +151,7 @@ func (c *Client) Verify(ctx context.Context, job string) (*wire.VerifyReport, er
 }
 
 // FsckResult is the answer of Fsck: OK is false on any mismatch.
-type FsckResult struct {
-	OK     bool            `json:"ok"`
-	Report wire.FsckReport `json:"report"`
-}
+type FsckResult = wire.FsckAnswer
 
 // Fsck recounts every blob reference count on the leader.
 func (c *Client) Fsck(ctx context.Context) (*FsckResult, error) {
@@ -252,9 +235,7 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, size int64) (
 	if dst, ok := ctx.Value(rawAnswerKey{}).(*[]byte); ok {
 		*dst = append((*dst)[:0], raw...)
 	}
-	var out struct {
-		Restored wire.BackupInfo `json:"restored"`
-	}
+	var out wire.SnapshotRestored
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return nil, fmt.Errorf("metastore: PUT /v1/snapshot: %w", err)
 	}

@@ -15,6 +15,8 @@
 //   - answers.go: jobs, attempts, epochs, acks, restore plans, blobs, fsck,
 //     tokens.
 //   - requests.go: request bodies.
+//   - envelopes.go: the objects that wrap answers (lists, membership
+//     changes, the state hash, upload slots, fsck, ...).
 //   - cluster.go, gc.go: member status and backups; the garbage
 //     collector's answers.
 //
