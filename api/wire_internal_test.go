@@ -164,7 +164,7 @@ func TestEnvelopesKeepTheJSON(t *testing.T) {
 	for _, env := range []any{
 		wire.JobList{}, wire.EpochList{}, wire.Membership{}, wire.MembershipChange{}, wire.LeaderTransfer{},
 		wire.StateHash{}, wire.TokenList{}, wire.TokenRevoked{}, wire.Uploads{}, wire.ObjectPut{},
-		wire.BlobStatsAnswer{}, wire.FsckAnswer{}, wire.ManifestAnswer{}, wire.SnapshotRestored{},
+		wire.BlobStatsAnswer{}, wire.FsckAnswer{}, wire.ManifestAnswer{}, wire.SnapshotRestored{}, wire.MembersStatus{},
 	} {
 		t.Run(fmt.Sprintf("%T", env), func(t *testing.T) {
 			v := reflect.New(reflect.TypeOf(env)).Elem()

@@ -71,6 +71,26 @@ type DiskStatus struct {
 	Error       string `json:"error,omitempty"`
 }
 
+// MemberStatusAnswer is one member's own status as another member read it,
+// or why it could not.
+type MemberStatusAnswer struct {
+	ID       string `json:"id"`
+	HTTPAddr string `json:"http_addr"`
+	// Status is the member's answer to GET /v1/status; nil when it could
+	// not be read (Error says why).
+	Status *Status `json:"status,omitempty"`
+	Error  string  `json:"error,omitempty"`
+	// TookMs is how long the member took to answer.
+	TookMs float64 `json:"took_ms"`
+}
+
+// MembersStatus is GET /v1/members/status: every member's own status, as
+// the member asked (AskedBy) read them.
+type MembersStatus struct {
+	AskedBy string               `json:"asked_by"`
+	Members []MemberStatusAnswer `json:"members"`
+}
+
 // BackupInfo describes a backup: the first line of a backup file, and
 // the answer of POST /v1/snapshot/restore.
 type BackupInfo struct {
