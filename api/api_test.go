@@ -11,6 +11,7 @@ import (
 
 	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 type job struct {
@@ -95,27 +96,27 @@ func TestHundredTasksTenExpected(t *testing.T) {
 	for i, ts := range tasks {
 		var plan fsm.RestorePlan
 		ok(t, "GET", j.base+"/tasks/"+ts.ID+"/restore", nil, &plan)
-		wantStatus := fsm.RestoreRestored
+		wantStatus := wire.RestoreRestored
 		if i >= 10 {
-			wantStatus = fsm.RestoreNothing
+			wantStatus = wire.RestoreNothing
 		}
 		if plan.Source.Epoch != 3 || plan.Status != wantStatus || plan.ObjectStoreReads != 0 {
 			t.Fatalf("%s: %+v", ts.ID, plan)
 		}
 		want := payloadsFor(ts, 3)
-		for _, k := range fsm.Kinds {
+		for _, k := range wire.Kinds {
 			kr := plan.Kinds[k]
 			if i >= 10 {
-				if kr.Status != fsm.RestoreNothing || kr.Payload != nil {
+				if kr.Status != wire.RestoreNothing || kr.Payload != nil {
 					t.Fatalf("%s %s: %+v, want nothing_to_recover", ts.ID, k, kr)
 				}
 				continue
 			}
 			if p, has := want[string(k)]; has {
-				if kr.Status != fsm.RestoreRestored || string(kr.Payload) != string(p) {
+				if kr.Status != wire.RestoreRestored || string(kr.Payload) != string(p) {
 					t.Fatalf("%s %s: %+v, want %q", ts.ID, k, kr, p)
 				}
-			} else if kr.Status != fsm.RestoreNothing {
+			} else if kr.Status != wire.RestoreNothing {
 				t.Fatalf("%s %s: %+v, want nothing_to_recover", ts.ID, k, kr)
 			}
 		}
@@ -158,7 +159,7 @@ func TestStragglersAndBlockingQuery(t *testing.T) {
 	if got.State != fsm.EpochCompleted || got.CompletedAt == nil {
 		t.Fatalf("blocking query answered %+v", got.Epoch)
 	}
-	if len(got.Acks) != 2 || got.Acks[0].Task != "src" || got.Acks[1].Sizes[fsm.KindOutput] != 5 {
+	if len(got.Acks) != 2 || got.Acks[0].Task != "src" || got.Acks[1].Sizes[wire.KindOutput] != 5 {
 		t.Fatalf("acks: %+v", got.Acks)
 	}
 }
@@ -246,10 +247,10 @@ func TestTopologyChangeAndFencing(t *testing.T) {
 		ok(t, "GET", j.base+"/tasks/"+task+"/restore", nil, &p)
 		return p
 	}
-	if p := restore("c"); p.Status != fsm.RestoreNoPriorState || p.Kinds[fsm.KindState].Status != fsm.RestoreNoPriorState {
+	if p := restore("c"); p.Status != wire.RestoreNoPriorState || p.Kinds[wire.KindState].Status != wire.RestoreNoPriorState {
 		t.Fatalf("new task c: %+v", p)
 	}
-	if p := restore("b"); p.Status != fsm.RestoreRestored || string(p.Kinds[fsm.KindState].Payload) != "B1" {
+	if p := restore("b"); p.Status != wire.RestoreRestored || string(p.Kinds[wire.KindState].Payload) != "B1" {
 		t.Fatalf("removed task b: %+v", p)
 	}
 	// A zombie of generation 1 is fenced and changes nothing.
@@ -265,15 +266,15 @@ func TestTopologyChangeAndFencing(t *testing.T) {
 	j.begin(t, 2)
 	j.ack(t, 2, "a", map[string][]byte{"state": []byte("A2")})
 	j.ack(t, 2, "c", map[string][]byte{"state": []byte("C2")})
-	if p := restore("b"); p.Status != fsm.RestoreNoPriorState {
+	if p := restore("b"); p.Status != wire.RestoreNoPriorState {
 		t.Fatalf("removed task b after epoch 2: %+v", p)
 	}
-	if p := restore("c"); string(p.Kinds[fsm.KindState].Payload) != "C2" {
+	if p := restore("c"); string(p.Kinds[wire.KindState].Payload) != "C2" {
 		t.Fatalf("task c after epoch 2: %+v", p)
 	}
 }
 
-func expectError(t *testing.T, r response, status int, code, field string) {
+func expectError(t *testing.T, r response, status int, code wire.Code, field string) {
 	t.Helper()
 	var e apiError
 	if err := json.Unmarshal(r.body, &e); err != nil || e.Error.Code == "" {
@@ -299,13 +300,14 @@ func TestBadInput(t *testing.T) {
 	ok(t, "POST", j.base+"/epochs/6/abort", map[string]any{"generation": 1, "reason": "test"}, nil)
 	j.begin(t, 7)
 
-	big := strings.Repeat("x", fsm.MaxInlinePayload+1)
+	big := strings.Repeat("x", wire.MaxInlinePayload+1)
 	huge := `{"generation":1,"payloads":{"input":"` + strings.Repeat("A", 2<<20) + `"}}`
 	cases := []struct {
 		name, method, path string
 		body               any
 		status             int
-		code, field        string
+		code               wire.Code
+		field              string
 	}{
 		{"malformed json", "POST", "/epochs", `{"generation":1,`, 400, "invalid_json", ""},
 		{"not json", "POST", "/epochs", `hello`, 400, "invalid_json", ""},
@@ -404,7 +406,7 @@ func TestIdempotentRetries(t *testing.T) {
 	ok(t, "PUT", j.base+"/epochs/1/pin", map[string]any{"name": "sp"}, nil)
 	var p fsm.RestorePlan
 	ok(t, "GET", j.base+"/tasks/a/restore?pin=sp", nil, &p)
-	if p.Source.Epoch != 1 || string(p.Kinds[fsm.KindState].Payload) != "s" {
+	if p.Source.Epoch != 1 || string(p.Kinds[wire.KindState].Payload) != "s" {
 		t.Fatalf("restore by pin: %+v", p)
 	}
 	ok(t, "DELETE", j.base+"/epochs/1/pin", nil, nil)

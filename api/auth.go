@@ -24,6 +24,7 @@ import (
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/clock"
 	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // Authentication and authorization (docs/operations.md, "Authentication
@@ -151,7 +152,7 @@ func newAccessor() string {
 
 func unauthenticated(w http.ResponseWriter, format string, args ...any) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="metastore"`)
-	writeError(w, apiErr(http.StatusUnauthorized, CodeUnauthenticated, "Authorization", format, args...))
+	writeError(w, apiErr(http.StatusUnauthorized, wire.CodeUnauthenticated, "Authorization", format, args...))
 }
 
 // bearer returns the token of the Authorization header, "" if none.
@@ -180,7 +181,7 @@ func (s *Server) checkAuth(w http.ResponseWriter, r *http.Request, rt route) *ht
 		if err := s.verifyObjectURL(r.Method, key, r.URL.Query()); err == nil {
 			return withPrincipal(r, &principal{signedKey: key})
 		} else if _, has := bearer(r); !has {
-			writeError(w, apiErr(http.StatusForbidden, CodeForbidden, "sig", "signed URL refused: %v", err))
+			writeError(w, apiErr(http.StatusForbidden, wire.CodeForbidden, "sig", "signed URL refused: %v", err))
 			return nil
 		}
 		// A bearer token may still admit it.
@@ -201,7 +202,7 @@ func (s *Server) checkAuth(w http.ResponseWriter, r *http.Request, rt route) *ht
 		unauthenticated(w, "the bearer token is malformed")
 		return nil
 	}
-	tok, err := s.fsm.TokenByHash(fsm.TokenHash(secret))
+	tok, err := s.fsm.TokenByHash(wire.TokenHash(secret))
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return nil
@@ -232,7 +233,7 @@ func authorize(rt route, r *http.Request, tok *fsm.Token) *Error {
 		return nil
 	}
 	forbid := func(format string, args ...any) *Error {
-		return apiErr(http.StatusForbidden, CodeForbidden, "", "route %s needs permission %q: %s; token %s is scoped to %s",
+		return apiErr(http.StatusForbidden, wire.CodeForbidden, "", "route %s needs permission %q: %s; token %s is scoped to %s",
 			rt.name, rt.perm, fmt.Sprintf(format, args...), tok.Accessor, tok.Scope())
 	}
 	switch rt.perm {
@@ -287,7 +288,7 @@ func objectSignature(key []byte, method, objKey string, expires int64) string {
 }
 
 // errNoURLKey: auth is on but the leader has not set the signing key yet.
-var errNoURLKey = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true,
+var errNoURLKey = &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeUnavailable, Retryable: true,
 	Message: "the object-URL signing key is not set yet (the leader sets it when it takes office); retry"}
 
 // signObject returns the query that admits method on objKey until expires.
@@ -328,10 +329,10 @@ func (s *Server) verifyMemberRequest(r *http.Request) error {
 	expRaw, sig, ok := strings.Cut(r.Header.Get(node.HeaderMemberAuth), ":")
 	exp, err := strconv.ParseInt(expRaw, 10, 64)
 	if !ok || err != nil {
-		return apiErr(http.StatusForbidden, CodeForbidden, node.HeaderMemberAuth, "malformed member signature")
+		return apiErr(http.StatusForbidden, wire.CodeForbidden, node.HeaderMemberAuth, "malformed member signature")
 	}
 	if s.now().Unix() > exp {
-		return apiErr(http.StatusForbidden, CodeForbidden, node.HeaderMemberAuth, "member signature expired")
+		return apiErr(http.StatusForbidden, wire.CodeForbidden, node.HeaderMemberAuth, "member signature expired")
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -343,43 +344,22 @@ func (s *Server) verifyMemberRequest(r *http.Request) error {
 		return err
 	}
 	if key == nil || !hmac.Equal([]byte(node.SignMemberRequest(key, exp, body)), []byte(sig)) {
-		return apiErr(http.StatusForbidden, CodeForbidden, node.HeaderMemberAuth, "member signature does not match")
+		return apiErr(http.StatusForbidden, wire.CodeForbidden, node.HeaderMemberAuth, "member signature does not match")
 	}
 	return nil
 }
 
 // ---- token management routes ----
 
-// tokenView is a token as the API shows it: never the secret, nor its hash.
-type tokenView struct {
-	Accessor    string    `json:"accessor"`
-	Role        fsm.Role  `json:"role"`
-	Job         string    `json:"job,omitempty"`
-	JobPrefix   string    `json:"job_prefix,omitempty"`
-	Description string    `json:"description,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	CreateIndex uint64    `json:"create_index"`
-}
-
-func viewOf(t *fsm.Token) tokenView {
-	return tokenView{Accessor: t.Accessor, Role: t.Role, Job: t.Job, JobPrefix: t.JobPrefix,
-		Description: t.Description, CreatedAt: t.CreatedAt, CreateIndex: t.CreateIndex}
-}
-
 // tokensCreate creates a token and answers its secret, the only time it is
 // ever shown.
 func (s *Server) tokensCreate(r *http.Request) (any, uint64, error) {
-	var b struct {
-		Role        fsm.Role `json:"role"`
-		Job         string   `json:"job"`
-		JobPrefix   string   `json:"job_prefix"`
-		Description string   `json:"description"`
-	}
+	var b wire.TokenRequest
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
 	secret := GenerateToken()
-	p := fsm.TokenCreate{Accessor: newAccessor(), Hash: fsm.TokenHash(secret), Role: b.Role, Job: b.Job, JobPrefix: b.JobPrefix, Description: b.Description}
+	p := fsm.TokenCreate{Accessor: newAccessor(), Hash: wire.TokenHash(secret), Role: fsm.Role(b.Role), Job: b.Job, JobPrefix: b.JobPrefix, Description: b.Description}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
@@ -388,11 +368,9 @@ func (s *Server) tokensCreate(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	created := v.(*fsm.TokenCreated)
-	return struct {
-		tokenView
-		Secret string `json:"secret"`
-	}{viewOf(created.Token), secret}, idx, nil
+	tok := wireToken(v.(*fsm.TokenCreated).Token)
+	tok.Secret = secret
+	return tok, idx, nil
 }
 
 func (s *Server) tokensList(_ *http.Request) (any, uint64, error) {
@@ -400,11 +378,11 @@ func (s *Server) tokensList(_ *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	out := make([]tokenView, 0, len(toks))
+	out := wire.TokenList{Tokens: make([]wire.Token, 0, len(toks))}
 	for i := range toks {
-		out = append(out, viewOf(&toks[i]))
+		out.Tokens = append(out.Tokens, *wireToken(&toks[i]))
 	}
-	return map[string]any{"tokens": out}, idx, nil
+	return out, idx, nil
 }
 
 // tokensRevoke revokes a token; ?force=true allows revoking the last
@@ -415,7 +393,7 @@ func (s *Server) tokensRevoke(r *http.Request) (any, uint64, error) {
 	if raw := r.URL.Query().Get("force"); raw != "" {
 		f, err := strconv.ParseBool(raw)
 		if err != nil {
-			return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "force", "%q is not true or false", raw)
+			return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "force", "%q is not true or false", raw)
 		}
 		p.Force = f
 	}
@@ -423,7 +401,7 @@ func (s *Server) tokensRevoke(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	return map[string]any{"revoked": viewOf(v.(*fsm.Token))}, idx, nil
+	return wire.TokenRevoked{Revoked: *wireToken(v.(*fsm.Token))}, idx, nil
 }
 
 // ---- scope filters used by handlers ----
@@ -445,7 +423,7 @@ func restoreSourceAllowed(r *http.Request, req fsm.RestoreRequest) error {
 	if !ok || req.SourceJob == "" || tok.Covers(req.SourceJob) || req.Pin != "" {
 		return nil
 	}
-	return apiErr(http.StatusForbidden, CodeForbidden, "source_job",
+	return apiErr(http.StatusForbidden, wire.CodeForbidden, "source_job",
 		"route tasks.restore needs permission %q on source job %q, out of scope; a worker token restores from another job only from a savepoint (?pin=NAME); token %s is scoped to %s",
 		permJob, req.SourceJob, tok.Accessor, tok.Scope())
 }
@@ -453,15 +431,9 @@ func restoreSourceAllowed(r *http.Request, req fsm.RestoreRequest) error {
 // restoreAnswer is a restore plan with, when auth is on, a signed read
 // URL query for every blob its manifests name: the plan authorizes reading
 // exactly what it lists, even blobs of another job (a fork's bases).
-type restoreAnswer struct {
-	*fsm.RestorePlan
-	// ObjectGrants maps a blob key to the query (expires, sig) that admits
-	// GET /v1/objects/{key} without a token.
-	ObjectGrants map[string]string `json:"object_grants,omitempty"`
-}
 
-func (s *Server) grantReads(plan *fsm.RestorePlan) (*restoreAnswer, error) {
-	out := &restoreAnswer{RestorePlan: plan}
+func (s *Server) grantReads(plan *wire.RestorePlan) (*wire.RestoreAnswer, error) {
+	out := &wire.RestoreAnswer{RestorePlan: plan}
 	if !s.cfg.Auth || plan == nil {
 		return out, nil
 	}
@@ -558,7 +530,7 @@ func authBootstrapOnce(ctx context.Context, f *fsm.FSM, propose func(context.Con
 	if len(toks) > 0 {
 		return nil
 	}
-	p := fsm.TokenCreate{Accessor: newAccessor(), Hash: fsm.TokenHash(bootstrapToken), Role: fsm.RoleOperator,
+	p := fsm.TokenCreate{Accessor: newAccessor(), Hash: wire.TokenHash(bootstrapToken), Role: fsm.RoleOperator,
 		Description: "bootstrap", Bootstrap: true}
 	res, err := propose(ctx, fsm.CmdTokenCreate, &p)
 	if err != nil {

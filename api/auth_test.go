@@ -23,6 +23,7 @@ import (
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/testmember"
 	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // logBuffer collects log output from every goroutine.
@@ -63,7 +64,7 @@ func authConfig(t *testing.T, secret string) func(*config.Config) {
 func waitAuthReady(t *testing.T, m *member, secret string) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "auth bootstrap applied on "+m.ID, func() bool {
-		tok, err := m.FSM.TokenByHash(fsm.TokenHash(secret))
+		tok, err := m.FSM.TokenByHash(wire.TokenHash(secret))
 		key, kerr := m.FSM.URLKey()
 		return err == nil && tok != nil && kerr == nil && key != nil
 	})
@@ -138,7 +139,7 @@ func createToken(t *testing.T, base, opToken string, body string) (secret, acces
 	return out.Secret, out.Accessor
 }
 
-func expectAuthError(t *testing.T, r response, status int, code, what string) {
+func expectAuthError(t *testing.T, r response, status int, code wire.Code, what string) {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("%s: status %d, want %d: %s", what, r.status, status, r.body)
@@ -198,15 +199,15 @@ func TestAuthRouteMatrix(t *testing.T) {
 	for _, rt := range api.Routes() {
 		t.Run(rt.Name, func(t *testing.T) {
 			u := routeURL(m.URL, rt, "ja")
-			expectAuthError(t, doTok(t, rt.Method, u, "", routeBody(rt)), http.StatusUnauthorized, api.CodeUnauthenticated, "no token")
-			expectAuthError(t, doTok(t, rt.Method, u, api.GenerateToken(), routeBody(rt)), http.StatusUnauthorized, api.CodeUnauthenticated, "unknown token")
+			expectAuthError(t, doTok(t, rt.Method, u, "", routeBody(rt)), http.StatusUnauthorized, wire.CodeUnauthenticated, "no token")
+			expectAuthError(t, doTok(t, rt.Method, u, api.GenerateToken(), routeBody(rt)), http.StatusUnauthorized, wire.CodeUnauthenticated, "unknown token")
 			if r := doTok(t, rt.Method, u, op, routeBody(rt)); r.status == 401 || r.status == 403 {
 				t.Fatalf("operator token: %d %s", r.status, r.body)
 			}
 			switch rt.Perm {
 			case "operator", "operator-or-member":
 				r := doTok(t, rt.Method, u, worker, routeBody(rt))
-				expectAuthError(t, r, http.StatusForbidden, api.CodeForbidden, "worker on an operator route")
+				expectAuthError(t, r, http.StatusForbidden, wire.CodeForbidden, "worker on an operator route")
 				if !strings.Contains(string(r.body), `\"`+rt.Perm+`\"`) || !strings.Contains(string(r.body), `job \"ja\"`) {
 					t.Fatalf("403 does not name the permission and the scope: %s", r.body)
 				}
@@ -223,11 +224,11 @@ func TestAuthRouteMatrix(t *testing.T) {
 				}
 				other := routeURL(m.URL, rt, "jb")
 				r := doTok(t, rt.Method, other, worker, routeBody(rt))
-				expectAuthError(t, r, http.StatusForbidden, api.CodeForbidden, "worker on another job")
+				expectAuthError(t, r, http.StatusForbidden, wire.CodeForbidden, "worker on another job")
 				if !strings.Contains(string(r.body), "jb") || !strings.Contains(string(r.body), `job \"ja\"`) {
 					t.Fatalf("403 does not name the job and the scope: %s", r.body)
 				}
-				expectAuthError(t, doTok(t, rt.Method, routeURL(m.URL, rt, "other"), prefixed, routeBody(rt)), http.StatusForbidden, api.CodeForbidden, "prefix token outside its prefix")
+				expectAuthError(t, doTok(t, rt.Method, routeURL(m.URL, rt, "other"), prefixed, routeBody(rt)), http.StatusForbidden, wire.CodeForbidden, "prefix token outside its prefix")
 			}
 		})
 	}
@@ -238,8 +239,8 @@ func TestAuthRouteMatrix(t *testing.T) {
 			t.Fatalf("%s without a token: %d", p, r.status)
 		}
 	}
-	expectAuthError(t, doTok(t, "GET", m.URL+"/metrics", "", nil), http.StatusUnauthorized, api.CodeUnauthenticated, "/metrics without a token")
-	expectAuthError(t, doTok(t, "GET", m.URL+"/metrics", worker, nil), http.StatusForbidden, api.CodeForbidden, "/metrics with a worker token")
+	expectAuthError(t, doTok(t, "GET", m.URL+"/metrics", "", nil), http.StatusUnauthorized, wire.CodeUnauthenticated, "/metrics without a token")
+	expectAuthError(t, doTok(t, "GET", m.URL+"/metrics", worker, nil), http.StatusForbidden, wire.CodeForbidden, "/metrics with a worker token")
 	if r := doTok(t, "GET", m.URL+"/metrics", op, nil); r.status != http.StatusOK {
 		t.Fatalf("/metrics with the operator token: %d", r.status)
 	}
@@ -263,7 +264,7 @@ func TestAuthRouteMatrix(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		expectAuthError(t, response{status: resp.StatusCode, header: resp.Header, body: raw}, http.StatusForbidden, api.CodeForbidden, what+" member signature")
+		expectAuthError(t, response{status: resp.StatusCode, header: resp.Header, body: raw}, http.StatusForbidden, wire.CodeForbidden, what+" member signature")
 	}
 
 	// The job list is filtered to the worker's scope.
@@ -289,7 +290,7 @@ func TestTokenLifecycle(t *testing.T) {
 	// The list shows accessors, never secrets or hashes.
 	r := doTok(t, "GET", m.URL+"/v1/tokens", op, nil)
 	if r.status != 200 || !strings.Contains(string(r.body), wacc) || strings.Contains(string(r.body), worker) ||
-		strings.Contains(string(r.body), fsm.TokenHash(worker)) || strings.Contains(string(r.body), fsm.TokenHash(op)) {
+		strings.Contains(string(r.body), wire.TokenHash(worker)) || strings.Contains(string(r.body), wire.TokenHash(op)) {
 		t.Fatalf("token list: %d %s", r.status, r.body)
 	}
 
@@ -300,13 +301,13 @@ func TestTokenLifecycle(t *testing.T) {
 		`{"role":"operator","job":"ja"}`:      "job",
 		`{"role":"worker","job_prefix":"a/"}`: "job_prefix",
 	} {
-		expectError(t, doTok(t, "POST", m.URL+"/v1/tokens", op, []byte(body)), 400, string(fsm.CodeInvalid), field)
+		expectError(t, doTok(t, "POST", m.URL+"/v1/tokens", op, []byte(body)), 400, wire.CodeInvalid, field)
 	}
 
 	// Revocation takes effect at once.
 	okTok(t, "DELETE", m.URL+"/v1/tokens/"+wacc, op, nil, nil)
-	expectAuthError(t, doTok(t, "GET", m.URL+"/v1/jobs/ja", worker, nil), http.StatusUnauthorized, api.CodeUnauthenticated, "revoked token")
-	expectError(t, doTok(t, "DELETE", m.URL+"/v1/tokens/"+wacc, op, nil), 404, string(fsm.CodeNotFound), "accessor")
+	expectAuthError(t, doTok(t, "GET", m.URL+"/v1/jobs/ja", worker, nil), http.StatusUnauthorized, wire.CodeUnauthenticated, "revoked token")
+	expectError(t, doTok(t, "DELETE", m.URL+"/v1/tokens/"+wacc, op, nil), 404, wire.CodeNotFound, "accessor")
 
 	// The last operator token is kept unless forced.
 	var list struct {
@@ -317,21 +318,21 @@ func TestTokenLifecycle(t *testing.T) {
 		t.Fatalf("tokens: %+v", list.Tokens)
 	}
 	boot := list.Tokens[0].Accessor
-	expectError(t, doTok(t, "DELETE", m.URL+"/v1/tokens/"+boot, op, nil), 409, string(fsm.CodeConflict), "accessor")
+	expectError(t, doTok(t, "DELETE", m.URL+"/v1/tokens/"+boot, op, nil), 409, wire.CodeConflict, "accessor")
 	op2, _ := createToken(t, m.URL, op, `{"role":"operator","description":"rotated"}`)
 	okTok(t, "DELETE", m.URL+"/v1/tokens/"+boot, op2, nil, nil)
-	expectAuthError(t, doTok(t, "GET", m.URL+"/v1/tokens", op, nil), http.StatusUnauthorized, api.CodeUnauthenticated, "rotated-out operator token")
+	expectAuthError(t, doTok(t, "GET", m.URL+"/v1/tokens", op, nil), http.StatusUnauthorized, wire.CodeUnauthenticated, "rotated-out operator token")
 	okTok(t, "GET", m.URL+"/v1/tokens", op2, nil, nil)
 }
 
 // uploadSlot starts an attempt of job with one incremental state task and
 // asks for an upload slot as token.
-func uploadSlot(t *testing.T, base, job, token string) api.Upload {
+func uploadSlot(t *testing.T, base, job, token string) wire.Upload {
 	t.Helper()
 	okTok(t, "POST", base+"/v1/jobs/"+job+"/attempts", token,
 		[]byte(`{"attempt_id":"a1","tasks":[{"id":"t1","capabilities":["state","incremental"]}]}`), nil)
 	var ans struct {
-		Uploads []api.Upload `json:"uploads"`
+		Uploads []wire.Upload `json:"uploads"`
 	}
 	okTok(t, "POST", base+"/v1/jobs/"+job+"/uploads", token, []byte(`{"generation":1,"task":"t1"}`), &ans)
 	if len(ans.Uploads) != 1 {
@@ -361,14 +362,14 @@ func TestSignedObjectURLs(t *testing.T) {
 
 	// Another key with the same signature.
 	otherKey := "ja/t1/" + strings.Repeat("1", 32)
-	expectAuthError(t, doTok(t, "PUT", withQuery("/v1/objects/"+otherKey, q), "", []byte("x")), http.StatusForbidden, api.CodeForbidden, "signature of another key")
+	expectAuthError(t, doTok(t, "PUT", withQuery("/v1/objects/"+otherKey, q), "", []byte("x")), http.StatusForbidden, wire.CodeForbidden, "signature of another key")
 	// Another method (the PUT URL does not read).
-	expectAuthError(t, doTok(t, "GET", withQuery(su.Path, q), "", nil), http.StatusForbidden, api.CodeForbidden, "PUT signature used for GET")
+	expectAuthError(t, doTok(t, "GET", withQuery(su.Path, q), "", nil), http.StatusForbidden, wire.CodeForbidden, "PUT signature used for GET")
 	// Tampered signature, tampered expiry.
 	bad := url.Values{"expires": q["expires"], "sig": {strings.Repeat("A", len(q.Get("sig")))}}
-	expectAuthError(t, doTok(t, "PUT", withQuery(su.Path, bad), "", []byte("x")), http.StatusForbidden, api.CodeForbidden, "tampered signature")
+	expectAuthError(t, doTok(t, "PUT", withQuery(su.Path, bad), "", []byte("x")), http.StatusForbidden, wire.CodeForbidden, "tampered signature")
 	later := url.Values{"expires": {"99999999999"}, "sig": q["sig"]}
-	expectAuthError(t, doTok(t, "PUT", withQuery(su.Path, later), "", []byte("x")), http.StatusForbidden, api.CodeForbidden, "tampered expiry")
+	expectAuthError(t, doTok(t, "PUT", withQuery(su.Path, later), "", []byte("x")), http.StatusForbidden, wire.CodeForbidden, "tampered expiry")
 	// Expired, though correctly signed.
 	key, err := m.FSM.URLKey()
 	if err != nil {
@@ -377,7 +378,7 @@ func TestSignedObjectURLs(t *testing.T) {
 	past := time.Now().Add(-time.Minute).Unix()
 	expired := url.Values{"expires": {itoa(past)}, "sig": {api.ObjectSignature(key, "PUT", slot.Key, past)}}
 	r := doTok(t, "PUT", withQuery(su.Path, expired), "", []byte("x"))
-	expectAuthError(t, r, http.StatusForbidden, api.CodeForbidden, "expired signature")
+	expectAuthError(t, r, http.StatusForbidden, wire.CodeForbidden, "expired signature")
 	if !strings.Contains(string(r.body), "expired") {
 		t.Fatalf("expired URL answer: %s", r.body)
 	}
@@ -389,7 +390,7 @@ func TestSignedObjectURLs(t *testing.T) {
 	// Another job's worker cannot read it with its token.
 	okTok(t, "PUT", m.URL+"/v1/jobs/jb", op, []byte("{}"), nil)
 	other, _ := createToken(t, m.URL, op, `{"role":"worker","job":"jb"}`)
-	expectAuthError(t, doTok(t, "GET", m.URL+"/v1/objects/"+slot.Key, other, nil), http.StatusForbidden, api.CodeForbidden, "another job's blob")
+	expectAuthError(t, doTok(t, "GET", m.URL+"/v1/objects/"+slot.Key, other, nil), http.StatusForbidden, wire.CodeForbidden, "another job's blob")
 }
 
 func mustInt(t *testing.T, s string) int64 {
@@ -412,7 +413,7 @@ func TestForkRestoreWithWorkerToken(t *testing.T) {
 	ctx := context.Background()
 	opc := newClient(t, m, op)
 	for _, j := range []string{"src", "dst"} {
-		if _, err := opc.PutJob(ctx, j, fsm.JobConfig{}); err != nil {
+		if _, err := opc.PutJob(ctx, j, wire.JobConfig{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -424,8 +425,8 @@ func TestForkRestoreWithWorkerToken(t *testing.T) {
 	if err := caps.UnmarshalJSON([]byte(`["state","incremental"]`)); err != nil {
 		t.Fatal(err)
 	}
-	tk := fsm.Task{ID: "agg", Caps: caps}
-	a, err := src.StartAttempt(ctx, "src", "src-1", []fsm.Task{tk})
+	tk := wire.Task{ID: "agg", Caps: caps}
+	a, err := src.StartAttempt(ctx, "src", "src-1", []wire.Task{tk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,10 +524,10 @@ func TestAuthThroughFollowersKeepsSecretsOutOfLogs(t *testing.T) {
 	worker, wacc := createToken(t, follower.URL, op, `{"role":"worker","job":"ja"}`)
 	okTok(t, "PUT", follower.URL+"/v1/jobs/ja", worker, []byte(`{"config":{"retained":2}}`), nil)
 	okTok(t, "GET", follower.URL+"/v1/jobs/ja", worker, nil, nil)
-	expectAuthError(t, doTok(t, "PUT", follower.URL+"/v1/jobs/jb", worker, []byte("{}")), http.StatusForbidden, api.CodeForbidden, "other job via a follower")
-	expectAuthError(t, doTok(t, "POST", follower.URL+"/v1/gc/run?dry_run=true", worker, nil), http.StatusForbidden, api.CodeForbidden, "gc via a follower")
-	expectAuthError(t, doTok(t, "DELETE", follower.URL+"/v1/members/"+leader.ID, worker, nil), http.StatusForbidden, api.CodeForbidden, "members via a follower")
-	expectAuthError(t, doTok(t, "GET", follower.URL+"/v1/jobs/ja", "", nil), http.StatusUnauthorized, api.CodeUnauthenticated, "no token via a follower")
+	expectAuthError(t, doTok(t, "PUT", follower.URL+"/v1/jobs/jb", worker, []byte("{}")), http.StatusForbidden, wire.CodeForbidden, "other job via a follower")
+	expectAuthError(t, doTok(t, "POST", follower.URL+"/v1/gc/run?dry_run=true", worker, nil), http.StatusForbidden, wire.CodeForbidden, "gc via a follower")
+	expectAuthError(t, doTok(t, "DELETE", follower.URL+"/v1/members/"+leader.ID, worker, nil), http.StatusForbidden, wire.CodeForbidden, "members via a follower")
+	expectAuthError(t, doTok(t, "GET", follower.URL+"/v1/jobs/ja", "", nil), http.StatusUnauthorized, wire.CodeUnauthenticated, "no token via a follower")
 	// An upload through the follower: the signed URL names the leader; any
 	// member verifies it.
 	slot := uploadSlot(t, follower.URL, "ja", worker)
@@ -539,7 +540,7 @@ func TestAuthThroughFollowersKeepsSecretsOutOfLogs(t *testing.T) {
 	// answered, even for a write sent through a follower that has not
 	// applied it yet.
 	okTok(t, "DELETE", follower.URL+"/v1/tokens/"+wacc, op, nil, nil)
-	expectAuthError(t, doTok(t, "PUT", follower.URL+"/v1/jobs/ja", worker, []byte("{}")), http.StatusUnauthorized, api.CodeUnauthenticated, "revoked token via a follower")
+	expectAuthError(t, doTok(t, "PUT", follower.URL+"/v1/jobs/ja", worker, []byte("{}")), http.StatusUnauthorized, wire.CodeUnauthenticated, "revoked token via a follower")
 
 	out := logs.String()
 	if !strings.Contains(out, "bootstrap operator token created") {
@@ -585,7 +586,7 @@ func TestBootstrapIdempotentAcrossRestart(t *testing.T) {
 			t.Fatalf("restart %d: tokens %v (%v), want only %s", i, again, err, toks[0].Accessor)
 		}
 		if secret != op {
-			expectAuthError(t, doTok(t, "GET", m.URL+"/v1/tokens", secret, nil), http.StatusUnauthorized, api.CodeUnauthenticated, "a later bootstrap token")
+			expectAuthError(t, doTok(t, "GET", m.URL+"/v1/tokens", secret, nil), http.StatusUnauthorized, wire.CodeUnauthenticated, "a later bootstrap token")
 		}
 	}
 }

@@ -7,23 +7,14 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/wire"
 )
-
-// Upload is one slot handed to a worker: where to PUT the blob.
-type Upload struct {
-	Key       string      `json:"key"`
-	Method    string      `json:"method"`
-	URL       string      `json:"url"`
-	Header    http.Header `json:"header,omitempty"`
-	ExpiresAt time.Time   `json:"expires_at"`
-}
 
 // uploadsCreate hands out upload slots: the leader chooses unique keys under
 // the job's prefix, records them as intents with a lease through Raft, and
@@ -35,19 +26,15 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var b struct {
-		Generation uint64 `json:"generation"`
-		Task       string `json:"task"`
-		Count      int    `json:"count"`
-	}
+	var b wire.UploadsRequest
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
 	if b.Count == 0 {
 		b.Count = 1
 	}
-	if b.Count < 0 || b.Count > fsm.MaxIntents {
-		return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "count", "between 1 and %d uploads per request", fsm.MaxIntents)
+	if b.Count < 0 || b.Count > wire.MaxIntents {
+		return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "count", "between 1 and %d uploads per request", wire.MaxIntents)
 	}
 	dir := b.Task
 	if dir == "" {
@@ -82,9 +69,9 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	if res.Err != nil {
 		return nil, res.Index, res.Err
 	}
-	out := make([]Upload, 0, len(p.Keys))
+	out := make([]wire.Upload, 0, len(p.Keys))
 	for _, key := range p.Keys {
-		u := Upload{Key: key, Method: http.MethodPut, ExpiresAt: p.LeaseUntil}
+		u := wire.Upload{Key: key, Method: http.MethodPut, ExpiresAt: p.LeaseUntil}
 		url, hdr, err := s.store.PresignPut(r.Context(), key, s.cfg.UploadLease)
 		switch {
 		case err == nil:
@@ -104,7 +91,7 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		}
 		out = append(out, u)
 	}
-	return map[string]any{"uploads": out, "lease_until": p.LeaseUntil}, res.Index, nil
+	return wire.Uploads{LeaseUntil: p.LeaseUntil, Uploads: out}, res.Index, nil
 }
 
 // randomID is 16 random bytes in hex: upload keys never collide and cannot
@@ -120,7 +107,7 @@ func randomID() string {
 func pathKey(r *http.Request) (string, error) {
 	key := mux.Vars(r)["key"]
 	if err := blobstore.ValidateKey(key); err != nil {
-		return "", apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "key", "%v", err)
+		return "", apiErr(http.StatusBadRequest, wire.CodeInvalid, "key", "%v", err)
 	}
 	return key, nil
 }
@@ -133,29 +120,29 @@ func (s *Server) objectPut(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	if r.ContentLength < 0 {
-		return nil, 0, apiErr(http.StatusLengthRequired, string(fsm.CodeInvalid), "Content-Length", "an upload needs a Content-Length")
+		return nil, 0, apiErr(http.StatusLengthRequired, wire.CodeInvalid, "Content-Length", "an upload needs a Content-Length")
 	}
 	if r.ContentLength > s.cfg.MaxBlobBytes {
-		return nil, 0, apiErr(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "blob of %d bytes is larger than %d", r.ContentLength, s.cfg.MaxBlobBytes)
+		return nil, 0, apiErr(http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "", "blob of %d bytes is larger than %d", r.ContentLength, s.cfg.MaxBlobBytes)
 	}
 	b, idx, err := s.fsm.Blob(key)
 	if err != nil {
 		return nil, idx, err
 	}
 	if b.State != fsm.BlobIntent || (b.LeaseUntil != nil && s.now().After(*b.LeaseUntil)) {
-		return nil, idx, apiErr(http.StatusConflict, string(fsm.CodeConflict), "key", "blob %q is %s: uploads go to keys held by a live upload intent", key, b.State)
+		return nil, idx, apiErr(http.StatusConflict, wire.CodeConflict, "key", "blob %q is %s: uploads go to keys held by a live upload intent", key, b.State)
 	}
 	if b.Generation != 0 {
 		// A slot of a superseded attempt can never be committed: its
 		// worker keeps no write access.
 		if j, _, err := s.fsm.Job(b.Job); err == nil && j.Generation > b.Generation {
-			return nil, idx, apiErr(http.StatusConflict, string(fsm.CodeFenced), "key", "blob %q is an upload slot of attempt generation %d, superseded by generation %d", key, b.Generation, j.Generation)
+			return nil, idx, apiErr(http.StatusConflict, wire.CodeFenced, "key", "blob %q is an upload slot of attempt generation %d, superseded by generation %d", key, b.Generation, j.Generation)
 		}
 	}
 	if err := s.store.Put(r.Context(), key, r.Body, r.ContentLength); err != nil {
 		return nil, idx, storeError(err)
 	}
-	return map[string]any{"key": key, "size": r.ContentLength}, idx, nil
+	return wire.ObjectPut{Key: key, Size: r.ContentLength}, idx, nil
 }
 
 // objectGet streams a range of a live blob: ?offset=N&length=M.
@@ -174,7 +161,7 @@ func (s *Server) objectGet(w http.ResponseWriter, r *http.Request) {
 	if raw := r.URL.Query().Get("length"); raw != "" {
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil || n < 0 {
-			writeError(w, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "length", "%q is not a non-negative integer", raw))
+			writeError(w, apiErr(http.StatusBadRequest, wire.CodeInvalid, "length", "%q is not a non-negative integer", raw))
 			return
 		}
 		length = n
@@ -185,7 +172,7 @@ func (s *Server) objectGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.State != fsm.BlobLive {
-		writeError(w, apiErr(http.StatusConflict, string(fsm.CodeConflict), "key", "blob %q is %s", key, b.State))
+		writeError(w, apiErr(http.StatusConflict, wire.CodeConflict, "key", "blob %q is %s", key, b.State))
 		return
 	}
 	rc, err := s.store.Get(r.Context(), key, int64(offset), length)
@@ -203,20 +190,20 @@ func (s *Server) objectGet(w http.ResponseWriter, r *http.Request) {
 func storeError(err error) error {
 	switch {
 	case errors.Is(err, blobstore.ErrNotFound):
-		return apiErr(http.StatusNotFound, string(fsm.CodeNotFound), "key", "%v", err)
+		return apiErr(http.StatusNotFound, wire.CodeNotFound, "key", "%v", err)
 	case errors.Is(err, blobstore.ErrInvalidKey):
-		return apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "key", "%v", err)
+		return apiErr(http.StatusBadRequest, wire.CodeInvalid, "key", "%v", err)
 	case errors.Is(err, blobstore.ErrInvalidRange):
-		return apiErr(http.StatusRequestedRangeNotSatisfiable, string(fsm.CodeInvalid), "offset", "%v", err)
+		return apiErr(http.StatusRequestedRangeNotSatisfiable, wire.CodeInvalid, "offset", "%v", err)
 	case errors.Is(err, blobstore.ErrSizeMismatch):
-		return apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "Content-Length", "%v", err)
+		return apiErr(http.StatusBadRequest, wire.CodeInvalid, "Content-Length", "%v", err)
 	}
 	var mbe *http.MaxBytesError
 	var ae *Error // the body's reader refused it (limits.go)
 	if errors.As(err, &mbe) || errors.As(err, &ae) {
 		return err
 	}
-	return &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, Retryable: true, Message: "object store: " + err.Error()}
+	return &Error{Status: http.StatusBadGateway, Code: wire.CodeUnavailable, Retryable: true, Message: "object store: " + err.Error()}
 }
 
 func (s *Server) blobGet(r *http.Request) (any, uint64, error) {
@@ -224,7 +211,7 @@ func (s *Server) blobGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return s.fsm.Blob(key)
+	return answer(s.fsm.Blob(key))
 }
 
 func (s *Server) blobStats(_ *http.Request) (any, uint64, error) {
@@ -232,7 +219,7 @@ func (s *Server) blobStats(_ *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	return map[string]any{"store": s.store.String(), "blobs": st}, idx, nil
+	return wire.BlobStatsAnswer{Blobs: st, Store: s.store.String()}, idx, nil
 }
 
 // fsck recounts every reference count from the manifest records.
@@ -241,7 +228,7 @@ func (s *Server) fsck(_ *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return map[string]any{"ok": rep.OK(), "report": rep}, rep.Index, nil
+	return wire.FsckAnswer{OK: rep.OK(), Report: *rep}, rep.Index, nil
 }
 
 func (s *Server) manifestGet(r *http.Request) (any, uint64, error) {
@@ -261,11 +248,11 @@ func (s *Server) manifestGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	return map[string]any{"job": job, "epoch": n, "task": task, "manifest": m, "bytes": m.Bytes()}, idx, nil
+	return wire.ManifestAnswer{Bytes: m.Bytes(), Epoch: n, Job: job, Manifest: m, Task: task}, idx, nil
 }
 
 // errNoGC answers the collector's routes on a member built without one.
-var errNoGC = &Error{Status: http.StatusNotImplemented, Code: CodeUnavailable, Message: "this member runs no garbage collector"}
+var errNoGC = &Error{Status: http.StatusNotImplemented, Code: wire.CodeUnavailable, Message: "this member runs no garbage collector"}
 
 func (s *Server) gcStatus(_ *http.Request) (any, uint64, error) {
 	if s.gc == nil {
@@ -285,7 +272,7 @@ func (s *Server) gcRun(r *http.Request) (any, uint64, error) {
 		if raw := r.URL.Query().Get(name); raw != "" {
 			v, err := strconv.ParseBool(raw)
 			if err != nil {
-				return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q is not true or false", raw)
+				return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, name, "%q is not true or false", raw)
 			}
 			*dst = v
 		}
@@ -327,9 +314,9 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 		// error here is still a clean JSON answer unless the copy failed.
 		if ww, ok := w.(interface{ Written() bool }); !ok || !ww.Written() {
 			ae := toAPIError(err)
-			if ae.Code == CodeOutcomeUnknown {
+			if ae.Code == wire.CodeOutcomeUnknown {
 				// Nothing is written by a backup: the snapshot simply failed.
-				ae = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: err.Error()}
+				ae = &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeUnavailable, Retryable: true, Message: err.Error()}
 			}
 			writeError(w, ae)
 		}
@@ -344,5 +331,5 @@ func (s *Server) snapshotRestore(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return map[string]any{"restored": info}, s.fsm.AppliedIndex(), nil
+	return wire.SnapshotRestored{Restored: wireBackupInfo(*info)}, s.fsm.AppliedIndex(), nil
 }

@@ -7,13 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 type uploadsAnswer struct {
-	Uploads []api.Upload `json:"uploads"`
+	Uploads []wire.Upload `json:"uploads"`
 }
 
 // upload asks for one slot and PUTs body to it.
@@ -60,7 +60,7 @@ func TestManifestOverHTTP(t *testing.T) {
 
 	var plan fsm.RestorePlan
 	ok(t, "GET", j.base+"/tasks/agg/restore", nil, &plan)
-	st := plan.Kinds[fsm.KindState]
+	st := plan.Kinds[wire.KindState]
 	if st.Manifest == nil || len(st.Manifest.Segments) != 2 || plan.ObjectStoreReads != 2 || plan.ObjectStoreBytes != 100 {
 		t.Fatalf("restore plan: %+v", plan)
 	}
@@ -71,7 +71,7 @@ func TestManifestOverHTTP(t *testing.T) {
 	}
 	var src fsm.RestorePlan
 	ok(t, "GET", j.base+"/tasks/src/restore", nil, &src)
-	if src.ObjectStoreReads != 0 || src.Kinds[fsm.KindState].Status != fsm.RestoreNothing {
+	if src.ObjectStoreReads != 0 || src.Kinds[wire.KindState].Status != wire.RestoreNothing {
 		t.Fatalf("task without state: %+v", src)
 	}
 
@@ -85,7 +85,7 @@ func TestManifestOverHTTP(t *testing.T) {
 		name     string
 		manifest map[string]any
 		status   int
-		code     string
+		code     wire.Code
 		inMsg    string
 	}{
 		{"unknown blob", map[string]any{"delta": map[string]any{"add_segments": []any{seg("job-m/agg/nope", 0, 1)}}}, 409, "blob_unknown", "job-m/agg/nope"},

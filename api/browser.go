@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/wire"
 )
 
 // Browser safety. The API is reached by workers, the CLI and curl, which
@@ -107,7 +108,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 // refused answers a request a check refused, and logs it (the logger
 // folds repeated refusals into a count, internal/logx).
 func (s *Server) refused(w http.ResponseWriter, r *http.Request, e *Error) {
-	s.metrics.rejections.WithLabelValues(e.Code).Inc()
+	s.metrics.rejections.WithLabelValues(string(e.Code)).Inc()
 	s.logger.Warn("request refused", "code", e.Code, "method", r.Method, "path", r.URL.Path,
 		"host", r.Host, "origin", r.Header.Get("Origin"), "remote", clientKey(r))
 	writeError(w, e)
@@ -122,7 +123,7 @@ func (s *Server) checkHost(r *http.Request) *Error {
 	if host != "" && s.isMemberName(host) {
 		return nil
 	}
-	return apiErr(http.StatusMisdirectedRequest, CodeHostNotAllowed, "Host",
+	return apiErr(http.StatusMisdirectedRequest, wire.CodeHostNotAllowed, "Host",
 		"this member does not answer to the host name %q: use an IP address, a member's advertised name, or add the name to --allowed-hosts", r.Host)
 }
 
@@ -159,7 +160,7 @@ func (s *Server) checkOrigin(r *http.Request) *Error {
 			if g.anyOrigin {
 				return nil
 			}
-			return apiErr(http.StatusForbidden, CodeCrossOrigin, "Sec-Fetch-Site",
+			return apiErr(http.StatusForbidden, wire.CodeCrossOrigin, "Sec-Fetch-Site",
 				"the browser says this request comes from another site (Sec-Fetch-Site: %s); the API serves pages of other origins only when --allowed-origins names them", site)
 		}
 	}
@@ -179,7 +180,7 @@ func (s *Server) checkOrigin(r *http.Request) *Error {
 			return nil
 		}
 	}
-	return apiErr(http.StatusForbidden, CodeCrossOrigin, "Origin",
+	return apiErr(http.StatusForbidden, wire.CodeCrossOrigin, "Origin",
 		"requests from pages of origin %q are refused: only the store's own pages and the origins named by --allowed-origins may call the API from a browser", origin)
 }
 
@@ -203,7 +204,7 @@ func checkContentType(rt route, r *http.Request) *Error {
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if ct != "" && err != nil {
-		return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "%q is not a media type; send Content-Type: application/json", ct)
+		return apiErr(http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "Content-Type", "%q is not a media type; send Content-Type: application/json", ct)
 	}
 	if mt == "application/json" || strings.HasSuffix(mt, "+json") {
 		return nil
@@ -214,6 +215,6 @@ func checkContentType(rt route, r *http.Request) *Error {
 	if ct == "" {
 		ct = "(none)"
 	}
-	return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type",
+	return apiErr(http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "Content-Type",
 		"%s %s takes a JSON body: send Content-Type: application/json, not %s", r.Method, r.URL.Path, ct)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // browserRequest sends what a page in the operator's browser can send
@@ -65,7 +66,7 @@ func TestBrowserAttacks(t *testing.T) {
 		name, method, path, host, body string
 		headers                        map[string]string
 		status                         int
-		code                           string
+		code                           wire.Code
 	}{
 		{"cross-site text/plain POST /v1/members", "POST", "/v1/members", "", voter,
 			map[string]string{"Content-Type": "text/plain;charset=UTF-8", "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"},
@@ -101,7 +102,7 @@ func TestBrowserAttacks(t *testing.T) {
 			if status != a.status {
 				t.Fatalf("status %d, want %d: %s", status, a.status, body)
 			}
-			if code := errorCode(t, body); code != a.code {
+			if code := errorCode(t, body); wire.Code(code) != a.code {
 				t.Fatalf("code %q, want %q: %s", code, a.code, body)
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // changelogCollector exports, per job and task with a manifest in the
@@ -85,6 +86,6 @@ func (c *changelogCollector) collect(ch chan<- prometheus.Metric) error {
 // gone reports whether err says a record read a moment ago is no longer
 // there (an epoch forgotten or subsumed in between).
 func gone(err error) bool {
-	var rule *fsm.RuleError
-	return errors.As(err, &rule) && (rule.Code == fsm.CodeNotFound || rule.Code == fsm.CodeEpochNotCompleted)
+	var rule *wire.RuleError
+	return errors.As(err, &rule) && (rule.Code == wire.CodeNotFound || rule.Code == wire.CodeEpochNotCompleted)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestCRC32COverHTTP: a malformed crc32c is a 400 naming its field and
@@ -39,7 +40,7 @@ func TestCRC32COverHTTP(t *testing.T) {
 
 	var plan fsm.RestorePlan
 	r := ok(t, "GET", j.base+"/tasks/agg/restore", nil, &plan)
-	st := plan.Kinds[fsm.KindState]
+	st := plan.Kinds[wire.KindState]
 	if st.Manifest == nil || len(st.Manifest.Segments) != 1 || st.Manifest.Segments[0].CRC32C != want ||
 		len(st.Manifest.Bases) != 1 || st.Manifest.Bases[0].CRC32C != manifests.CRC32C([]byte(body[:50])) {
 		t.Fatalf("restore plan without the declared crc32c: %s", r.body)

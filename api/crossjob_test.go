@@ -10,6 +10,7 @@ import (
 
 	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestCrossJobReadRefused is the attack of issue 13, item 1, over HTTP with
@@ -24,7 +25,7 @@ func TestCrossJobReadRefused(t *testing.T) {
 	ctx := context.Background()
 	opc := newClient(t, m, op)
 	for _, j := range []string{"jobA", "jobB"} {
-		if _, err := opc.PutJob(ctx, j, fsm.JobConfig{}); err != nil {
+		if _, err := opc.PutJob(ctx, j, wire.JobConfig{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -34,9 +35,9 @@ func TestCrossJobReadRefused(t *testing.T) {
 	if err := caps.UnmarshalJSON([]byte(`["state","incremental"]`)); err != nil {
 		t.Fatal(err)
 	}
-	tk := fsm.Task{ID: "agg-0", Caps: caps}
+	tk := wire.Task{ID: "agg-0", Caps: caps}
 	a := newClient(t, m, aTok)
-	at, err := a.StartAttempt(ctx, "jobA", "a-1", []fsm.Task{tk})
+	at, err := a.StartAttempt(ctx, "jobA", "a-1", []wire.Task{tk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestCrossJobReadRefused(t *testing.T) {
 		r := doTok(t, "PUT", ackURL, aTok, []byte(`{"generation":1,"manifest":`+manifest+`}`))
 		var e apiError
 		r.decode(t, &e)
-		if r.status != http.StatusNotFound || e.Error.Code != string(fsm.CodeNotFound) {
+		if r.status != http.StatusNotFound || e.Error.Code != wire.CodeNotFound {
 			t.Fatalf("ack with manifest %s: status %d: %s", manifest, r.status, r.body)
 		}
 		return e
@@ -64,7 +65,7 @@ func TestCrossJobReadRefused(t *testing.T) {
 
 	// Job B checkpoints epoch 1, unpinned.
 	b := newClient(t, m, bTok)
-	bt, err := b.StartAttempt(ctx, "jobB", "b-1", []fsm.Task{tk})
+	bt, err := b.StartAttempt(ctx, "jobB", "b-1", []wire.Task{tk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestCrossJobReadRefused(t *testing.T) {
 		r := doTok(t, "GET", m.URL+"/v1/jobs/jobA/tasks/agg-0/restore?"+q, op, nil)
 		var e apiError
 		r.decode(t, &e)
-		if r.status != http.StatusNotFound || e.Error.Code != string(fsm.CodeNotFound) {
+		if r.status != http.StatusNotFound || e.Error.Code != wire.CodeNotFound {
 			t.Fatalf("operator restore ?%s: %d %s", q, r.status, r.body)
 		}
 		return e

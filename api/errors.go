@@ -12,105 +12,32 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/node"
-)
-
-// Error codes of the HTTP layer. Rule violations from the state machine use
-// fsm's codes; these name what happens before or around it. Codes are part
-// of the API: never rename one.
-const (
-	CodeInvalidJSON      = "invalid_json"
-	CodeUnknownField     = "unknown_field"
-	CodeBodyTooLarge     = "body_too_large"
-	CodeNotLeader        = "not_leader"
-	CodeNoLeader         = "no_leader"
-	CodeUnavailable      = "unavailable"
-	CodeOutcomeUnknown   = "outcome_unknown"
-	CodeTimeout          = "timeout"
-	CodeNotReady         = "not_ready"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeRouteNotFound    = "route_not_found"
-	CodeInternal         = "internal"
-	CodeBadBackup        = "bad_backup"
-	// CodeHeaderTooLarge: the request line and headers are above
-	// --http-max-header-bytes (431).
-	CodeHeaderTooLarge = "header_too_large"
-	// CodeQuorumAtRisk refuses a membership change after which the voters
-	// the leader can reach would not be a quorum (409).
-	CodeQuorumAtRisk = "quorum_at_risk"
-
-	// Authentication and authorization (auth.go).
-	// CodeUnauthenticated (401): no token, or one the cluster does not
-	// know (never created, or revoked).
-	CodeUnauthenticated = "unauthenticated"
-	// CodeForbidden (403): the token, signed URL or member signature does
-	// not grant the request.
-	CodeForbidden = "forbidden"
-	// CodeInsufficientStorage (HTTP 507): the member's data directory is
-	// (nearly) full; the write was not applied. Retry once space is freed.
-	CodeInsufficientStorage = "insufficient_storage"
-	// CodeRateLimited answers a client over its request rate or its
-	// requests in flight (429, retryable, with Retry-After; limits.go).
-	CodeRateLimited = "rate_limited"
-	// CodeRequestTimeout answers a request whose body did not arrive
-	// within the body timeout (408; limits.go).
-	CodeRequestTimeout = "request_timeout"
-
-	// Browser checks (browser.go).
-	// CodeHostNotAllowed (421): the Host header names a host this member
-	// does not answer to (--allowed-hosts).
-	CodeHostNotAllowed = "host_not_allowed"
-	// CodeCrossOrigin (403): a browser sent the request from a page of
-	// another origin (--allowed-origins).
-	CodeCrossOrigin = "cross_origin_refused"
-	// CodeUnsupportedMediaType (415): a JSON body without
-	// Content-Type: application/json.
-	CodeUnsupportedMediaType = "unsupported_media_type"
-	// CodeQuotaExceeded (507): a job holds as many open uploads or live
-	// bytes as its quota allows; the request was not applied (quota.go).
-	CodeQuotaExceeded = "quota_exceeded"
+	"github.com/metastore/metastore/wire"
 )
 
 // Error is the JSON error every failed request answers with:
 // {"error": {"code": ..., "field": ..., "message": ...}}.
 type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Field   string `json:"field,omitempty"`
-	Message string `json:"message"`
+	Status  int       `json:"-"`
+	Code    wire.Code `json:"code"`
+	Field   string    `json:"field,omitempty"`
+	Message string    `json:"message"`
 	// Retryable tells the client the request did not take effect, or that
 	// repeating it is safe, and that it may succeed later. It travels as
 	// "retryable" in the JSON body, with a Retry-After header.
 	Retryable bool `json:"retryable"`
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
-func apiErr(status int, code, field, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+// body is the error as the API sends it.
+func (e *Error) body() wire.ErrorResponse {
+	return wire.ErrorResponse{Error: wire.Error{Code: e.Code, Field: e.Field, Message: e.Message, Retryable: e.Retryable}}
 }
 
-// ruleStatus maps each state-machine rule code to its HTTP status.
-var ruleStatus = map[fsm.Code]int{
-	fsm.CodeInvalid:            http.StatusBadRequest,
-	fsm.CodeNotFound:           http.StatusNotFound,
-	fsm.CodeConflict:           http.StatusConflict,
-	fsm.CodeFenced:             http.StatusConflict,
-	fsm.CodeEpochNotIncreasing: http.StatusConflict,
-	fsm.CodeEpochNotPending:    http.StatusConflict,
-	fsm.CodeEpochNotCompleted:  http.StatusConflict,
-	fsm.CodeTaskNotInAttempt:   http.StatusConflict,
-	fsm.CodeTaskNotExpected:    http.StatusConflict,
-	fsm.CodeCapabilityMissing:  http.StatusConflict,
-	fsm.CodePayloadTooLarge:    http.StatusRequestEntityTooLarge,
-	fsm.CodeNoAttempt:          http.StatusConflict,
-	fsm.CodeTooManyPending:     http.StatusConflict,
-	fsm.CodeManifestMismatch:   http.StatusConflict,
-	fsm.CodeBlobUnknown:        http.StatusConflict,
-	fsm.CodeBlobDeleting:       http.StatusConflict,
-	fsm.CodeBlobGone:           http.StatusConflict,
-	fsm.CodeBlobExpired:        http.StatusConflict,
+func apiErr(status int, code wire.Code, field, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
 // toAPIError turns any error into the answer the client gets.
@@ -119,49 +46,45 @@ func toAPIError(err error) *Error {
 	if errors.As(err, &ae) {
 		return ae
 	}
-	var re *fsm.RuleError
+	var re *wire.RuleError
 	if errors.As(err, &re) {
-		status, ok := ruleStatus[re.Code]
-		if !ok {
-			status = http.StatusConflict
-		}
-		return &Error{Status: status, Code: string(re.Code), Field: re.Field, Message: re.Message}
+		return &Error{Status: wire.RuleStatus(re.Code), Code: re.Code, Field: re.Field, Message: re.Message}
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return apiErr(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "request body is larger than %d bytes", mbe.Limit)
+		return apiErr(http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "", "request body is larger than %d bytes", mbe.Limit)
 	}
 	var dfe *node.DiskFullError
 	if errors.As(err, &dfe) {
-		return &Error{Status: http.StatusInsufficientStorage, Code: CodeInsufficientStorage, Retryable: true,
+		return &Error{Status: http.StatusInsufficientStorage, Code: wire.CodeInsufficientStorage, Retryable: true,
 			Message: dfe.Error() + "; nothing was applied; reads are still served"}
 	}
 	switch {
 	case errors.Is(err, node.ErrUnknownOutcome):
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeOutcomeUnknown, Retryable: true,
+		return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeOutcomeUnknown, Retryable: true,
 			Message: "the write may or may not have been applied (" + err.Error() + "); repeating it is safe: every mutation is idempotent by content"}
 	case errors.Is(err, node.ErrNotLeader):
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeNotLeader, Retryable: true, Message: "this member lost leadership; retry"}
+		return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeNotLeader, Retryable: true, Message: "this member lost leadership; retry"}
 	case errors.Is(err, node.ErrNoLeader):
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeNoLeader, Retryable: true, Message: "the cluster has no leader at the moment; retry"}
+		return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeNoLeader, Retryable: true, Message: "the cluster has no leader at the moment; retry"}
 	case errors.Is(err, node.ErrShutdown):
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: "this member is shutting down; retry on another"}
+		return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeUnavailable, Retryable: true, Message: "this member is shutting down; retry on another"}
 	case errors.Is(err, node.ErrTryAgain):
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true, Message: err.Error()}
+		return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeUnavailable, Retryable: true, Message: err.Error()}
 	case errors.Is(err, node.ErrQuorumAtRisk):
-		return apiErr(http.StatusConflict, CodeQuorumAtRisk, "", "%v", err)
+		return apiErr(http.StatusConflict, wire.CodeQuorumAtRisk, "", "%v", err)
 	case errors.Is(err, node.ErrMemberConflict):
-		return apiErr(http.StatusConflict, string(fsm.CodeConflict), "id", "%v", err)
+		return apiErr(http.StatusConflict, wire.CodeConflict, "id", "%v", err)
 	case errors.Is(err, node.ErrBadBackup):
-		return apiErr(http.StatusBadRequest, CodeBadBackup, "", "%v", err)
+		return apiErr(http.StatusBadRequest, wire.CodeBadBackup, "", "%v", err)
 	case errors.Is(err, node.ErrUnknownMember):
-		return apiErr(http.StatusNotFound, string(fsm.CodeNotFound), "id", "%v", err)
+		return apiErr(http.StatusNotFound, wire.CodeNotFound, "id", "%v", err)
 	case errors.Is(err, context.DeadlineExceeded):
-		return &Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Retryable: true, Message: "the request timed out"}
+		return &Error{Status: http.StatusGatewayTimeout, Code: wire.CodeTimeout, Retryable: true, Message: "the request timed out"}
 	case errors.Is(err, context.Canceled):
-		return &Error{Status: 499, Code: CodeTimeout, Retryable: true, Message: "the client went away"}
+		return &Error{Status: 499, Code: wire.CodeTimeout, Retryable: true, Message: "the client went away"}
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
+	return &Error{Status: http.StatusInternalServerError, Code: wire.CodeInternal, Message: err.Error()}
 }
 
 // decodeBody reads a JSON body strictly: one value, valid UTF-8, no
@@ -176,10 +99,10 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 		if allowEmpty {
 			return nil
 		}
-		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body is empty; a JSON object is required")
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, "", "request body is empty; a JSON object is required")
 	}
 	if !utf8.Valid(raw) {
-		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body is not valid UTF-8")
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, "", "request body is not valid UTF-8")
 	}
 	if err := checkJSONShape(raw); err != nil {
 		return err
@@ -190,7 +113,7 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body holds more than one JSON value")
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, "", "request body holds more than one JSON value")
 	}
 	return nil
 }
@@ -229,7 +152,7 @@ func checkJSONShape(raw []byte) error {
 				key, _ := tok.(string)
 				if top.keys[key] {
 					field := strings.TrimPrefix(top.path+"."+key, ".")
-					return apiErr(http.StatusBadRequest, CodeInvalidJSON, field, "key %q appears twice in one object", key)
+					return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, field, "key %q appears twice in one object", key)
 				}
 				top.keys[key] = true
 				top.key = key
@@ -238,7 +161,7 @@ func checkJSONShape(raw []byte) error {
 			}
 		} else if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
 			if len(stack) >= maxJSONDepth {
-				return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body is nested deeper than %d levels", maxJSONDepth)
+				return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, "", "request body is nested deeper than %d levels", maxJSONDepth)
 			}
 			path := ""
 			if top != nil {
@@ -307,19 +230,19 @@ func jsonError(err error) error {
 	case errors.As(err, &mbe):
 		return err
 	case errors.As(err, &syn):
-		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "malformed JSON at byte %d: %v", syn.Offset, syn)
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, "", "malformed JSON at byte %d: %v", syn.Offset, syn)
 	case errors.As(err, &typ):
 		if typ.Field == "" {
-			return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body must be %s, not a JSON %s", jsonKind(typ.Type), typ.Value)
+			return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, "", "request body must be %s, not a JSON %s", jsonKind(typ.Type), typ.Value)
 		}
-		return apiErr(http.StatusBadRequest, CodeInvalidJSON, typ.Field, "field %q: expected %s, got JSON %s", typ.Field, jsonKind(typ.Type), typ.Value)
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, typ.Field, "field %q: expected %s, got JSON %s", typ.Field, jsonKind(typ.Type), typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "request body ends in the middle of a JSON value")
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, "", "request body ends in the middle of a JSON value")
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		name = strings.Trim(name, `"`)
-		return apiErr(http.StatusBadRequest, CodeUnknownField, name, "unknown field %q", name)
+		return apiErr(http.StatusBadRequest, wire.CodeUnknownField, name, "unknown field %q", name)
 	}
-	return apiErr(http.StatusBadRequest, CodeInvalidJSON, "", "%s", strings.TrimPrefix(msg, "json: "))
+	return apiErr(http.StatusBadRequest, wire.CodeInvalidJSON, "", "%s", strings.TrimPrefix(msg, "json: "))
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/internal/mtls"
+	"github.com/metastore/metastore/wire"
 )
 
 // forwarder relays requests that belong to the leader. It is the only place
@@ -76,14 +77,14 @@ func forwardError(r *http.Request, leaderAddr string, err error) *Error {
 		return toAPIError(err)
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) || isDialError(err) {
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Retryable: true,
+		return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeUnavailable, Retryable: true,
 			Message: "cannot reach the leader at " + leaderAddr + ": " + err.Error()}
 	}
 	if r.Method == http.MethodGet {
-		return &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, Retryable: true,
+		return &Error{Status: http.StatusBadGateway, Code: wire.CodeUnavailable, Retryable: true,
 			Message: "forwarding to the leader at " + leaderAddr + " failed: " + err.Error()}
 	}
-	return &Error{Status: http.StatusServiceUnavailable, Code: CodeOutcomeUnknown, Retryable: true,
+	return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeOutcomeUnknown, Retryable: true,
 		Message: "the leader at " + leaderAddr + " did not answer (" + err.Error() + "); the write may or may not have been applied; repeating it is safe: every mutation is idempotent by content"}
 }
 

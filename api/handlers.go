@@ -12,14 +12,15 @@ import (
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // Path and query parameters.
 
 func pathID(r *http.Request, name string) (string, error) {
 	v := mux.Vars(r)[name]
-	if !fsm.IDPattern.MatchString(v) {
-		return "", apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q must match %s", v, fsm.IDPattern)
+	if err := wire.CheckID(name, v); err != nil {
+		return "", err
 	}
 	return v, nil
 }
@@ -28,25 +29,25 @@ func pathUint(r *http.Request, name string) (uint64, error) {
 	raw := mux.Vars(r)[name]
 	v, err := strconv.ParseUint(raw, 10, 64)
 	if err != nil || v == 0 {
-		return 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q is not a positive integer", raw)
+		return 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, name, "%q is not a positive integer", raw)
 	}
 	return v, nil
 }
 
-// pathEpoch reads the {epoch} path variable: 1 to fsm.MaxEpoch.
+// pathEpoch reads the {epoch} path variable: 1 to wire.MaxEpoch.
 func pathEpoch(r *http.Request) (uint64, error) {
 	v, err := pathUint(r, "epoch")
-	if err == nil && v > fsm.MaxEpoch {
-		err = apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "epoch", "%d is above the largest epoch, %d (2^63-1)", v, uint64(fsm.MaxEpoch))
+	if err == nil && v > wire.MaxEpoch {
+		err = apiErr(http.StatusBadRequest, wire.CodeInvalid, "epoch", "%d is above the largest epoch, %d (2^63-1)", v, uint64(wire.MaxEpoch))
 	}
 	return v, err
 }
 
-// queryEpoch reads ?epoch: absent (0) or 1 to fsm.MaxEpoch.
+// queryEpoch reads ?epoch: absent (0) or 1 to wire.MaxEpoch.
 func queryEpoch(r *http.Request) (uint64, error) {
 	v, err := queryUint(r, "epoch")
-	if err == nil && v > fsm.MaxEpoch {
-		err = apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "epoch", "%d is above the largest epoch, %d (2^63-1)", v, uint64(fsm.MaxEpoch))
+	if err == nil && v > wire.MaxEpoch {
+		err = apiErr(http.StatusBadRequest, wire.CodeInvalid, "epoch", "%d is above the largest epoch, %d (2^63-1)", v, uint64(wire.MaxEpoch))
 	}
 	return v, err
 }
@@ -58,7 +59,7 @@ func queryUint(r *http.Request, name string) (uint64, error) {
 	}
 	v, err := strconv.ParseUint(raw, 10, 64)
 	if err != nil {
-		return 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q is not a non-negative integer", raw)
+		return 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, name, "%q is not a non-negative integer", raw)
 	}
 	return v, nil
 }
@@ -68,8 +69,8 @@ func queryID(r *http.Request, name string) (string, error) {
 	if raw == "" {
 		return "", nil
 	}
-	if !fsm.IDPattern.MatchString(raw) {
-		return "", apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), name, "%q must match %s", raw, fsm.IDPattern)
+	if err := wire.CheckID(name, raw); err != nil {
+		return "", err
 	}
 	return raw, nil
 }
@@ -89,21 +90,15 @@ func (s *Server) status(_ *http.Request) (any, uint64, error) {
 
 func (s *Server) membersList(_ *http.Request) (any, uint64, error) {
 	st := s.node.Status()
-	return map[string]any{"members": st.Members, "leader_id": st.LeaderID}, st.AppliedIndex, nil
-}
-
-type memberBody struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr"`
+	return wire.Membership{LeaderID: st.LeaderID, Members: st.Members}, st.AppliedIndex, nil
 }
 
 func (s *Server) membersAdd(r *http.Request) (any, uint64, error) {
-	var b memberBody
+	var b wire.MemberRequest
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
-	m := fsm.MemberUpsert(b)
+	m := fsm.MemberUpsert{ID: b.ID, RaftAddr: b.RaftAddr, HTTPAddr: b.HTTPAddr}
 	if err := m.Validate(); err != nil {
 		return nil, 0, err
 	}
@@ -112,7 +107,7 @@ func (s *Server) membersAdd(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	st := s.node.Status()
-	return map[string]any{"added": m.ID, "members": st.Members}, st.AppliedIndex, nil
+	return wire.MembershipChange{Added: m.ID, Members: st.Members}, st.AppliedIndex, nil
 }
 
 func (s *Server) membersRemove(r *http.Request) (any, uint64, error) {
@@ -124,7 +119,7 @@ func (s *Server) membersRemove(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	st := s.node.Status()
-	return map[string]any{"removed": id, "members": st.Members}, st.AppliedIndex, nil
+	return wire.MembershipChange{Removed: id, Members: st.Members}, st.AppliedIndex, nil
 }
 
 func (s *Server) leaderTransfer(r *http.Request) (any, uint64, error) {
@@ -135,20 +130,20 @@ func (s *Server) leaderTransfer(r *http.Request) (any, uint64, error) {
 		}
 	}
 	if voters < 2 {
-		return nil, 0, apiErr(http.StatusConflict, string(fsm.CodeConflict), "", "no other voter to hand leadership to")
+		return nil, 0, apiErr(http.StatusConflict, wire.CodeConflict, "", "no other voter to hand leadership to")
 	}
 	if err := s.node.TransferLeadership(r.Context()); err != nil {
 		return nil, 0, err
 	}
 	st := s.node.Status()
-	return map[string]any{"previous_leader": s.cfg.NodeID, "leader_id": st.LeaderID}, st.AppliedIndex, nil
+	return wire.LeaderTransfer{LeaderID: st.LeaderID, PreviousLeader: s.cfg.NodeID}, st.AppliedIndex, nil
 }
 
 // stateHash digests this member's whole state at its applied index; two
 // members at the same index must answer the same digest.
 func (s *Server) stateHash(_ *http.Request) (any, uint64, error) {
 	idx, h, err := s.fsm.StateHash()
-	return map[string]any{"index": idx, "hash": h, "id": s.cfg.NodeID}, idx, err
+	return wire.StateHash{Hash: h, ID: s.cfg.NodeID, Index: idx}, idx, err
 }
 
 // Jobs and attempts.
@@ -161,7 +156,7 @@ func (s *Server) jobsList(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return blockingRead(r, s.fsm.Changes, wait, func() (map[string]any, uint64, bool, error) {
+	return blockingRead(r, s.fsm.Changes, wait, func() (*wire.JobList, uint64, bool, error) {
 		jobs, idx, err := s.fsm.Jobs()
 		if err != nil {
 			return nil, idx, true, err
@@ -171,7 +166,7 @@ func (s *Server) jobsList(r *http.Request) (any, uint64, error) {
 		for _, j := range jobs {
 			changed = changed || j.ModifyIndex > after
 		}
-		return map[string]any{"jobs": jobs}, idx, changed, nil
+		return &wire.JobList{Jobs: convertAll(jobs, func(j *fsm.Job) wire.Job { return *wireJob(j) })}, idx, changed, nil
 	})
 }
 
@@ -180,17 +175,15 @@ func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var b struct {
-		Config fsm.JobConfig `json:"config"`
-	}
+	var b wire.JobPutRequest
 	if err := decodeBody(r, &b, true); err != nil {
 		return nil, 0, err
 	}
-	p := fsm.JobPut{Job: job, Config: b.Config}
+	p := fsm.JobPut{Job: job, Config: fsmJobConfig(b.Config)}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
-	return s.apply(r.Context(), fsm.CmdJobPut, &p)
+	return answer(s.apply(r.Context(), fsm.CmdJobPut, &p))
 }
 
 // jobGet reads a job. With ?index=N it is a blocking query: it answers when
@@ -206,10 +199,10 @@ func (s *Server) jobGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return blockingRead(r, s.fsm.Changes, wait, func() (*fsm.Job, uint64, bool, error) {
+	return answer(blockingRead(r, s.fsm.Changes, wait, func() (*fsm.Job, uint64, bool, error) {
 		j, idx, err := s.fsm.Job(job)
 		return j, idx, err != nil || after == 0 || j.ModifyIndex > after, err
-	})
+	}))
 }
 
 // blockingParams reads the ?index and ?wait of a blocking query.
@@ -222,7 +215,7 @@ func blockingParams(r *http.Request) (after uint64, wait time.Duration, err erro
 	if raw := r.URL.Query().Get("wait"); raw != "" {
 		d, err := time.ParseDuration(raw)
 		if err != nil || d < 0 {
-			return 0, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "wait", "%q is not a duration such as 30s", raw)
+			return 0, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "wait", "%q is not a duration such as 30s", raw)
 		}
 		wait = min(d, MaxWait)
 	}
@@ -263,20 +256,14 @@ func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
 	}
 	// capabilities is required (docs/openapi.json): a task that checkpoints
 	// nothing says so with [], so a forgotten field is not taken for it.
-	var b struct {
-		AttemptID string `json:"attempt_id"`
-		Tasks     []struct {
-			ID   string    `json:"id"`
-			Caps *fsm.Caps `json:"capabilities"`
-		} `json:"tasks"`
-	}
+	var b wire.AttemptStartRequest
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
 	tasks := make([]fsm.Task, len(b.Tasks))
 	for i, tk := range b.Tasks {
 		if tk.Caps == nil {
-			return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), fmt.Sprintf("tasks[%d].capabilities", i),
+			return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, fmt.Sprintf("tasks[%d].capabilities", i),
 				"task %q has no capabilities; a task that checkpoints nothing has []", tk.ID)
 		}
 		tasks[i] = fsm.Task{ID: tk.ID, Caps: *tk.Caps}
@@ -285,7 +272,7 @@ func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
-	return s.apply(r.Context(), fsm.CmdAttemptStart, &p)
+	return answer(s.apply(r.Context(), fsm.CmdAttemptStart, &p))
 }
 
 // attemptsList lists the attempts of a job the store keeps, newest first:
@@ -302,23 +289,23 @@ func (s *Server) attemptsList(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	if limit > MaxAttemptsListed {
-		return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "limit", "%d is above the limit of %d", limit, MaxAttemptsListed)
+		return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "limit", "%d is above the limit of %d", limit, MaxAttemptsListed)
 	}
 	tasks := false
 	if raw := r.URL.Query().Get("tasks"); raw != "" {
 		if tasks, err = strconv.ParseBool(raw); err != nil {
-			return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "tasks", "%q is not true or false", raw)
+			return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "tasks", "%q is not true or false", raw)
 		}
 	}
 	if tasks && limit == 0 {
 		limit = DefaultAttemptsWithTasks
 	}
-	return s.fsm.Attempts(job, int(limit), tasks)
+	return answer(s.fsm.Attempts(job, int(limit), tasks))
 }
 
 // MaxAttemptsListed bounds ?limit of attempts.list; DefaultAttemptsWithTasks
 // is its limit when the task sets are asked for without one, since each
-// may hold fsm.MaxTasks tasks.
+// may hold wire.MaxTasks tasks.
 const (
 	MaxAttemptsListed        = 1001
 	DefaultAttemptsWithTasks = 10
@@ -335,7 +322,7 @@ func (s *Server) attemptGet(r *http.Request) (any, uint64, error) {
 			return nil, 0, err
 		}
 	}
-	return s.fsm.Attempt(job, gen)
+	return answer(s.fsm.Attempt(job, gen))
 }
 
 // Epochs.
@@ -345,10 +332,7 @@ func (s *Server) epochBegin(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var b struct {
-		Generation uint64 `json:"generation"`
-		Epoch      uint64 `json:"epoch"`
-	}
+	var b wire.EpochBeginRequest
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
@@ -356,7 +340,7 @@ func (s *Server) epochBegin(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
-	return s.apply(r.Context(), fsm.CmdEpochBegin, &p)
+	return answer(s.apply(r.Context(), fsm.CmdEpochBegin, &p))
 }
 
 func (s *Server) epochsList(r *http.Request) (any, uint64, error) {
@@ -368,10 +352,13 @@ func (s *Server) epochsList(r *http.Request) (any, uint64, error) {
 	switch state {
 	case "", fsm.EpochPending, fsm.EpochCompleted, fsm.EpochAborted, fsm.EpochSubsumed:
 	default:
-		return nil, 0, apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "state", "%q is not one of pending, completed, aborted, subsumed", state)
+		return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "state", "%q is not one of pending, completed, aborted, subsumed", state)
 	}
 	epochs, idx, err := s.fsm.Epochs(job, state)
-	return map[string]any{"epochs": epochs}, idx, err
+	if err != nil {
+		return nil, idx, err
+	}
+	return wire.EpochList{Epochs: convertAll(epochs, func(e *fsm.Epoch) wire.Epoch { return *wireEpoch(e) })}, idx, nil
 }
 
 // epochGet reads an epoch with its statistics. With ?index=N it is a
@@ -390,10 +377,10 @@ func (s *Server) epochGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return blockingRead(r, s.fsm.Changes, wait, func() (*fsm.EpochDetail, uint64, bool, error) {
+	return answer(blockingRead(r, s.fsm.Changes, wait, func() (*fsm.EpochDetail, uint64, bool, error) {
 		e, idx, err := s.fsm.Epoch(job, n)
 		return e, idx, err != nil || after == 0 || e.ModifyIndex > after, err
-	})
+	}))
 }
 
 func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
@@ -409,15 +396,11 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var b struct {
-		Generation uint64              `json:"generation"`
-		Payloads   map[fsm.Kind][]byte `json:"payloads"`
-		Manifest   *fsm.ManifestAck    `json:"manifest"`
-	}
+	var b wire.TaskAckRequest
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
-	p := fsm.TaskAck{Job: job, Generation: b.Generation, Epoch: n, Task: task, Payloads: b.Payloads, Manifest: b.Manifest}
+	p := fsm.TaskAck{Job: job, Generation: b.Generation, Epoch: n, Task: task, Payloads: b.Payloads, Manifest: fsmManifestAck(b.Manifest)}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
@@ -432,7 +415,7 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	}
 	if unsafeDropAcks {
 		if res, idx, ok := s.unsafeDropAck(&p); ok {
-			return res, idx, nil
+			return toWire(res), idx, nil
 		}
 	}
 	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, &p)
@@ -444,7 +427,7 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 			s.gc.ObserveSoon()
 		}
 	}
-	return v, idx, err
+	return answer(v, idx, err)
 }
 
 func (s *Server) epochAbort(r *http.Request) (any, uint64, error) {
@@ -456,10 +439,7 @@ func (s *Server) epochAbort(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var b struct {
-		Generation uint64 `json:"generation"`
-		Reason     string `json:"reason"`
-	}
+	var b wire.EpochAbortRequest
 	if err := decodeBody(r, &b, false); err != nil {
 		return nil, 0, err
 	}
@@ -467,7 +447,7 @@ func (s *Server) epochAbort(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
-	return s.apply(r.Context(), fsm.CmdEpochAbort, &p)
+	return answer(s.apply(r.Context(), fsm.CmdEpochAbort, &p))
 }
 
 func (s *Server) pinRequest(r *http.Request, withBody bool) (*fsm.EpochPin, error) {
@@ -479,9 +459,7 @@ func (s *Server) pinRequest(r *http.Request, withBody bool) (*fsm.EpochPin, erro
 	if err != nil {
 		return nil, err
 	}
-	var b struct {
-		Name string `json:"name"`
-	}
+	var b wire.PinRequest
 	if withBody {
 		if err := decodeBody(r, &b, true); err != nil {
 			return nil, err
@@ -497,7 +475,7 @@ func (s *Server) epochPin(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	addAudit(r, "pin", p.Name)
-	return s.apply(r.Context(), fsm.CmdEpochPin, p)
+	return answer(s.apply(r.Context(), fsm.CmdEpochPin, p))
 }
 
 func (s *Server) epochUnpin(r *http.Request) (any, uint64, error) {
@@ -505,7 +483,7 @@ func (s *Server) epochUnpin(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return s.apply(r.Context(), fsm.CmdEpochUnpin, p)
+	return answer(s.apply(r.Context(), fsm.CmdEpochUnpin, p))
 }
 
 // taskRestore plans a task's restore: ?epoch=N or ?pin=NAME chooses the
@@ -539,6 +517,6 @@ func (s *Server) taskRestore(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	ans, err := s.grantReads(plan) // signed blob reads when auth is on (auth.go)
+	ans, err := s.grantReads(wireRestorePlan(plan)) // signed blob reads when auth is on (auth.go)
 	return ans, idx, err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // member is one in-process member (internal/testmember).
@@ -45,10 +46,10 @@ func (r response) decode(t *testing.T, v any) {
 // apiError is the JSON error answer.
 type apiError struct {
 	Error struct {
-		Code      string `json:"code"`
-		Field     string `json:"field"`
-		Message   string `json:"message"`
-		Retryable bool   `json:"retryable"`
+		Code      wire.Code `json:"code"`
+		Field     string    `json:"field"`
+		Message   string    `json:"message"`
+		Retryable bool      `json:"retryable"`
 	} `json:"error"`
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // hostileLimits are small server limits, so that the table can cross each
@@ -97,7 +98,8 @@ func TestHostileRequests(t *testing.T) {
 		status int
 		// code is the API's error code; "" when the Go HTTP server answers
 		// before any handler (its answers are plain text).
-		code, field string
+		code  wire.Code
+		field string
 	}{
 		// Bodies that are not the JSON they should be.
 		{"truncated json", rawRequest("POST", "/v1/jobs/hj/epochs", `{"generation":1,"epo`), 400, json400, ""},

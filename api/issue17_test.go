@@ -8,6 +8,7 @@ import (
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestEpochBeyondInt64Refused: epochs above 2^63-1 (the int64 of the
@@ -18,7 +19,7 @@ import (
 func TestEpochBeyondInt64Refused(t *testing.T) {
 	m := startSingle(t)
 	j := createJob(t, m.URL, "big", []taskSpec{{ID: "src", Caps: []string{"input"}}})
-	for body, code := range map[string]string{
+	for body, code := range map[string]wire.Code{
 		`{"generation": 1, "epoch": 9223372036854775808}`:  "invalid_argument",
 		`{"generation": 1, "epoch": 18446744073709551615}`: "invalid_argument",
 		`{"generation": 1, "epoch": 18446744073709551616}`: "invalid_json",

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/wire"
 )
 
 // NewHTTPServer is the http.Server of the API, with the limits of cfg: the
@@ -57,7 +58,7 @@ func (s *Server) headerLimit(next http.Handler) http.Handler {
 		}
 		if n > s.cfg.MaxHeaderBytes {
 			w.Header().Set("Connection", "close")
-			writeError(w, apiErr(http.StatusRequestHeaderFieldsTooLarge, CodeHeaderTooLarge, "",
+			writeError(w, apiErr(http.StatusRequestHeaderFieldsTooLarge, wire.CodeHeaderTooLarge, "",
 				"the request line and headers are %d bytes, above the limit of %d (--http-max-header-bytes)", n, s.cfg.MaxHeaderBytes))
 			return
 		}
@@ -117,8 +118,8 @@ func (s *Server) limit(next http.Handler) http.Handler {
 				if reason == rejectInFlight {
 					msg = "too many requests in progress from this client; retry when one has finished"
 				}
-				writeJSON(w, http.StatusTooManyRequests, map[string]*Error{"error": {
-					Status: http.StatusTooManyRequests, Code: CodeRateLimited, Retryable: true, Message: msg}})
+				e := &Error{Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited, Retryable: true, Message: msg}
+				writeJSON(w, e.Status, e.body())
 				return
 			}
 			defer release()
@@ -180,7 +181,7 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		b.onTimeout()
-		return n, &Error{Status: http.StatusRequestTimeout, Code: CodeRequestTimeout,
+		return n, &Error{Status: http.StatusRequestTimeout, Code: wire.CodeRequestTimeout,
 			Message: "the request body did not arrive within " + b.timeout.String()}
 	}
 	if errors.Is(err, io.EOF) {

@@ -17,6 +17,7 @@ import (
 	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // clientFrom is an HTTP client whose connections come from the loopback
@@ -69,7 +70,7 @@ func TestRateLimitPerClient(t *testing.T) {
 		}
 		limited++
 		var e apiError
-		if err := json.Unmarshal(body, &e); err != nil || e.Error.Code != api.CodeRateLimited || !e.Error.Retryable || e.Error.Message == "" {
+		if err := json.Unmarshal(body, &e); err != nil || e.Error.Code != wire.CodeRateLimited || !e.Error.Retryable || e.Error.Message == "" {
 			t.Fatalf("429 body %s is not a retryable rate_limited error", body)
 		}
 		if s, err := strconv.Atoi(header.Get("Retry-After")); err != nil || s < 1 {

@@ -10,24 +10,12 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // memberStatusTimeout bounds the time one member has to answer its status
 // for GET /v1/members/status.
 const memberStatusTimeout = 2 * time.Second
-
-// MemberStatusAnswer is one member's own status as another member read it,
-// or why it could not.
-type MemberStatusAnswer struct {
-	ID       string `json:"id"`
-	HTTPAddr string `json:"http_addr"`
-	// Status is the member's answer to GET /v1/status; nil when it could
-	// not be read (Error says why).
-	Status *node.Status `json:"status,omitempty"`
-	Error  string       `json:"error,omitempty"`
-	// TookMs is how long the member took to answer.
-	TookMs float64 `json:"took_ms"`
-}
 
 // membersStatus asks every member with an HTTP address for its own status
 // (GET /v1/status, with the caller's token), in parallel, and answers them
@@ -35,10 +23,10 @@ type MemberStatusAnswer struct {
 // them. A member that does not answer within 2s is listed with the error.
 func (s *Server) membersStatus(r *http.Request) (any, uint64, error) {
 	own := s.node.Status()
-	out := make([]MemberStatusAnswer, len(own.Members))
+	out := make([]wire.MemberStatusAnswer, len(own.Members))
 	var wg sync.WaitGroup
 	for i, m := range own.Members {
-		out[i] = MemberStatusAnswer{ID: m.ID, HTTPAddr: m.HTTPAddr}
+		out[i] = wire.MemberStatusAnswer{ID: m.ID, HTTPAddr: m.HTTPAddr}
 		if m.ID == own.ID {
 			st := own
 			out[i].Status = &st
@@ -49,7 +37,7 @@ func (s *Server) membersStatus(r *http.Request) (any, uint64, error) {
 			continue
 		}
 		wg.Add(1)
-		go func(a *MemberStatusAnswer) {
+		go func(a *wire.MemberStatusAnswer) {
 			defer wg.Done()
 			start := time.Now()
 			st, err := s.fwd.status(r.Context(), a.HTTPAddr, r.Header.Get("Authorization"))
@@ -62,7 +50,7 @@ func (s *Server) membersStatus(r *http.Request) (any, uint64, error) {
 		}(&out[i])
 	}
 	wg.Wait()
-	return map[string]any{"members": out, "asked_by": own.ID}, own.AppliedIndex, nil
+	return wire.MembersStatus{AskedBy: own.ID, Members: out}, own.AppliedIndex, nil
 }
 
 // status reads GET /v1/status of the member at addr.

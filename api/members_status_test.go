@@ -3,8 +3,8 @@ package api_test
 import (
 	"testing"
 
-	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestMembersStatus: any member answers every member's own status; a
@@ -12,8 +12,8 @@ import (
 func TestMembersStatus(t *testing.T) {
 	ms := testmember.StartCluster(t, 3)
 	var got struct {
-		AskedBy string                   `json:"asked_by"`
-		Members []api.MemberStatusAnswer `json:"members"`
+		AskedBy string                    `json:"asked_by"`
+		Members []wire.MemberStatusAnswer `json:"members"`
 	}
 	ok(t, "GET", ms[1].URL+"/v1/members/status", nil, &got)
 	if got.AskedBy != "n2" || len(got.Members) != 3 {

@@ -14,8 +14,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-
-	"github.com/metastore/metastore/api"
+	"github.com/metastore/metastore/wire"
 )
 
 // docOp is one operation of the OpenAPI document.
@@ -180,7 +179,7 @@ func TestOpenAPIResponseBodies(t *testing.T) {
 	r.ok("attempts.list", jb+"/attempts?tasks=true&limit=5", nil, nil)
 
 	var slots struct {
-		Uploads []api.Upload `json:"uploads"`
+		Uploads []wire.Upload `json:"uploads"`
 	}
 	r.ok("uploads.create", jb+"/uploads", map[string]any{"generation": 1, "task": "agg", "count": 1}, &slots)
 	if len(slots.Uploads) != 1 {

@@ -23,8 +23,9 @@ import (
 const openAPIPath = "../docs/openapi.json"
 
 // errorCodeSources hold the error code constants (Code...) the API answers
-// with: the state machine's rule codes and the HTTP layer's own.
-var errorCodeSources = map[string]string{"fsm/errors.go": "../fsm/errors.go", "api/errors.go": "errors.go"}
+// with: the state machine's rule codes and the HTTP layer's own, declared
+// once in package wire.
+var errorCodeSources = map[string]string{"wire/codes.go": "../wire/codes.go"}
 
 // openAPIDoc is the part of an OpenAPI 3 document the test checks.
 type openAPIDoc struct {
@@ -191,8 +192,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 }
 
 // TestOpenAPIDocumentsEveryErrorCode checks the error-code enum of
-// docs/openapi.json against the Code constants of fsm/errors.go and
-// api/errors.go: a code added to the source and not documented, or a
+// docs/openapi.json against the Code constants of wire/codes.go: a code added to the source and not documented, or a
 // documented code that no longer exists, fails. Each operation's
 // x-error-codes must name documented codes.
 func TestOpenAPIDocumentsEveryErrorCode(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Per-job quotas: open upload intents (--quota-open-intents), bytes of
@@ -101,7 +102,7 @@ func (q *jobQuotas) admitIntents(job string, n int, now time.Time) error {
 		return liveBytesExceeded(job, u.LiveBytes, lim)
 	}
 	if lim := q.cfg.QuotaOpenIntents; lim > 0 && u.Intents+n > lim {
-		return &Error{Status: http.StatusInsufficientStorage, Code: CodeQuotaExceeded, Field: "count",
+		return &Error{Status: http.StatusInsufficientStorage, Code: wire.CodeQuotaExceeded, Field: "count",
 			Message: fmt.Sprintf("job %q holds %d open upload intents and asks for %d more; --quota-open-intents is %d: commit the uploads with an ack or let their lease expire", job, u.Intents, n, lim)}
 	}
 	u.Intents += n
@@ -126,7 +127,7 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 		if d := res.DelayFrom(now); d > 0 {
 			res.CancelAt(now)
 			secs := max(1, int(math.Ceil(d.Seconds())))
-			return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Retryable: true,
+			return &Error{Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited, Retryable: true,
 				Message: fmt.Sprintf("job %q sends acks faster than --quota-ack-rate %s/s (burst %d); retry after %ds",
 					job, strconv.FormatFloat(q.cfg.QuotaAckRate, 'g', -1, 64), q.cfg.QuotaAckBurst, secs)}
 		}
@@ -159,6 +160,6 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 }
 
 func liveBytesExceeded(job string, bytes uint64, lim int64) error {
-	return &Error{Status: http.StatusInsufficientStorage, Code: CodeQuotaExceeded, Field: "manifest.blobs",
+	return &Error{Status: http.StatusInsufficientStorage, Code: wire.CodeQuotaExceeded, Field: "manifest.blobs",
 		Message: fmt.Sprintf("job %q would hold %d bytes of live blobs; --quota-live-bytes is %d: let older checkpoints be subsumed or collected first", job, bytes, lim)}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestUploadIntentFlood replays issue 13's fifth finding against the
@@ -22,12 +23,12 @@ func TestUploadIntentFlood(t *testing.T) {
 	granted := 0
 	var refusal response
 	for granted < 120_000 {
-		r := do(t, "POST", j.base+"/uploads", map[string]any{"generation": j.gen, "task": "agg", "count": fsm.MaxIntents})
+		r := do(t, "POST", j.base+"/uploads", map[string]any{"generation": j.gen, "task": "agg", "count": wire.MaxIntents})
 		if r.status != http.StatusOK {
 			refusal = r
 			break
 		}
-		granted += fsm.MaxIntents
+		granted += wire.MaxIntents
 	}
 	if refusal.status != http.StatusInsufficientStorage {
 		t.Fatalf("granted %d intents to one job; last answer %d %s", granted, refusal.status, refusal.body)

@@ -23,6 +23,7 @@ import (
 	"github.com/metastore/metastore/internal/clock"
 	"github.com/metastore/metastore/internal/mtls"
 	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // Headers set on responses.
@@ -238,12 +239,12 @@ func (s *Server) routes(reg *prometheus.Registry) *mux.Router {
 		r.Handle("/metrics", h).Methods("GET")
 	}
 	r.NotFoundHandler = s.instrument("not_found", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		writeError(w, apiErr(http.StatusNotFound, CodeRouteNotFound, "", "no route %s %s", req.Method, req.URL.Path))
+		writeError(w, apiErr(http.StatusNotFound, wire.CodeRouteNotFound, "", "no route %s %s", req.Method, req.URL.Path))
 	}))
 	r.MethodNotAllowedHandler = s.instrument("method_not_allowed", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		allowed := allowedMethods(r, req)
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		writeError(w, apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "method %s is not allowed on %s (allowed: %s)", req.Method, req.URL.Path, strings.Join(allowed, ", ")))
+		writeError(w, apiErr(http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "", "method %s is not allowed on %s (allowed: %s)", req.Method, req.URL.Path, strings.Join(allowed, ", ")))
 	}))
 	return r
 }
@@ -336,7 +337,7 @@ func consistency(r *http.Request) (string, error) {
 	case consistencyStale, consistencyDefault, consistencyLinearizable:
 		return c, nil
 	default:
-		return "", apiErr(http.StatusBadRequest, string(fsm.CodeInvalid), "consistency", "%q is not one of stale, default, linearizable", c)
+		return "", apiErr(http.StatusBadRequest, wire.CodeInvalid, "consistency", "%q is not one of stale, default, linearizable", c)
 	}
 }
 
@@ -381,7 +382,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, name string) {
 	if by := r.Header.Get(HeaderForwardedBy); by != "" {
 		// Leadership moved while the request was in flight; forwarding
 		// again could loop.
-		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeNotLeader, Retryable: true,
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeNotLeader, Retryable: true,
 			Message: "forwarded by " + by + " but this member is not the leader; retry"})
 		return
 	}
@@ -402,7 +403,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 					panic(p)
 				}
 				s.logger.Error("panic in handler", "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
-				writeError(w, apiErr(http.StatusInternalServerError, CodeInternal, "", "internal error"))
+				writeError(w, apiErr(http.StatusInternalServerError, wire.CodeInternal, "", "internal error"))
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -421,7 +422,7 @@ func writeError(w http.ResponseWriter, e *Error) {
 	if e.Retryable {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, e.Status, map[string]*Error{"error": e})
+	writeJSON(w, e.Status, e.body())
 }
 
 // healthz answers while the process serves HTTP.
@@ -433,7 +434,7 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 // it knows to be committed.
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if err := s.node.Ready(); err != nil {
-		writeError(w, apiErr(http.StatusServiceUnavailable, CodeNotReady, "", "%v", err))
+		writeError(w, apiErr(http.StatusServiceUnavailable, wire.CodeNotReady, "", "%v", err))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "applied_index": s.fsm.AppliedIndex()})

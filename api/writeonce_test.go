@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/blobstore/blobtest"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // s3Member starts a single member whose blobs live in S3: the S3 client
@@ -26,10 +26,10 @@ func s3Member(t *testing.T) (*member, *blobstore.S3) {
 	return testmember.StartSingleStore(t, store, nil), store
 }
 
-func slot(t *testing.T, m *member, job string, gen uint64) api.Upload {
+func slot(t *testing.T, m *member, job string, gen uint64) wire.Upload {
 	t.Helper()
 	var ans struct {
-		Uploads []api.Upload `json:"uploads"`
+		Uploads []wire.Upload `json:"uploads"`
 	}
 	ok(t, "POST", m.URL+"/v1/jobs/"+job+"/uploads", fmt.Sprintf(`{"generation":%d,"task":"t"}`, gen), &ans)
 	if len(ans.Uploads) != 1 {
@@ -40,7 +40,7 @@ func slot(t *testing.T, m *member, job string, gen uint64) api.Upload {
 
 // putSlot PUTs body to an upload slot the way a worker does (its URL and
 // headers); withHeader false drops the headers the slot asks for.
-func putSlot(t *testing.T, u api.Upload, body string, withHeader bool) int {
+func putSlot(t *testing.T, u wire.Upload, body string, withHeader bool) int {
 	t.Helper()
 	req, err := http.NewRequest(u.Method, u.URL, strings.NewReader(body))
 	if err != nil {
@@ -176,7 +176,7 @@ func TestBlobsWrittenOnce(t *testing.T) {
 	r := do(t, "PUT", m.URL+"/v1/jobs/j/epochs/3/acks/t", `{"generation":2,"manifest":`+ackBlob(old.Key, 6, 6, 3)+`}`)
 	var e apiError
 	r.decode(t, &e)
-	if r.status != http.StatusConflict || e.Error.Code != string(fsm.CodeFenced) || e.Error.Field != "manifest.blobs" {
+	if r.status != http.StatusConflict || e.Error.Code != wire.CodeFenced || e.Error.Field != "manifest.blobs" {
 		t.Fatalf("ack of generation 2 committing a slot of generation 1: %d %s", r.status, r.body)
 	}
 }
@@ -205,7 +205,7 @@ func TestSupersededSlotUploadRefused(t *testing.T) {
 	r := do(t, "PUT", up.URL, "zombie bytes")
 	var e apiError
 	r.decode(t, &e)
-	if r.status != http.StatusConflict || e.Error.Code != string(fsm.CodeFenced) {
+	if r.status != http.StatusConflict || e.Error.Code != wire.CodeFenced {
 		t.Fatalf("upload to a slot of a superseded attempt: %d %s", r.status, r.body)
 	}
 }

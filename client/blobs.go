@@ -12,31 +12,23 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // UploadSlot is where to upload one blob: a key held by an upload intent
 // with a lease, and the request to send (a presigned PUT to the object
 // store, or the metastore's /v1/objects/{key} with the local blob store).
-// It is the wire form of the API's upload answer.
-type UploadSlot struct {
-	Key       string      `json:"key"`
-	Method    string      `json:"method"`
-	URL       string      `json:"url"`
-	Header    http.Header `json:"header,omitempty"`
-	ExpiresAt time.Time   `json:"expires_at"`
-}
+type UploadSlot = wire.Upload
 
 // UploadSlots asks for count upload slots for task (count 0 means 1; at
-// most fsm.MaxIntents). Each call hands out fresh keys, so it is the one
+// most wire.MaxIntents). Each call hands out fresh keys, so it is the one
 // call of the API that is not idempotent by content; retrying it (as the
 // client does on a failure whose outcome is unknown) is still harmless: a
 // slot nothing commits expires with its lease and the garbage collector
 // deletes whatever was uploaded to it.
 func (c *Client) UploadSlots(ctx context.Context, job string, gen uint64, task string, count int) ([]UploadSlot, error) {
-	var out struct {
-		Uploads []UploadSlot `json:"uploads"`
-	}
-	body := map[string]any{"generation": gen, "task": task, "count": count}
+	var out wire.Uploads
+	body := wire.UploadsRequest{Generation: gen, Task: task, Count: count}
 	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/uploads", body, &out); err != nil {
 		return nil, err
 	}

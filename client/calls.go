@@ -8,9 +8,8 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
-	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 func jobPath(job string) string { return "/v1/jobs/" + url.PathEscape(job) }
@@ -38,8 +37,8 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, out any
 
 // Status returns the status of a member (role, leader, term, indexes,
 // members), and teaches the client the members' addresses and the leader.
-func (c *Client) Status(ctx context.Context) (*node.Status, error) {
-	var st node.Status
+func (c *Client) Status(ctx context.Context) (*wire.Status, error) {
+	var st wire.Status
 	_, base := c.current()
 	if _, err := c.do(ctx, &request{method: http.MethodGet, path: "/v1/status", class: classRead, local: true}, &st); err != nil {
 		return nil, err
@@ -50,9 +49,9 @@ func (c *Client) Status(ctx context.Context) (*node.Status, error) {
 
 // PutJob creates a job or changes its config; zero fields of cfg take the
 // store's defaults.
-func (c *Client) PutJob(ctx context.Context, job string, cfg fsm.JobConfig) (*fsm.Job, error) {
-	var out fsm.Job
-	err := c.mutate(ctx, http.MethodPut, jobPath(job), map[string]any{"config": cfg}, &out)
+func (c *Client) PutJob(ctx context.Context, job string, cfg wire.JobConfig) (*wire.Job, error) {
+	var out wire.Job
+	err := c.mutate(ctx, http.MethodPut, jobPath(job), wire.JobPutRequest{Config: cfg}, &out)
 	if err != nil {
 		return nil, err
 	}
@@ -61,8 +60,8 @@ func (c *Client) PutJob(ctx context.Context, job string, cfg fsm.JobConfig) (*fs
 
 // Job reads a job: generation, last and latest completed epochs, pending
 // and retained epochs.
-func (c *Client) Job(ctx context.Context, job string) (*fsm.Job, error) {
-	var out fsm.Job
+func (c *Client) Job(ctx context.Context, job string) (*wire.Job, error) {
+	var out wire.Job
 	if err := c.get(ctx, jobPath(job), nil, &out); err != nil {
 		return nil, err
 	}
@@ -70,10 +69,8 @@ func (c *Client) Job(ctx context.Context, job string) (*fsm.Job, error) {
 }
 
 // Jobs lists every job.
-func (c *Client) Jobs(ctx context.Context) ([]fsm.Job, error) {
-	var out struct {
-		Jobs []fsm.Job `json:"jobs"`
-	}
+func (c *Client) Jobs(ctx context.Context) ([]wire.Job, error) {
+	var out wire.JobList
 	if err := c.get(ctx, "/v1/jobs", nil, &out); err != nil {
 		return nil, err
 	}
@@ -86,9 +83,12 @@ func (c *Client) Jobs(ctx context.Context) ([]fsm.Job, error) {
 // attempt id makes it safe to retry: the same id with the same tasks
 // answers the same generation, with other tasks it is ErrConflict, and once
 // a newer attempt started it is ErrFenced.
-func (c *Client) StartAttempt(ctx context.Context, job, attemptID string, tasks []fsm.Task) (*fsm.Attempt, error) {
-	var out fsm.Attempt
-	body := map[string]any{"attempt_id": attemptID, "tasks": tasks}
+func (c *Client) StartAttempt(ctx context.Context, job, attemptID string, tasks []wire.Task) (*wire.Attempt, error) {
+	var out wire.Attempt
+	body := wire.AttemptStartRequest{AttemptID: attemptID, Tasks: make([]wire.TaskRequest, len(tasks))}
+	for i := range tasks {
+		body.Tasks[i] = wire.TaskRequest{ID: tasks[i].ID, Caps: &tasks[i].Caps}
+	}
 	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/attempts", body, &out); err != nil {
 		return nil, err
 	}
@@ -97,12 +97,12 @@ func (c *Client) StartAttempt(ctx context.Context, job, attemptID string, tasks 
 
 // Attempt reads attempt generation gen of a job with its tasks; 0 means
 // the current attempt.
-func (c *Client) Attempt(ctx context.Context, job string, gen uint64) (*fsm.AttemptDetail, error) {
+func (c *Client) Attempt(ctx context.Context, job string, gen uint64) (*wire.AttemptDetail, error) {
 	g := "current"
 	if gen != 0 {
 		g = strconv.FormatUint(gen, 10)
 	}
-	var out fsm.AttemptDetail
+	var out wire.AttemptDetail
 	if err := c.get(ctx, jobPath(job)+"/attempts/"+g, nil, &out); err != nil {
 		return nil, err
 	}
@@ -112,9 +112,9 @@ func (c *Client) Attempt(ctx context.Context, job string, gen uint64) (*fsm.Atte
 // BeginEpoch opens an epoch of the current attempt. Epochs are strictly
 // increasing per job; a retried begin of the same epoch in the same
 // generation answers the epoch.
-func (c *Client) BeginEpoch(ctx context.Context, job string, gen, epoch uint64) (*fsm.Epoch, error) {
-	var out fsm.Epoch
-	body := map[string]any{"generation": gen, "epoch": epoch}
+func (c *Client) BeginEpoch(ctx context.Context, job string, gen, epoch uint64) (*wire.Epoch, error) {
+	var out wire.Epoch
+	body := wire.EpochBeginRequest{Generation: gen, Epoch: epoch}
 	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/epochs", body, &out); err != nil {
 		return nil, err
 	}
@@ -123,26 +123,22 @@ func (c *Client) BeginEpoch(ctx context.Context, job string, gen, epoch uint64) 
 
 // AckRequest is what a task acknowledges an epoch with.
 type AckRequest struct {
-	// Payloads are inline payloads by kind (at most fsm.MaxInlinePayload
+	// Payloads are inline payloads by kind (at most wire.MaxInlinePayload
 	// bytes each); the task must have the kind's capability.
-	Payloads map[fsm.Kind][]byte
+	Payloads map[wire.Kind][]byte
 	// Manifest is the task's state manifest change, from
 	// TaskState.Manifest; nil keeps the manifest of the attempt's previous
 	// ack.
-	Manifest *fsm.ManifestAck
+	Manifest *wire.ManifestAck
 }
 
 // Ack acknowledges epoch for task. Repeating the same ack is answered with
 // the stored ack (one ack); a different ack for the same task and epoch is
 // ErrConflict. On ErrOutcomeUnknown, repeat the same call: it is the only
 // way to learn whether the ack was stored.
-func (c *Client) Ack(ctx context.Context, job string, gen, epoch uint64, task string, ack AckRequest) (*fsm.AckResult, error) {
-	body := struct {
-		Generation uint64              `json:"generation"`
-		Payloads   map[fsm.Kind][]byte `json:"payloads,omitempty"`
-		Manifest   *fsm.ManifestAck    `json:"manifest,omitempty"`
-	}{gen, ack.Payloads, ack.Manifest}
-	var out fsm.AckResult
+func (c *Client) Ack(ctx context.Context, job string, gen, epoch uint64, task string, ack AckRequest) (*wire.AckResult, error) {
+	body := wire.TaskAckRequest{Generation: gen, Payloads: ack.Payloads, Manifest: ack.Manifest}
+	var out wire.AckResult
 	if err := c.mutate(ctx, http.MethodPut, epochPath(job, epoch)+"/acks/"+url.PathEscape(task), body, &out); err != nil {
 		return nil, err
 	}
@@ -152,9 +148,9 @@ func (c *Client) Ack(ctx context.Context, job string, gen, epoch uint64, task st
 // AbortEpoch aborts a pending epoch with a reason (may be empty). Aborting
 // an aborted epoch again answers it; a completed one is
 // ErrEpochNotPending.
-func (c *Client) AbortEpoch(ctx context.Context, job string, gen, epoch uint64, reason string) (*fsm.Epoch, error) {
-	var out fsm.Epoch
-	body := map[string]any{"generation": gen, "reason": reason}
+func (c *Client) AbortEpoch(ctx context.Context, job string, gen, epoch uint64, reason string) (*wire.Epoch, error) {
+	var out wire.Epoch
+	body := wire.EpochAbortRequest{Generation: gen, Reason: reason}
 	if err := c.mutate(ctx, http.MethodPost, epochPath(job, epoch)+"/abort", body, &out); err != nil {
 		return nil, err
 	}
@@ -163,11 +159,11 @@ func (c *Client) AbortEpoch(ctx context.Context, job string, gen, epoch uint64, 
 
 // Pin keeps a completed epoch as a savepoint, optionally named; retention
 // never subsumes it until Unpin.
-func (c *Client) Pin(ctx context.Context, job string, epoch uint64, name string) (*fsm.Epoch, error) {
-	var out fsm.Epoch
+func (c *Client) Pin(ctx context.Context, job string, epoch uint64, name string) (*wire.Epoch, error) {
+	var out wire.Epoch
 	var body any // no body without a name
 	if name != "" {
-		body = map[string]string{"name": name}
+		body = wire.PinRequest{Name: name}
 	}
 	if err := c.mutate(ctx, http.MethodPut, epochPath(job, epoch)+"/pin", body, &out); err != nil {
 		return nil, err
@@ -176,8 +172,8 @@ func (c *Client) Pin(ctx context.Context, job string, epoch uint64, name string)
 }
 
 // Unpin releases a savepoint.
-func (c *Client) Unpin(ctx context.Context, job string, epoch uint64) (*fsm.Epoch, error) {
-	var out fsm.Epoch
+func (c *Client) Unpin(ctx context.Context, job string, epoch uint64) (*wire.Epoch, error) {
+	var out wire.Epoch
 	if err := c.mutate(ctx, http.MethodDelete, epochPath(job, epoch)+"/pin", nil, &out); err != nil {
 		return nil, err
 	}
@@ -185,8 +181,8 @@ func (c *Client) Unpin(ctx context.Context, job string, epoch uint64) (*fsm.Epoc
 }
 
 // Epoch reads an epoch with its per-task statistics and stragglers.
-func (c *Client) Epoch(ctx context.Context, job string, epoch uint64) (*fsm.EpochDetail, error) {
-	var out fsm.EpochDetail
+func (c *Client) Epoch(ctx context.Context, job string, epoch uint64) (*wire.EpochDetail, error) {
+	var out wire.EpochDetail
 	if err := c.get(ctx, epochPath(job, epoch), nil, &out); err != nil {
 		return nil, err
 	}
@@ -195,14 +191,12 @@ func (c *Client) Epoch(ctx context.Context, job string, epoch uint64) (*fsm.Epoc
 
 // Epochs lists the remembered epochs of a job; state filters when not
 // empty.
-func (c *Client) Epochs(ctx context.Context, job string, state fsm.EpochState) ([]fsm.Epoch, error) {
+func (c *Client) Epochs(ctx context.Context, job string, state wire.EpochState) ([]wire.Epoch, error) {
 	var q url.Values
 	if state != "" {
 		q = url.Values{"state": {string(state)}}
 	}
-	var out struct {
-		Epochs []fsm.Epoch `json:"epochs"`
-	}
+	var out wire.EpochList
 	if err := c.get(ctx, jobPath(job)+"/epochs", q, &out); err != nil {
 		return nil, err
 	}
@@ -214,7 +208,7 @@ func (c *Client) Epochs(ctx context.Context, job string, state fsm.EpochState) (
 // completed (also when it has since been subsumed), an error matching
 // ErrEpochAborted (an *EpochAbortedError with the reason) when it was
 // aborted, or the context's error.
-func (c *Client) AwaitEpoch(ctx context.Context, job string, epoch uint64) (*fsm.EpochDetail, error) {
+func (c *Client) AwaitEpoch(ctx context.Context, job string, epoch uint64) (*wire.EpochDetail, error) {
 	var index uint64
 	for {
 		q := url.Values{}
@@ -224,14 +218,14 @@ func (c *Client) AwaitEpoch(ctx context.Context, job string, epoch uint64) (*fsm
 			q.Set("wait", AwaitWait.String())
 			r.wait = AwaitWait
 		}
-		var d fsm.EpochDetail
+		var d wire.EpochDetail
 		if _, err := c.do(ctx, r, &d); err != nil {
 			return nil, err
 		}
 		switch d.State {
-		case fsm.EpochCompleted, fsm.EpochSubsumed:
+		case wire.EpochCompleted, wire.EpochSubsumed:
 			return &d, nil
-		case fsm.EpochAborted:
+		case wire.EpochAborted:
 			return &d, &EpochAbortedError{Job: job, Epoch: epoch, Reason: d.Reason, Detail: &d}
 		}
 		index = max(d.ModifyIndex, 1)
@@ -240,9 +234,7 @@ func (c *Client) AwaitEpoch(ctx context.Context, job string, epoch uint64) (*fsm
 
 // EpochManifest reads the manifest task acknowledged in epoch.
 func (c *Client) EpochManifest(ctx context.Context, job string, epoch uint64, task string) (*manifests.Manifest, error) {
-	var out struct {
-		Manifest *manifests.Manifest `json:"manifest"`
-	}
+	var out wire.ManifestAnswer
 	if err := c.get(ctx, epochPath(job, epoch)+"/manifests/"+url.PathEscape(task), nil, &out); err != nil {
 		return nil, err
 	}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // corruptingProxy forwards to target and flips one byte of the body of
@@ -73,8 +73,8 @@ func TestRestoreVerifiesCRC32C(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
-	tasks := []fsm.Task{{ID: "agg", Caps: mustCaps(t, "state", "incremental")}}
-	if _, err := c.PutJob(ctx, "crc", fsm.JobConfig{Retained: 2}); err != nil {
+	tasks := []wire.Task{{ID: "agg", Caps: mustCaps(t, "state", "incremental")}}
+	if _, err := c.PutJob(ctx, "crc", wire.JobConfig{Retained: 2}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := c.StartAttempt(ctx, "crc", "a1", tasks)

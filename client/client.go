@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // HeaderServedBy names the member that answered. A forwarded answer
@@ -291,7 +291,7 @@ func (c *Client) answered(i int, servedBy string) (unknown bool) {
 }
 
 // learn records the members and leader a status answer names.
-func (c *Client) learn(st *node.Status, scheme string) {
+func (c *Client) learn(st *wire.Status, scheme string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.refreshed = time.Now()
@@ -458,9 +458,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 // its outcome open.
 func outcomeUnknownAnswer(ae *APIError) bool {
 	switch ae.Code {
-	case CodeOutcomeUnknown, CodeTimeout:
+	case wire.CodeOutcomeUnknown, wire.CodeTimeout:
 		return true
-	case CodeNoLeader, CodeNotLeader, CodeUnavailable, CodeNotReady:
+	case wire.CodeNoLeader, wire.CodeNotLeader, wire.CodeUnavailable, wire.CodeNotReady:
 		return false
 	}
 	// Not the API's JSON: a proxy's 502 or 504 may have forwarded it.
@@ -608,20 +608,17 @@ func (c *Client) count(class reqClass) {
 
 // decodeError turns an error answer into an *APIError.
 func decodeError(status int, raw []byte, method, path string) *APIError {
-	var env struct {
-		Error *APIError `json:"error"`
-	}
-	if err := json.Unmarshal(raw, &env); err == nil && env.Error != nil && env.Error.Code != "" {
-		ae := env.Error
-		ae.Status, ae.Method, ae.Path = status, method, path
-		return ae
+	var env wire.ErrorResponse
+	if err := json.Unmarshal(raw, &env); err == nil && env.Error.Code != "" {
+		e := env.Error
+		return &APIError{Status: status, Code: e.Code, Field: e.Field, Message: e.Message, Retryable: e.Retryable, Method: method, Path: path}
 	}
 	msg := strings.TrimSpace(string(raw))
 	if len(msg) > 512 {
 		msg = msg[:512] + "..."
 	}
 	return &APIError{
-		Status: status, Code: fmt.Sprintf("http_%d", status), Message: msg, Method: method, Path: path,
+		Status: status, Code: wire.Code(fmt.Sprintf("http_%d", status)), Message: msg, Method: method, Path: path,
 		Retryable: status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout ||
 			status == http.StatusTooManyRequests,
 	}
@@ -647,7 +644,7 @@ func (c *Client) refreshMembers(ctx context.Context, base string) {
 		c.logger.Debug("metastore client: reading members failed", "endpoint", base, "err", err)
 		return
 	}
-	var st node.Status
+	var st wire.Status
 	if err := json.Unmarshal(res.body, &st); err == nil {
 		c.learn(&st, schemeOf(base))
 	}

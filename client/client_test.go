@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // worker simulates the tasks of a job through the client: a source with
@@ -26,15 +26,15 @@ type worker struct {
 	c        *client.Client
 	job      string
 	gen      uint64
-	tasks    []fsm.Task
+	tasks    []wire.Task
 	states   map[string]*client.TaskState
 	seq      map[string]uint64
 	blobs    map[string][]byte // every blob uploaded, by key
 	matEvery uint64
 }
 
-func baseTasks(t *testing.T) []fsm.Task {
-	return []fsm.Task{
+func baseTasks(t *testing.T) []wire.Task {
+	return []wire.Task{
 		{ID: "src-0", Caps: mustCaps(t, "input")},
 		{ID: "map-0", Caps: mustCaps(t)},
 		{ID: "agg-0", Caps: mustCaps(t, "state", "incremental")},
@@ -45,10 +45,10 @@ func baseTasks(t *testing.T) []fsm.Task {
 
 // newWorker creates the job if needed and starts attempt attemptID;
 // restore says whether state tasks continue from the latest checkpoint.
-func newWorker(t *testing.T, c *client.Client, job, attemptID string, tasks []fsm.Task, restore bool) *worker {
+func newWorker(t *testing.T, c *client.Client, job, attemptID string, tasks []wire.Task, restore bool) *worker {
 	t.Helper()
 	ctx := ctxT(t)
-	if _, err := c.PutJob(ctx, job, fsm.JobConfig{Retained: 2}); err != nil {
+	if _, err := c.PutJob(ctx, job, wire.JobConfig{Retained: 2}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := c.StartAttempt(ctx, job, attemptID, tasks)
@@ -58,7 +58,7 @@ func newWorker(t *testing.T, c *client.Client, job, attemptID string, tasks []fs
 	w := &worker{t: t, c: c, job: job, gen: a.Generation, tasks: tasks, states: map[string]*client.TaskState{},
 		seq: map[string]uint64{}, blobs: map[string][]byte{}, matEvery: 10}
 	for _, tk := range tasks {
-		if !tk.Caps.Has(fsm.KindState) {
+		if !tk.Caps.Has(wire.KindState) {
 			continue
 		}
 		var r *client.Restore
@@ -130,13 +130,13 @@ func (w *worker) stateOps(ctx context.Context, task string, epoch uint64) error 
 	return nil
 }
 
-func (w *worker) ackTask(ctx context.Context, tk fsm.Task, epoch uint64) error {
-	req := client.AckRequest{Payloads: map[fsm.Kind][]byte{}}
-	if tk.Caps.Has(fsm.KindInput) {
-		req.Payloads[fsm.KindInput] = fmt.Appendf(nil, "offset=%d", epoch*100)
+func (w *worker) ackTask(ctx context.Context, tk wire.Task, epoch uint64) error {
+	req := client.AckRequest{Payloads: map[wire.Kind][]byte{}}
+	if tk.Caps.Has(wire.KindInput) {
+		req.Payloads[wire.KindInput] = fmt.Appendf(nil, "offset=%d", epoch*100)
 	}
-	if tk.Caps.Has(fsm.KindOutput) {
-		req.Payloads[fsm.KindOutput] = fmt.Appendf(nil, "txn-%d", epoch)
+	if tk.Caps.Has(wire.KindOutput) {
+		req.Payloads[wire.KindOutput] = fmt.Appendf(nil, "txn-%d", epoch)
 	}
 	ts := w.states[tk.ID]
 	if ts != nil {
@@ -171,7 +171,7 @@ func (w *worker) epoch(ctx context.Context, epoch uint64) error {
 	if err != nil {
 		return fmt.Errorf("await %d: %w", epoch, err)
 	}
-	if d.State != fsm.EpochCompleted {
+	if d.State != wire.EpochCompleted {
 		return fmt.Errorf("epoch %d is %s", epoch, d.State)
 	}
 	return nil
@@ -241,7 +241,7 @@ func TestWorkerCycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	type awaited struct {
-		d   *fsm.EpochDetail
+		d   *wire.EpochDetail
 		err error
 	}
 	done := make(chan awaited, 1)
@@ -257,7 +257,7 @@ func TestWorkerCycle(t *testing.T) {
 		}
 	}
 	a := <-done
-	if a.err != nil || a.d.State != fsm.EpochCompleted || a.d.Acked != 4 || a.d.Expected != 4 {
+	if a.err != nil || a.d.State != wire.EpochCompleted || a.d.Acked != 4 || a.d.Expected != 4 {
 		t.Fatalf("AwaitEpoch: %+v, %v", a.d, a.err)
 	}
 
@@ -267,10 +267,10 @@ func TestWorkerCycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(src.Payload(fsm.KindInput)); got != "offset=1200" || src.Plan.Source.Epoch != 12 {
+	if got := string(src.Payload(wire.KindInput)); got != "offset=1200" || src.Plan.Source.Epoch != 12 {
 		t.Fatalf("src-0 restored %q from epoch %d", got, src.Plan.Source.Epoch)
 	}
-	if src.Status(fsm.KindState) != fsm.RestoreNothing || src.Status(fsm.KindOutput) != fsm.RestoreNothing {
+	if src.Status(wire.KindState) != wire.RestoreNothing || src.Status(wire.KindOutput) != wire.RestoreNothing {
 		t.Fatalf("src-0 kinds: %+v", src.Plan.Kinds)
 	}
 	if _, err := src.OpenState(ctx); !errors.Is(err, client.ErrNothingToRecover) {
@@ -280,7 +280,7 @@ func TestWorkerCycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mp.Plan.Status != fsm.RestoreNothing {
+	if mp.Plan.Status != wire.RestoreNothing {
 		t.Fatalf("map-0: %s", mp.Plan.Status)
 	}
 	if _, err := mp.OpenState(ctx); !errors.Is(err, client.ErrNothingToRecover) {
@@ -290,7 +290,7 @@ func TestWorkerCycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nw.Plan.Status != fsm.RestoreNoPriorState {
+	if nw.Plan.Status != wire.RestoreNoPriorState {
 		t.Fatalf("new-0: %s", nw.Plan.Status)
 	}
 	if _, err := nw.OpenState(ctx); !errors.Is(err, client.ErrNoPriorState) {
@@ -326,14 +326,14 @@ func TestWorkerCycle(t *testing.T) {
 	// A new attempt continues from the restore: the first ack names the
 	// base, later acks carry deltas; a task that restored nothing starts
 	// empty.
-	tasks := append(baseTasks(t), fsm.Task{ID: "new-0", Caps: mustCaps(t, "state", "incremental")})
+	tasks := append(baseTasks(t), wire.Task{ID: "new-0", Caps: mustCaps(t, "state", "incremental")})
 	w2 := newWorker(t, c, "orders", "run-2", tasks, true)
 	w2.blobs = w.blobs
 	if w2.gen != 2 {
 		t.Fatalf("generation %d, want 2", w2.gen)
 	}
 	ts := w2.states["agg-0"]
-	if b := ts.Base(); b == nil || *b != (fsm.BaseRef{Job: "orders", Task: "agg-0", Epoch: 12}) {
+	if b := ts.Base(); b == nil || *b != (wire.BaseRef{Job: "orders", Task: "agg-0", Epoch: 12}) {
 		t.Fatalf("base %+v", b)
 	}
 	if ma := ts.Manifest(); ma == nil || ma.Base == nil || ma.Delta != nil {
@@ -370,12 +370,12 @@ func TestWorkerCycle(t *testing.T) {
 		if !tk.Caps.Expected() {
 			continue
 		}
-		req := client.AckRequest{Payloads: map[fsm.Kind][]byte{}}
-		if tk.Caps.Has(fsm.KindInput) {
-			req.Payloads[fsm.KindInput] = []byte("offset=1500")
+		req := client.AckRequest{Payloads: map[wire.Kind][]byte{}}
+		if tk.Caps.Has(wire.KindInput) {
+			req.Payloads[wire.KindInput] = []byte("offset=1500")
 		}
-		if tk.Caps.Has(fsm.KindOutput) {
-			req.Payloads[fsm.KindOutput] = []byte("txn-15")
+		if tk.Caps.Has(wire.KindOutput) {
+			req.Payloads[wire.KindOutput] = []byte("txn-15")
 		}
 		if ts := w2.states[tk.ID]; ts != nil {
 			req.Manifest = ts.Manifest()
@@ -421,19 +421,19 @@ func TestTypedErrors(t *testing.T) {
 	if _, err := c.Epoch(ctx, "nope", 1); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("Epoch of an unknown job: %v", err)
 	}
-	if _, err := c.PutJob(ctx, "bad id", fsm.JobConfig{}); !errors.Is(err, client.ErrInvalid) || !errors.As(err, &ae) || ae.Field != "job" {
+	if _, err := c.PutJob(ctx, "bad id", wire.JobConfig{}); !errors.Is(err, client.ErrInvalid) || !errors.As(err, &ae) || ae.Field != "job" {
 		t.Fatalf("PutJob with a bad id: %v", err)
 	}
-	if _, err := c.PutJob(ctx, "j", fsm.JobConfig{Retained: 5000}); !errors.Is(err, client.ErrInvalid) || !errors.As(err, &ae) || ae.Field != "config.retained" {
+	if _, err := c.PutJob(ctx, "j", wire.JobConfig{Retained: 5000}); !errors.Is(err, client.ErrInvalid) || !errors.As(err, &ae) || ae.Field != "config.retained" {
 		t.Fatalf("PutJob with a bad config: %v", err)
 	}
-	if _, err := c.PutJob(ctx, "j", fsm.JobConfig{Retained: 1}); err != nil {
+	if _, err := c.PutJob(ctx, "j", wire.JobConfig{Retained: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.BeginEpoch(ctx, "j", 1, 1); !errors.Is(err, client.ErrConflict) || !errors.Is(err, fsm.ErrNoAttempt) {
+	if _, err := c.BeginEpoch(ctx, "j", 1, 1); !errors.Is(err, client.ErrConflict) || !errors.Is(err, wire.ErrNoAttempt) {
 		t.Fatalf("BeginEpoch before an attempt: %v", err)
 	}
-	tasks := []fsm.Task{
+	tasks := []wire.Task{
 		{ID: "src", Caps: mustCaps(t, "input")},
 		{ID: "map", Caps: mustCaps(t)},
 		{ID: "agg", Caps: mustCaps(t, "state", "incremental")},
@@ -458,7 +458,7 @@ func TestTypedErrors(t *testing.T) {
 	}
 
 	// Same ack twice is one ack; a different one is a conflict.
-	ack := client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindInput: []byte("o=1")}}
+	ack := client.AckRequest{Payloads: map[wire.Kind][]byte{wire.KindInput: []byte("o=1")}}
 	r1, err := c.Ack(ctx, "j", gen, 1, "src", ack)
 	if err != nil {
 		t.Fatal(err)
@@ -467,24 +467,24 @@ func TestTypedErrors(t *testing.T) {
 	if err != nil || r2.Ack.Index != r1.Ack.Index || r2.Epoch.Acked != 1 {
 		t.Fatalf("repeated ack: %+v %v", r2, err)
 	}
-	_, err = c.Ack(ctx, "j", gen, 1, "src", client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindInput: []byte("o=2")}})
+	_, err = c.Ack(ctx, "j", gen, 1, "src", client.AckRequest{Payloads: map[wire.Kind][]byte{wire.KindInput: []byte("o=2")}})
 	if !errors.Is(err, client.ErrConflict) || !errors.As(err, &ae) || ae.Status != 409 || ae.Code != "conflict" {
 		t.Fatalf("different ack for the same slot: %v", err)
 	}
 
 	// Invalid requests.
-	big := client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindInput: make([]byte, fsm.MaxInlinePayload+1)}}
-	if _, err := c.Ack(ctx, "j", gen, 1, "src", big); !errors.Is(err, client.ErrInvalid) || !errors.Is(err, fsm.ErrPayloadTooLarge) {
+	big := client.AckRequest{Payloads: map[wire.Kind][]byte{wire.KindInput: make([]byte, wire.MaxInlinePayload+1)}}
+	if _, err := c.Ack(ctx, "j", gen, 1, "src", big); !errors.Is(err, client.ErrInvalid) || !errors.Is(err, wire.ErrPayloadTooLarge) {
 		t.Fatalf("payload too large: %v", err)
 	}
-	if _, err := c.Ack(ctx, "j", gen, 1, "map", client.AckRequest{}); !errors.Is(err, client.ErrInvalid) || !errors.Is(err, fsm.ErrTaskNotExpected) {
+	if _, err := c.Ack(ctx, "j", gen, 1, "map", client.AckRequest{}); !errors.Is(err, client.ErrInvalid) || !errors.Is(err, wire.ErrTaskNotExpected) {
 		t.Fatalf("ack of a task without capabilities: %v", err)
 	}
-	if _, err := c.Ack(ctx, "j", gen, 1, "src", client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindState: []byte("x")}}); !errors.Is(err, client.ErrInvalid) {
+	if _, err := c.Ack(ctx, "j", gen, 1, "src", client.AckRequest{Payloads: map[wire.Kind][]byte{wire.KindState: []byte("x")}}); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("payload of a kind the task lacks: %v", err)
 	}
-	drop := &fsm.ManifestAck{Delta: &manifests.Delta{DropSegments: []manifests.Ref{{Key: "j/agg/none", Offset: 0}}}}
-	if _, err := c.Ack(ctx, "j", gen, 1, "agg", client.AckRequest{Manifest: drop}); !errors.Is(err, client.ErrInvalid) || !errors.Is(err, fsm.ErrManifestMismatch) {
+	drop := &wire.ManifestAck{Delta: &manifests.Delta{DropSegments: []manifests.Ref{{Key: "j/agg/none", Offset: 0}}}}
+	if _, err := c.Ack(ctx, "j", gen, 1, "agg", client.AckRequest{Manifest: drop}); !errors.Is(err, client.ErrInvalid) || !errors.Is(err, wire.ErrManifestMismatch) {
 		t.Fatalf("drop of a segment not in the manifest: %v", err)
 	}
 
@@ -511,7 +511,7 @@ func TestTypedErrors(t *testing.T) {
 	if _, err := c.StartAttempt(ctx, "j", "a2", tasks); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.BeginEpoch(ctx, "j", gen, 2); !errors.Is(err, client.ErrFenced) || !errors.Is(err, fsm.ErrFenced) {
+	if _, err := c.BeginEpoch(ctx, "j", gen, 2); !errors.Is(err, client.ErrFenced) || !errors.Is(err, wire.ErrFenced) {
 		t.Fatalf("begin of a fenced generation: %v", err)
 	}
 	if _, err := c.Ack(ctx, "j", gen, 1, "src", ack); !errors.Is(err, client.ErrFenced) {
@@ -520,7 +520,7 @@ func TestTypedErrors(t *testing.T) {
 	if _, err := c.StartAttempt(ctx, "j", "a1", tasks); !errors.Is(err, client.ErrFenced) {
 		t.Fatalf("start of a superseded attempt: %v", err)
 	}
-	if _, err := c.Pin(ctx, "j", 1, "sp"); !errors.Is(err, client.ErrConflict) || !errors.Is(err, fsm.ErrEpochNotCompleted) {
+	if _, err := c.Pin(ctx, "j", 1, "sp"); !errors.Is(err, client.ErrConflict) || !errors.Is(err, wire.ErrEpochNotCompleted) {
 		t.Fatalf("pin of an aborted epoch: %v", err)
 	}
 	if _, err := c.Restore(ctx, "j", "src", client.RestoreOptions{Pin: "none"}); !errors.Is(err, client.ErrNotFound) {
@@ -534,10 +534,10 @@ func TestBlobGone(t *testing.T) {
 	m := startSingle(t)
 	c := newClient(t, m.URL)
 	ctx := ctxT(t)
-	tasks := []fsm.Task{{ID: "agg", Caps: mustCaps(t, "state", "incremental")}}
+	tasks := []wire.Task{{ID: "agg", Caps: mustCaps(t, "state", "incremental")}}
 	w := newWorker(t, c, "g", "a1", tasks, false)
 	w.matEvery = 1000
-	if _, err := c.PutJob(ctx, "g", fsm.JobConfig{Retained: 1}); err != nil {
+	if _, err := c.PutJob(ctx, "g", wire.JobConfig{Retained: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.epoch(ctx, 1); err != nil {
@@ -556,15 +556,15 @@ func TestBlobGone(t *testing.T) {
 	if code := rawJSON(t, "POST", m.URL+"/v1/gc/run", nil); code != http.StatusOK {
 		t.Fatalf("gc run: %d", code)
 	}
-	var blob fsm.Blob
+	var blob wire.Blob
 	rawJSON(t, "GET", m.URL+"/v1/blobs/"+old[0].Key, &blob)
-	if blob.State != fsm.BlobGone && blob.State != fsm.BlobDeleting {
+	if blob.State != wire.BlobGone && blob.State != wire.BlobDeleting {
 		t.Fatalf("blob %s is %s after a collection", old[0].Key, blob.State)
 	}
 	if _, err := c.BeginEpoch(ctx, w.job, w.gen, 3); err != nil {
 		t.Fatal(err)
 	}
-	ref := &fsm.ManifestAck{Delta: &manifests.Delta{AddSegments: []manifests.Segment{old[0]}}}
+	ref := &wire.ManifestAck{Delta: &manifests.Delta{AddSegments: []manifests.Segment{old[0]}}}
 	_, err := c.Ack(ctx, w.job, w.gen, 3, "agg", client.AckRequest{Manifest: ref})
 	if !errors.Is(err, client.ErrBlobDeleting) {
 		t.Fatalf("ack referencing a collected blob: %v", err)
@@ -648,7 +648,7 @@ func TestTaskStateModel(t *testing.T) {
 			default:
 				ma := ts.Manifest()
 				if ma != nil {
-					if err := ma.Validate(); err != nil {
+					if err := fsmManifestAck(ma).Validate(); err != nil {
 						t.Fatalf("step %d: the manifest ack is invalid: %v", step, err)
 					}
 					if incremental && ma.Full != nil || !incremental && (ma.Delta != nil || ma.Full == nil) {
@@ -681,11 +681,11 @@ func TestConcurrentWorkers(t *testing.T) {
 	m := startSingle(t)
 	c := newClient(t, m.URL)
 	ctx := ctxT(t)
-	var tasks []fsm.Task
+	var tasks []wire.Task
 	for i := range 16 {
-		tasks = append(tasks, fsm.Task{ID: fmt.Sprintf("t%d", i), Caps: mustCaps(t, "input")})
+		tasks = append(tasks, wire.Task{ID: fmt.Sprintf("t%d", i), Caps: mustCaps(t, "input")})
 	}
-	if _, err := c.PutJob(ctx, "cc", fsm.JobConfig{}); err != nil {
+	if _, err := c.PutJob(ctx, "cc", wire.JobConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := c.StartAttempt(ctx, "cc", "a", tasks)
@@ -700,7 +700,7 @@ func TestConcurrentWorkers(t *testing.T) {
 		errs := make(chan error, len(tasks))
 		for _, tk := range tasks {
 			wg.Go(func() {
-				_, err := c.Ack(ctx, "cc", a.Generation, e, tk.ID, client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindInput: []byte(tk.ID)}})
+				_, err := c.Ack(ctx, "cc", a.Generation, e, tk.ID, client.AckRequest{Payloads: map[wire.Kind][]byte{wire.KindInput: []byte(tk.ID)}})
 				errs <- err
 			})
 		}

@@ -10,8 +10,13 @@
 //	att, err := c.StartAttempt(ctx, "orders", "run-42", tasks)
 //	_, err = c.BeginEpoch(ctx, "orders", att.Generation, 7)
 //	_, err = c.Ack(ctx, "orders", att.Generation, 7, "source-0", client.AckRequest{
-//		Payloads: map[fsm.Kind][]byte{fsm.KindInput: offsets}})
+//		Payloads: map[wire.Kind][]byte{wire.KindInput: offsets}})
 //	done, err := c.AwaitEpoch(ctx, "orders", 7)
+//
+// Requests and answers are the types of package wire (wire.Job,
+// wire.EpochDetail, wire.RestorePlan, ...), which depends on the standard
+// library only: a worker that imports the client does not link the
+// server's Raft, storage or metrics packages.
 //
 // A cluster served over https takes Config.TLS, typically from
 // LoadTLSConfig with the CA file the members' certificates chain to; bare

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Sentinel errors. Every error the API answers is an *APIError, which
 // matches (errors.Is) the sentinel of its code; see APIError.Is for the
 // table. The codes themselves stay available: errors.Is(err,
-// fsm.ErrEpochNotIncreasing) also works, for every state-machine code.
+// wire.ErrEpochNotIncreasing) also works, for every state-machine code.
 var (
 	// ErrFenced: the write carries the generation of an attempt that a newer
 	// attempt superseded (or an attempt id that was superseded). The worker
@@ -95,74 +95,49 @@ func (e *ChecksumError) Error() string {
 // Unwrap makes the error match ErrChecksum.
 func (e *ChecksumError) Unwrap() error { return ErrChecksum }
 
-// API error codes of the HTTP layer (api package); the state machine's
-// codes are fsm.Code values.
-const (
-	CodeInvalidJSON      = "invalid_json"
-	CodeUnknownField     = "unknown_field"
-	CodeBodyTooLarge     = "body_too_large"
-	CodeNotLeader        = "not_leader"
-	CodeNoLeader         = "no_leader"
-	CodeUnavailable      = "unavailable"
-	CodeOutcomeUnknown   = "outcome_unknown"
-	CodeTimeout          = "timeout"
-	CodeNotReady         = "not_ready"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeRouteNotFound    = "route_not_found"
-	CodeInternal         = "internal"
-	CodeUnauthenticated  = "unauthenticated"
-	CodeForbidden        = "forbidden"
-	// CodeRateLimited: the member refused the request because this client
-	// exceeded its rate or its requests in flight (429); nothing was done,
-	// and the call retries after the Retry-After the member asked for.
-	CodeRateLimited = "rate_limited"
-	// CodeRequestTimeout: the request body did not arrive in time (408).
-	CodeRequestTimeout = "request_timeout"
-)
-
 // codeSentinel maps each API code to its sentinel. Codes not listed
 // (internal, bad_backup, unknown future codes) match no sentinel.
-var codeSentinel = map[string]error{
-	string(fsm.CodeFenced): ErrFenced,
+var codeSentinel = map[wire.Code]error{
+	wire.CodeFenced: ErrFenced,
 
-	string(fsm.CodeConflict):           ErrConflict,
-	string(fsm.CodeEpochNotIncreasing): ErrConflict,
-	string(fsm.CodeEpochNotCompleted):  ErrConflict,
-	string(fsm.CodeTooManyPending):     ErrConflict,
-	string(fsm.CodeNoAttempt):          ErrConflict,
+	wire.CodeConflict:           ErrConflict,
+	wire.CodeEpochNotIncreasing: ErrConflict,
+	wire.CodeEpochNotCompleted:  ErrConflict,
+	wire.CodeTooManyPending:     ErrConflict,
+	wire.CodeNoAttempt:          ErrConflict,
 
-	string(fsm.CodeNotFound): ErrNotFound,
-	CodeRouteNotFound:        ErrNotFound,
+	wire.CodeNotFound:      ErrNotFound,
+	wire.CodeRouteNotFound: ErrNotFound,
 
-	string(fsm.CodeEpochNotPending): ErrEpochNotPending,
+	wire.CodeEpochNotPending: ErrEpochNotPending,
 
-	string(fsm.CodeBlobDeleting): ErrBlobDeleting,
-	string(fsm.CodeBlobGone):     ErrBlobDeleting,
-	string(fsm.CodeBlobExpired):  ErrBlobDeleting,
+	wire.CodeBlobDeleting: ErrBlobDeleting,
+	wire.CodeBlobGone:     ErrBlobDeleting,
+	wire.CodeBlobExpired:  ErrBlobDeleting,
 
-	string(fsm.CodeInvalid):           ErrInvalid,
-	CodeInvalidJSON:                   ErrInvalid,
-	CodeUnknownField:                  ErrInvalid,
-	string(fsm.CodePayloadTooLarge):   ErrInvalid,
-	CodeBodyTooLarge:                  ErrInvalid,
-	string(fsm.CodeManifestMismatch):  ErrInvalid,
-	string(fsm.CodeCapabilityMissing): ErrInvalid,
-	string(fsm.CodeTaskNotInAttempt):  ErrInvalid,
-	string(fsm.CodeTaskNotExpected):   ErrInvalid,
-	string(fsm.CodeBlobUnknown):       ErrInvalid,
-	CodeMethodNotAllowed:              ErrInvalid,
+	wire.CodeInvalid:           ErrInvalid,
+	wire.CodeInvalidJSON:       ErrInvalid,
+	wire.CodeUnknownField:      ErrInvalid,
+	wire.CodePayloadTooLarge:   ErrInvalid,
+	wire.CodeBodyTooLarge:      ErrInvalid,
+	wire.CodeManifestMismatch:  ErrInvalid,
+	wire.CodeCapabilityMissing: ErrInvalid,
+	wire.CodeTaskNotInAttempt:  ErrInvalid,
+	wire.CodeTaskNotExpected:   ErrInvalid,
+	wire.CodeBlobUnknown:       ErrInvalid,
+	wire.CodeMethodNotAllowed:  ErrInvalid,
 
-	CodeNoLeader:    ErrUnavailable,
-	CodeNotLeader:   ErrUnavailable,
-	CodeUnavailable: ErrUnavailable,
-	CodeNotReady:    ErrUnavailable,
-	CodeTimeout:     ErrUnavailable,
-	CodeRateLimited: ErrUnavailable,
+	wire.CodeNoLeader:    ErrUnavailable,
+	wire.CodeNotLeader:   ErrUnavailable,
+	wire.CodeUnavailable: ErrUnavailable,
+	wire.CodeNotReady:    ErrUnavailable,
+	wire.CodeTimeout:     ErrUnavailable,
+	wire.CodeRateLimited: ErrUnavailable,
 
-	CodeOutcomeUnknown: ErrOutcomeUnknown,
+	wire.CodeOutcomeUnknown: ErrOutcomeUnknown,
 
-	CodeUnauthenticated: ErrUnauthenticated,
-	CodeForbidden:       ErrForbidden,
+	wire.CodeUnauthenticated: ErrUnauthenticated,
+	wire.CodeForbidden:       ErrForbidden,
 }
 
 // APIError is an error answer of the API:
@@ -170,11 +145,11 @@ var codeSentinel = map[string]error{
 // An answer that is not such JSON (a proxy's error page) becomes an APIError
 // with Code "http_<status>".
 type APIError struct {
-	Status    int    `json:"-"`
-	Code      string `json:"code"`
-	Field     string `json:"field,omitempty"`
-	Message   string `json:"message"`
-	Retryable bool   `json:"retryable"`
+	Status    int       `json:"-"`
+	Code      wire.Code `json:"code"`
+	Field     string    `json:"field,omitempty"`
+	Message   string    `json:"message"`
+	Retryable bool      `json:"retryable"`
 	// RetryAfter is the wait the member asked for (Retry-After), if any.
 	RetryAfter time.Duration `json:"-"`
 	// Method and Path name the request that failed.
@@ -194,15 +169,15 @@ func (e *APIError) Error() string {
 }
 
 // Is matches the sentinel of the error's code (table in the sentinels'
-// docs), and any *fsm.RuleError sentinel with the same code, so
-// errors.Is(err, fsm.ErrTaskNotInAttempt) works too.
+// docs), and any *wire.RuleError sentinel with the same code, so
+// errors.Is(err, wire.ErrTaskNotInAttempt) works too.
 func (e *APIError) Is(target error) bool {
 	if s, ok := codeSentinel[e.Code]; ok && s == target {
 		return true
 	}
-	var re *fsm.RuleError
+	var re *wire.RuleError
 	if errors.As(target, &re) {
-		return string(re.Code) == e.Code
+		return re.Code == e.Code
 	}
 	return false
 }
@@ -260,7 +235,7 @@ type EpochAbortedError struct {
 	Epoch  uint64
 	Reason string
 	// Detail is the epoch as last read.
-	Detail *fsm.EpochDetail
+	Detail *wire.EpochDetail
 }
 
 func (e *EpochAbortedError) Error() string {

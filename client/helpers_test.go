@@ -12,6 +12,7 @@ import (
 	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // The harness is api/helpers_test.go's: real in-process members, each a
@@ -77,9 +78,9 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func mustCaps(t *testing.T, names ...string) fsm.Caps {
+func mustCaps(t *testing.T, names ...string) wire.Caps {
 	t.Helper()
-	c, err := fsm.ParseCaps(names)
+	c, err := wire.ParseCaps(names)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,3 +88,13 @@ func mustCaps(t *testing.T, names ...string) fsm.Caps {
 }
 
 func freeAddr(t *testing.T) (net.Listener, string) { return testmember.FreeAddr(t) }
+
+// fsmManifestAck is the state machine's form of a manifest ack, whose
+// Validate is the check the API applies before proposing it.
+func fsmManifestAck(m *wire.ManifestAck) *fsm.ManifestAck {
+	out := &fsm.ManifestAck{Base: (*fsm.BaseRef)(m.Base), Delta: m.Delta, Full: m.Full}
+	for _, b := range m.Blobs {
+		out.Blobs = append(out.Blobs, fsm.BlobCommit(b))
+	}
+	return out
+}

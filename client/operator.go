@@ -9,9 +9,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/gc/gcapi"
-	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // Operator calls: membership, leadership, tokens, backups, garbage
@@ -19,10 +17,7 @@ import (
 // (Config.Token), except Members, which any token may call.
 
 // Membership is the Raft membership as a member reports it.
-type Membership struct {
-	Members  []node.MemberStatus `json:"members"`
-	LeaderID string              `json:"leader_id"`
-}
+type Membership = wire.Membership
 
 // Members lists the members of the cluster and the leader, as the member
 // the client talks to knows them.
@@ -38,11 +33,9 @@ func (c *Client) Members(ctx context.Context) (*Membership, error) {
 // other members and clients reach it) and returns the membership after it.
 // Adding a member that is already a voter at the same addresses changes
 // nothing.
-func (c *Client) AddMember(ctx context.Context, id, raftAddr, httpAddr string) ([]node.MemberStatus, error) {
-	var out struct {
-		Members []node.MemberStatus `json:"members"`
-	}
-	body := map[string]string{"id": id, "raft_addr": raftAddr, "http_addr": httpAddr}
+func (c *Client) AddMember(ctx context.Context, id, raftAddr, httpAddr string) ([]wire.MemberStatus, error) {
+	var out wire.MembershipChange
+	body := wire.MemberRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr}
 	if err := c.mutate(ctx, http.MethodPost, "/v1/members", body, &out); err != nil {
 		return nil, err
 	}
@@ -50,10 +43,8 @@ func (c *Client) AddMember(ctx context.Context, id, raftAddr, httpAddr string) (
 }
 
 // RemoveMember removes a member and returns the membership after it.
-func (c *Client) RemoveMember(ctx context.Context, id string) ([]node.MemberStatus, error) {
-	var out struct {
-		Members []node.MemberStatus `json:"members"`
-	}
+func (c *Client) RemoveMember(ctx context.Context, id string) ([]wire.MemberStatus, error) {
+	var out wire.MembershipChange
 	if err := c.mutate(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(id), nil, &out); err != nil {
 		return nil, err
 	}
@@ -61,10 +52,7 @@ func (c *Client) RemoveMember(ctx context.Context, id string) ([]node.MemberStat
 }
 
 // LeaderChange is the answer of TransferLeadership.
-type LeaderChange struct {
-	PreviousLeader string `json:"previous_leader"`
-	LeaderID       string `json:"leader_id"`
-}
+type LeaderChange = wire.LeaderTransfer
 
 // TransferLeadership hands leadership from the leader to the most
 // up-to-date other voter. A cluster with no other voter answers
@@ -79,25 +67,11 @@ func (c *Client) TransferLeadership(ctx context.Context) (*LeaderChange, error) 
 
 // TokenRequest describes a token to create: Role operator, or worker with
 // Job or JobPrefix.
-type TokenRequest struct {
-	Role        fsm.Role `json:"role"`
-	Job         string   `json:"job,omitempty"`
-	JobPrefix   string   `json:"job_prefix,omitempty"`
-	Description string   `json:"description,omitempty"`
-}
+type TokenRequest = wire.TokenRequest
 
 // Token is an API token as the API shows it; Secret is set only in the
 // answer of CreateToken, the one time it is shown.
-type Token struct {
-	Accessor    string    `json:"accessor"`
-	Role        fsm.Role  `json:"role"`
-	Job         string    `json:"job,omitempty"`
-	JobPrefix   string    `json:"job_prefix,omitempty"`
-	Description string    `json:"description,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	CreateIndex uint64    `json:"create_index"`
-	Secret      string    `json:"secret,omitempty"`
-}
+type Token = wire.Token
 
 // CreateToken creates a token and returns it with its secret. It is not
 // repeated when its outcome is unknown (a token created twice is two
@@ -117,9 +91,7 @@ func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (*Token, err
 
 // Tokens lists the tokens (never their secrets).
 func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
-	var out struct {
-		Tokens []Token `json:"tokens"`
-	}
+	var out wire.TokenList
 	if err := c.get(ctx, "/v1/tokens", nil, &out); err != nil {
 		return nil, err
 	}
@@ -133,9 +105,7 @@ func (c *Client) RevokeToken(ctx context.Context, accessor string, force bool) (
 	if force {
 		q = url.Values{"force": {"true"}}
 	}
-	var out struct {
-		Revoked Token `json:"revoked"`
-	}
+	var out wire.TokenRevoked
 	if _, err := c.do(ctx, &request{method: http.MethodDelete, path: "/v1/tokens/" + url.PathEscape(accessor), query: q, class: classMutation}, &out); err != nil {
 		return nil, err
 	}
@@ -143,8 +113,8 @@ func (c *Client) RevokeToken(ctx context.Context, accessor string, force bool) (
 }
 
 // GCStatus returns the garbage collector's status on the leader.
-func (c *Client) GCStatus(ctx context.Context) (*gcapi.Status, error) {
-	var out gcapi.Status
+func (c *Client) GCStatus(ctx context.Context) (*wire.GCStatus, error) {
+	var out wire.GCStatus
 	if err := c.get(ctx, "/v1/gc", nil, &out); err != nil {
 		return nil, err
 	}
@@ -153,7 +123,7 @@ func (c *Client) GCStatus(ctx context.Context) (*gcapi.Status, error) {
 
 // RunGC runs one collection cycle now on the leader and returns its report
 // (opts.DryRun: only what it would do).
-func (c *Client) RunGC(ctx context.Context, opts gcapi.RunOptions) (*gcapi.Report, error) {
+func (c *Client) RunGC(ctx context.Context, opts wire.GCRunOptions) (*wire.GCReport, error) {
 	q := url.Values{}
 	if opts.DryRun {
 		q.Set("dry_run", "true")
@@ -161,7 +131,7 @@ func (c *Client) RunGC(ctx context.Context, opts gcapi.RunOptions) (*gcapi.Repor
 	if opts.Orphans {
 		q.Set("orphans", "true")
 	}
-	var out gcapi.Report
+	var out wire.GCReport
 	// A cycle can take a while: it may wait up to a minute more than a
 	// plain request.
 	if _, err := c.do(ctx, &request{method: http.MethodPost, path: "/v1/gc/run", query: q, class: classMutation, wait: time.Minute}, &out); err != nil {
@@ -172,8 +142,8 @@ func (c *Client) RunGC(ctx context.Context, opts gcapi.RunOptions) (*gcapi.Repor
 
 // Verify checks that the object store holds every blob the job's retained
 // and pinned checkpoints reference; the report lists what is missing.
-func (c *Client) Verify(ctx context.Context, job string) (*gcapi.VerifyReport, error) {
-	var out gcapi.VerifyReport
+func (c *Client) Verify(ctx context.Context, job string) (*wire.VerifyReport, error) {
+	var out wire.VerifyReport
 	if _, err := c.do(ctx, &request{method: http.MethodGet, path: jobPath(job) + "/verify", class: classRead, wait: time.Minute}, &out); err != nil {
 		return nil, err
 	}
@@ -181,10 +151,7 @@ func (c *Client) Verify(ctx context.Context, job string) (*gcapi.VerifyReport, e
 }
 
 // FsckResult is the answer of Fsck: OK is false on any mismatch.
-type FsckResult struct {
-	OK     bool           `json:"ok"`
-	Report fsm.FsckReport `json:"report"`
-}
+type FsckResult = wire.FsckAnswer
 
 // Fsck recounts every blob reference count on the leader.
 func (c *Client) Fsck(ctx context.Context) (*FsckResult, error) {
@@ -197,7 +164,7 @@ func (c *Client) Fsck(ctx context.Context) (*FsckResult, error) {
 
 // SaveSnapshot streams a backup of the whole replicated state from the
 // leader into w and returns the number of bytes written. The backup starts
-// with a header line describing it (node.BackupInfo); w receives it
+// with a header line describing it (wire.BackupInfo); w receives it
 // unchanged. A transfer cut short is an error (the answer's length is
 // known in advance).
 func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
@@ -233,7 +200,7 @@ func (c *Client) SnapshotReader(ctx context.Context) (io.ReadCloser, int64, erro
 // restored. It is sent once, to the endpoint the client prefers (a
 // follower forwards it to the leader), and never repeated: on an error
 // other than an API answer, check with Status whether it took effect.
-func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, size int64) (*node.BackupInfo, error) {
+func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, size int64) (*wire.BackupInfo, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("client: RestoreSnapshot: size %d", size)
 	}
@@ -268,9 +235,7 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, size int64) (
 	if dst, ok := ctx.Value(rawAnswerKey{}).(*[]byte); ok {
 		*dst = append((*dst)[:0], raw...)
 	}
-	var out struct {
-		Restored node.BackupInfo `json:"restored"`
-	}
+	var out wire.SnapshotRestored
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return nil, fmt.Errorf("metastore: PUT /v1/snapshot: %w", err)
 	}

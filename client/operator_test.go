@@ -15,10 +15,8 @@ import (
 
 	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/gc/gcapi"
 	"github.com/metastore/metastore/internal/testmember"
-	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // startAuthMember starts a single member with --auth and returns it with
@@ -38,7 +36,7 @@ func startAuthMember(t *testing.T) (*member, *client.Client) {
 	cfg.AuthBootstrapTokenFile = file
 	m := testmember.StartLogged(t, cfg, l, "", nil)
 	waitFor(t, 10*time.Second, "leader with the bootstrap token", func() bool {
-		tok, err := m.FSM.TokenByHash(fsm.TokenHash(secret))
+		tok, err := m.FSM.TokenByHash(wire.TokenHash(secret))
 		return m.Node.IsLeader() && m.Node.Ready() == nil && err == nil && tok != nil
 	})
 	c, err := client.New(client.Config{Endpoints: []string{m.URL}, Token: secret, RequestTimeout: 10 * time.Second,
@@ -71,8 +69,8 @@ func TestOperatorCalls(t *testing.T) {
 		t.Fatalf("TransferLeadership with no other voter: %v, want ErrConflict", err)
 	}
 
-	tok, err := c.CreateToken(ctx, client.TokenRequest{Role: fsm.RoleWorker, Job: "ops", Description: "ops worker"})
-	if err != nil || tok.Secret == "" || tok.Accessor == "" || tok.Role != fsm.RoleWorker || tok.Job != "ops" {
+	tok, err := c.CreateToken(ctx, client.TokenRequest{Role: wire.RoleWorker, Job: "ops", Description: "ops worker"})
+	if err != nil || tok.Secret == "" || tok.Accessor == "" || tok.Role != wire.RoleWorker || tok.Job != "ops" {
 		t.Fatalf("CreateToken: %+v, %v", tok, err)
 	}
 	listed, err := c.Tokens(ctx)
@@ -105,24 +103,24 @@ func TestOperatorCalls(t *testing.T) {
 	}
 
 	// A job with one completed epoch: GC, verify and fsck see it.
-	if _, err := c.PutJob(ctx, "ops", fsm.JobConfig{}); err != nil {
+	if _, err := c.PutJob(ctx, "ops", wire.JobConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	att, err := c.StartAttempt(ctx, "ops", "a1", []fsm.Task{{ID: "t", Caps: mustCaps(t, "state")}})
+	att, err := c.StartAttempt(ctx, "ops", "a1", []wire.Task{{ID: "t", Caps: mustCaps(t, "state")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.BeginEpoch(ctx, "ops", att.Generation, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Ack(ctx, "ops", att.Generation, 1, "t", client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindState: []byte("s1")}}); err != nil {
+	if _, err := c.Ack(ctx, "ops", att.Generation, 1, "t", client.AckRequest{Payloads: map[wire.Kind][]byte{wire.KindState: []byte("s1")}}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.GCStatus(ctx)
 	if err != nil || !st.Enabled || !st.Leading {
 		t.Fatalf("GCStatus: %+v, %v", st, err)
 	}
-	rep, err := c.RunGC(ctx, gcapi.RunOptions{DryRun: true})
+	rep, err := c.RunGC(ctx, wire.GCRunOptions{DryRun: true})
 	if err != nil || !rep.DryRun || rep.Errors != 0 {
 		t.Fatalf("RunGC dry run: %+v, %v", rep, err)
 	}
@@ -147,7 +145,7 @@ func TestOperatorCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info node.BackupInfo
+	var info wire.BackupInfo
 	if err := json.Unmarshal(line, &info); err != nil || info.Index == 0 {
 		t.Fatalf("backup header %q: %+v, %v", line, info, err)
 	}
@@ -187,13 +185,13 @@ func TestCreateTokenNotRepeated(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
-	if _, err := c.CreateToken(ctx, client.TokenRequest{Role: fsm.RoleOperator}); !errors.Is(err, client.ErrOutcomeUnknown) {
+	if _, err := c.CreateToken(ctx, client.TokenRequest{Role: wire.RoleOperator}); !errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Errorf("CreateToken: %v, want ErrOutcomeUnknown", err)
 	}
 	if n := tokens.Load(); n != 1 {
 		t.Errorf("CreateToken sent %d times, want 1", n)
 	}
-	if _, err := c.PutJob(ctx, "j", fsm.JobConfig{}); !errors.Is(err, client.ErrOutcomeUnknown) {
+	if _, err := c.PutJob(ctx, "j", wire.JobConfig{}); !errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Errorf("PutJob: %v, want ErrOutcomeUnknown", err)
 	}
 	if n := jobs.Load(); n != 3 {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/config"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestRateLimitedCallsWaitRetryAfter: a member that rate-limits the client
@@ -27,7 +27,7 @@ func TestRateLimitedCallsWaitRetryAfter(t *testing.T) {
 	ctx := ctxT(t)
 	before := c.Stats()
 	for _, job := range []string{"r1", "r2", "r3"} {
-		if _, err := c.PutJob(ctx, job, fsm.JobConfig{}); err != nil {
+		if _, err := c.PutJob(ctx, job, wire.JobConfig{}); err != nil {
 			t.Fatalf("PutJob %s: %v", job, err)
 		}
 	}
@@ -55,7 +55,7 @@ func TestRateLimitedIsADefiniteRefusal(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := proxiedClient(t, 2, srv.URL)
-	_, err := c.PutJob(ctxT(t), "j", fsm.JobConfig{})
+	_, err := c.PutJob(ctxT(t), "j", wire.JobConfig{})
 	var re *client.RetryError
 	if !errors.As(err, &re) || re.Unknown {
 		t.Fatalf("error %v (%T), want a RetryError with a known outcome", err, err)
@@ -64,7 +64,7 @@ func TestRateLimitedIsADefiniteRefusal(t *testing.T) {
 		t.Fatalf("error %v does not match ErrUnavailable", err)
 	}
 	var ae *client.APIError
-	if !errors.As(err, &ae) || ae.Code != client.CodeRateLimited || ae.RetryAfter != time.Second {
+	if !errors.As(err, &ae) || ae.Code != wire.CodeRateLimited || ae.RetryAfter != time.Second {
 		t.Fatalf("last error %+v, want rate_limited with RetryAfter 1s", ae)
 	}
 	if n := calls.Load(); n != 2 {

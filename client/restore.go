@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // RestoreOptions choose the checkpoint a task restores from. The zero value
@@ -33,9 +33,9 @@ type RestoreOptions struct {
 // manifest, read with OpenState.
 type Restore struct {
 	// Plan is the store's answer, as sent.
-	Plan *fsm.RestorePlan
+	Plan *wire.RestorePlan
 	// Payloads holds the inline payloads by kind (restored kinds only).
-	Payloads map[fsm.Kind][]byte
+	Payloads map[wire.Kind][]byte
 	// grants are the signed read queries of the plan's blobs (auth on).
 	grants map[string]string
 
@@ -59,7 +59,7 @@ func (c *Client) Restore(ctx context.Context, job, task string, opts RestoreOpti
 		q.Set("source_task", opts.SourceTask)
 	}
 	var ans struct {
-		fsm.RestorePlan
+		wire.RestorePlan
 		// ObjectGrants admit the reads of the plan's blobs (auth on).
 		ObjectGrants map[string]string `json:"object_grants"`
 	}
@@ -67,32 +67,32 @@ func (c *Client) Restore(ctx context.Context, job, task string, opts RestoreOpti
 		return nil, err
 	}
 	plan := ans.RestorePlan
-	r := &Restore{Plan: &plan, Payloads: map[fsm.Kind][]byte{}, grants: ans.ObjectGrants, c: c}
+	r := &Restore{Plan: &plan, Payloads: map[wire.Kind][]byte{}, grants: ans.ObjectGrants, c: c}
 	for k, kr := range plan.Kinds {
-		if kr.Status == fsm.RestoreRestored && kr.Payload != nil {
+		if kr.Status == wire.RestoreRestored && kr.Payload != nil {
 			r.Payloads[k] = kr.Payload
 		}
 	}
 	return r, nil
 }
 
-// Status is the plan's answer for a kind: fsm.RestoreRestored,
-// fsm.RestoreNothing or fsm.RestoreNoPriorState.
-func (r *Restore) Status(k fsm.Kind) string {
+// Status is the plan's answer for a kind: wire.RestoreRestored,
+// wire.RestoreNothing or wire.RestoreNoPriorState.
+func (r *Restore) Status(k wire.Kind) string {
 	if kr, ok := r.Plan.Kinds[k]; ok {
 		return kr.Status
 	}
-	return fsm.RestoreNoPriorState
+	return wire.RestoreNoPriorState
 }
 
 // Payload is the inline payload restored for a kind, nil if none.
-func (r *Restore) Payload(k fsm.Kind) []byte { return r.Payloads[k] }
+func (r *Restore) Payload(k wire.Kind) []byte { return r.Payloads[k] }
 
 // StateManifest is the restored state manifest, nil when the checkpoint
 // holds none for the task.
 func (r *Restore) StateManifest() *manifests.Manifest {
-	kr, ok := r.Plan.Kinds[fsm.KindState]
-	if !ok || kr.Status != fsm.RestoreRestored {
+	kr, ok := r.Plan.Kinds[wire.KindState]
+	if !ok || kr.Status != wire.RestoreRestored {
 		return nil
 	}
 	return kr.Manifest
@@ -101,11 +101,11 @@ func (r *Restore) StateManifest() *manifests.Manifest {
 // Base names the checkpoint restored from, for the first ack of the new
 // attempt (TaskState does this); nil when there is no state manifest to
 // continue from.
-func (r *Restore) Base() *fsm.BaseRef {
+func (r *Restore) Base() *wire.BaseRef {
 	if r.StateManifest() == nil || r.Plan.Source.Epoch == 0 {
 		return nil
 	}
-	return &fsm.BaseRef{Job: r.Plan.Source.Job, Task: r.Plan.Source.Task, Epoch: r.Plan.Source.Epoch}
+	return &wire.BaseRef{Job: r.Plan.Source.Job, Task: r.Plan.Source.Task, Epoch: r.Plan.Source.Epoch}
 }
 
 // Ranges lists the byte ranges OpenState reads, in its order: the bases as
@@ -141,10 +141,10 @@ func (r *Restore) Ranges() []manifests.Segment {
 // acknowledged no manifest (its state was inline, see Payload) gets an
 // empty reader.
 func (r *Restore) OpenState(ctx context.Context) (io.ReadCloser, error) {
-	switch r.Status(fsm.KindState) {
-	case fsm.RestoreNothing:
+	switch r.Status(wire.KindState) {
+	case wire.RestoreNothing:
 		return nil, fmt.Errorf("client: state of task %q: %w", r.Plan.Task, ErrNothingToRecover)
-	case fsm.RestoreRestored:
+	case wire.RestoreRestored:
 	default:
 		return nil, fmt.Errorf("client: state of task %q: %w", r.Plan.Task, ErrNoPriorState)
 	}

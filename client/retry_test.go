@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // proxy sits in front of a member: it answers 503 unavailable to the first
@@ -99,10 +99,10 @@ func proxiedClient(t *testing.T, maxAttempts int, endpoints ...string) *client.C
 func twoTaskJob(t *testing.T, c *client.Client, job string) uint64 {
 	t.Helper()
 	ctx := ctxT(t)
-	if _, err := c.PutJob(ctx, job, fsm.JobConfig{}); err != nil {
+	if _, err := c.PutJob(ctx, job, wire.JobConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := c.StartAttempt(ctx, job, "a1", []fsm.Task{{ID: "s0", Caps: mustCaps(t, "input")}, {ID: "s1", Caps: mustCaps(t, "input")}})
+	a, err := c.StartAttempt(ctx, job, "a1", []wire.Task{{ID: "s0", Caps: mustCaps(t, "input")}, {ID: "s1", Caps: mustCaps(t, "input")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func ackedCount(t *testing.T, c *client.Client, job string, epoch uint64) int {
 }
 
 func input(s string) client.AckRequest {
-	return client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindInput: []byte(s)}}
+	return client.AckRequest{Payloads: map[wire.Kind][]byte{wire.KindInput: []byte(s)}}
 }
 
 func TestRetryUnavailable(t *testing.T) {
@@ -179,7 +179,7 @@ func TestRetryOutcomeUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := c.AwaitEpoch(ctx, "u", 1)
-	if err != nil || d.Acked != 2 || d.State != fsm.EpochCompleted || res.Epoch.Acked != 2 {
+	if err != nil || d.Acked != 2 || d.State != wire.EpochCompleted || res.Epoch.Acked != 2 {
 		t.Fatalf("epoch after a repeated completing ack: %+v %v (ack answer %+v)", d, err, res.Epoch)
 	}
 }
@@ -198,7 +198,7 @@ func TestRetryUnknownThenRefused(t *testing.T) {
 	// The ack lands, its answer is lost, and a new attempt fences the
 	// generation before the client repeats it.
 	p.afterDrop = func() {
-		if _, err := direct.StartAttempt(ctx, "f", "a2", []fsm.Task{{ID: "s0", Caps: mustCaps(t, "input")}}); err != nil {
+		if _, err := direct.StartAttempt(ctx, "f", "a2", []wire.Task{{ID: "s0", Caps: mustCaps(t, "input")}}); err != nil {
 			t.Errorf("new attempt: %v", err)
 		}
 	}
@@ -219,7 +219,7 @@ func TestRetryUnknownThenRefused(t *testing.T) {
 	// A malformed request is refused the same on every attempt: that
 	// answer stays definite even after a lost answer.
 	p.afterDrop = nil
-	if _, err := c.PutJob(ctx, "bad job id!", fsm.JobConfig{}); !errors.Is(err, client.ErrInvalid) {
+	if _, err := c.PutJob(ctx, "bad job id!", wire.JobConfig{}); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("PutJob with a bad id: %v, want ErrInvalid", err)
 	}
 }
@@ -294,7 +294,7 @@ func TestEndpointRotation(t *testing.T) {
 	c := newClient(t, "http://"+dead, m.URL)
 	ctx := ctxT(t)
 	before := c.Stats()
-	if _, err := c.PutJob(ctx, "rot", fsm.JobConfig{}); err != nil {
+	if _, err := c.PutJob(ctx, "rot", wire.JobConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.Endpoints()[0]; got != m.URL {

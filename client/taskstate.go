@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // TaskState keeps the state manifest of one task (materialized bases plus
@@ -40,7 +40,7 @@ import (
 // A TaskState is not safe for concurrent use.
 type TaskState struct {
 	incremental bool
-	base        *fsm.BaseRef
+	base        *wire.BaseRef
 	acked       manifests.Manifest
 	ackedSegs   map[manifests.Ref]manifests.Segment
 
@@ -49,7 +49,7 @@ type TaskState struct {
 	mat   *manifests.Materialization
 	drops []manifests.Ref
 	adds  []manifests.Segment
-	blobs []fsm.BlobCommit
+	blobs []wire.BlobCommit
 }
 
 // NewTaskState returns the state of a task with capabilities caps (which
@@ -57,8 +57,8 @@ type TaskState struct {
 // manifest it restored, named as the base of the first ack. With restored
 // nil, or a restore without a state manifest (nothing to recover, no prior
 // state), the task starts from an empty manifest.
-func NewTaskState(restored *Restore, caps fsm.Caps) (*TaskState, error) {
-	if !caps.Has(fsm.KindState) {
+func NewTaskState(restored *Restore, caps wire.Caps) (*TaskState, error) {
+	if !caps.Has(wire.KindState) {
 		return nil, fmt.Errorf("client: TaskState needs the state capability")
 	}
 	s := &TaskState{incremental: caps.Incremental()}
@@ -89,7 +89,7 @@ func (s *TaskState) Incremental() bool { return s.incremental }
 
 // Base is the restore point the next ack names, nil once an ack of the
 // attempt succeeded (or when the task did not restore a manifest).
-func (s *TaskState) Base() *fsm.BaseRef { return s.base }
+func (s *TaskState) Base() *wire.BaseRef { return s.base }
 
 // AckedManifest is the manifest as of the last successful ack (or the
 // restore).
@@ -160,7 +160,7 @@ func (s *TaskState) AddBlob(key string, size uint64, checksum string) error {
 			return nil
 		}
 	}
-	s.blobs = append(s.blobs, fsm.BlobCommit{Key: key, Size: size, Checksum: checksum})
+	s.blobs = append(s.blobs, wire.BlobCommit{Key: key, Size: size, Checksum: checksum})
 	return nil
 }
 
@@ -246,11 +246,11 @@ func (s *TaskState) Delta() manifests.Delta {
 // nothing changed since the last ack, which keeps the manifest as it is.
 // It answers the same until the state changes, so a repeated ack is
 // recognised as the same ack.
-func (s *TaskState) Manifest() *fsm.ManifestAck {
+func (s *TaskState) Manifest() *wire.ManifestAck {
 	if !s.Pending() {
 		return nil
 	}
-	ack := &fsm.ManifestAck{Blobs: slices.Clone(s.blobs)}
+	ack := &wire.ManifestAck{Blobs: slices.Clone(s.blobs)}
 	if s.base != nil {
 		b := *s.base
 		ack.Base = &b

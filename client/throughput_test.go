@@ -11,9 +11,9 @@ import (
 
 	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/config"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/testmember"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // BenchmarkAckThroughput drives a three-member in-process cluster the way
@@ -44,7 +44,7 @@ func benchAckThroughput(b *testing.B, tweak func(*config.Config)) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	caps, err := fsm.ParseCaps([]string{"state", "incremental"})
+	caps, err := wire.ParseCaps([]string{"state", "incremental"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,12 +55,12 @@ func benchAckThroughput(b *testing.B, tweak func(*config.Config)) {
 	js := make([]job, jobs)
 	for j := range js {
 		js[j].name = fmt.Sprintf("tp%d", j)
-		if _, err := c.PutJob(ctx, js[j].name, fsm.JobConfig{Retained: 2}); err != nil {
+		if _, err := c.PutJob(ctx, js[j].name, wire.JobConfig{Retained: 2}); err != nil {
 			b.Fatal(err)
 		}
-		var tasks []fsm.Task
+		var tasks []wire.Task
 		for t := range tasksPerJob {
-			tasks = append(tasks, fsm.Task{ID: fmt.Sprintf("t%d", t), Caps: caps})
+			tasks = append(tasks, wire.Task{ID: fmt.Sprintf("t%d", t), Caps: caps})
 		}
 		a, err := c.StartAttempt(ctx, js[j].name, "a1", tasks)
 		if err != nil {
@@ -107,7 +107,7 @@ func benchAckThroughput(b *testing.B, tweak func(*config.Config)) {
 							seq[t]++
 							d.AddSegments = append(d.AddSegments, manifests.Segment{Key: key, Offset: i * 100, Length: 100, FirstSeq: seq[t], LastSeq: seq[t]})
 						}
-						ack := client.AckRequest{Manifest: &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: key, Size: 300}}, Delta: &d}}
+						ack := client.AckRequest{Manifest: &wire.ManifestAck{Blobs: []wire.BlobCommit{{Key: key, Size: 300}}, Delta: &d}}
 						t0 := time.Now()
 						if _, err := c.Ack(ctx, jb.name, jb.gen, epoch, task, ack); err != nil {
 							b.Error(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // hundredTasks is a job of 100 tasks of which 10 checkpoint something, in
@@ -122,7 +123,7 @@ func TestEpochWaitsOnlyForTasksWithCapabilities(t *testing.T) {
 		}
 	}
 	// Epoch 1 was pushed out of retention (3 retained).
-	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "wide", Task: expected[0].ID, Epoch: 1}); !isRule(err, fsm.ErrEpochNotCompleted) {
+	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "wide", Task: expected[0].ID, Epoch: 1}); !isRule(err, wire.ErrEpochNotCompleted) {
 		t.Fatalf("restore of subsumed epoch 1: %v", err)
 	}
 }
@@ -182,12 +183,12 @@ func TestTopologyChange(t *testing.T) {
 	checkPlan(t, h.restore(fsm.RestoreRequest{Job: "etl", Task: "map"}), m, nil)
 
 	// A zombie of attempt 1 can change nothing.
-	h.reject(fsm.ErrFenced, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "etl", Generation: 1, Epoch: 4})
-	h.reject(fsm.ErrFenced, fsm.CmdTaskAck, fsm.TaskAck{Job: "etl", Generation: 1, Epoch: 2, Task: "b", Payloads: payloadsFor(b, 2)})
-	h.reject(fsm.ErrFenced, fsm.CmdTaskAck, fsm.TaskAck{Job: "etl", Generation: 1, Epoch: 1, Task: "c", Payloads: payloadsFor(c, 1)})
-	h.reject(fsm.ErrFenced, fsm.CmdEpochAbort, fsm.EpochAbort{Job: "etl", Generation: 1, Epoch: 3})
-	h.reject(fsm.ErrFenced, fsm.CmdEpochAbort, fsm.EpochAbort{Job: "etl", Generation: 1, Epoch: 1})
-	h.reject(fsm.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "etl", AttemptID: "att-1", Tasks: []fsm.Task{a, b, c, m}})
+	h.reject(wire.ErrFenced, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "etl", Generation: 1, Epoch: 4})
+	h.reject(wire.ErrFenced, fsm.CmdTaskAck, fsm.TaskAck{Job: "etl", Generation: 1, Epoch: 2, Task: "b", Payloads: payloadsFor(b, 2)})
+	h.reject(wire.ErrFenced, fsm.CmdTaskAck, fsm.TaskAck{Job: "etl", Generation: 1, Epoch: 1, Task: "c", Payloads: payloadsFor(c, 1)})
+	h.reject(wire.ErrFenced, fsm.CmdEpochAbort, fsm.EpochAbort{Job: "etl", Generation: 1, Epoch: 3})
+	h.reject(wire.ErrFenced, fsm.CmdEpochAbort, fsm.EpochAbort{Job: "etl", Generation: 1, Epoch: 1})
+	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "etl", AttemptID: "att-1", Tasks: []fsm.Task{a, b, c, m}})
 
 	// Attempt 2 completes an epoch: c is gone from the latest checkpoint.
 	h.advance(time.Second)
@@ -213,8 +214,8 @@ func TestRestoreWithoutCheckpoint(t *testing.T) {
 	if p.Status != "no_checkpoint" || p.Source.Epoch != 0 {
 		t.Fatalf("restore before any checkpoint: %+v", p)
 	}
-	for _, k := range fsm.Kinds {
-		if p.Kinds[k].Status != fsm.RestoreNoPriorState {
+	for _, k := range wire.Kinds {
+		if p.Kinds[k].Status != wire.RestoreNoPriorState {
 			t.Errorf("kind %s: %+v", k, p.Kinds[k])
 		}
 	}
@@ -222,13 +223,13 @@ func TestRestoreWithoutCheckpoint(t *testing.T) {
 		req  fsm.RestoreRequest
 		want error
 	}{
-		{fsm.RestoreRequest{Job: "nope", Task: "x"}, fsm.ErrNotFound},
-		{fsm.RestoreRequest{Job: "new", Task: "x", SourceJob: "nope"}, fsm.ErrNotFound},
-		{fsm.RestoreRequest{Job: "new", Task: "x", Pin: "sp"}, fsm.ErrNotFound},
-		{fsm.RestoreRequest{Job: "new", Task: "x", Epoch: 1}, fsm.ErrNotFound},
-		{fsm.RestoreRequest{Job: "new", Task: "x", Epoch: 1, Pin: "sp"}, fsm.ErrInvalid},
-		{fsm.RestoreRequest{Job: "new", Task: "bad/id"}, fsm.ErrInvalid},
-		{fsm.RestoreRequest{Job: "new", Task: "x", SourceTask: "../x"}, fsm.ErrInvalid},
+		{fsm.RestoreRequest{Job: "nope", Task: "x"}, wire.ErrNotFound},
+		{fsm.RestoreRequest{Job: "new", Task: "x", SourceJob: "nope"}, wire.ErrNotFound},
+		{fsm.RestoreRequest{Job: "new", Task: "x", Pin: "sp"}, wire.ErrNotFound},
+		{fsm.RestoreRequest{Job: "new", Task: "x", Epoch: 1}, wire.ErrNotFound},
+		{fsm.RestoreRequest{Job: "new", Task: "x", Epoch: 1, Pin: "sp"}, wire.ErrInvalid},
+		{fsm.RestoreRequest{Job: "new", Task: "bad/id"}, wire.ErrInvalid},
+		{fsm.RestoreRequest{Job: "new", Task: "x", SourceTask: "../x"}, wire.ErrInvalid},
 	} {
 		if _, _, err := h.f.PlanRestore(tc.req); !isRule(err, tc.want) {
 			t.Errorf("PlanRestore(%+v): %v, want %v", tc.req, err, tc.want)

@@ -1,14 +1,14 @@
 package fsm
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/metastore/metastore/wire"
 )
 
 // Access tokens and the object-URL signing key, replicated like the rest
@@ -58,7 +58,7 @@ type Token struct {
 	Job         string `json:"job,omitempty"`
 	JobPrefix   string `json:"job_prefix,omitempty"`
 	Description string `json:"description,omitempty"`
-	// Hash is the hex SHA-256 of the secret (TokenHash).
+	// Hash is the hex SHA-256 of the secret (wire.TokenHash).
 	Hash string `json:"hash"`
 	// CreatedAt is the leader's clock when the token was created.
 	CreatedAt   time.Time `json:"created_at"`
@@ -95,12 +95,6 @@ func (t *Token) Scope() string {
 
 func quote(s string) string { return `"` + s + `"` }
 
-// TokenHash is the stored form of a token secret: hex SHA-256.
-func TokenHash(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
-}
-
 var (
 	accessorPattern  = regexp.MustCompile(`^[0-9a-f]{16}$`)
 	hashPattern      = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -124,33 +118,33 @@ type TokenCreate struct {
 // Validate checks the request on its own terms.
 func (p *TokenCreate) Validate() error {
 	if !accessorPattern.MatchString(p.Accessor) {
-		return ruleErr(CodeInvalid, "accessor", "%q is not 16 lowercase hex digits", p.Accessor)
+		return ruleErr(wire.CodeInvalid, "accessor", "%q is not 16 lowercase hex digits", p.Accessor)
 	}
 	if !hashPattern.MatchString(p.Hash) {
-		return ruleErr(CodeInvalid, "hash", "not a hex SHA-256")
+		return ruleErr(wire.CodeInvalid, "hash", "not a hex SHA-256")
 	}
 	switch p.Role {
 	case RoleOperator:
 		if p.Job != "" || p.JobPrefix != "" {
-			return ruleErr(CodeInvalid, "job", "an operator token covers every job; it takes no job or job_prefix")
+			return ruleErr(wire.CodeInvalid, "job", "an operator token covers every job; it takes no job or job_prefix")
 		}
 	case RoleWorker:
 		if (p.Job == "") == (p.JobPrefix == "") {
-			return ruleErr(CodeInvalid, "job", "a worker token needs exactly one of job or job_prefix")
+			return ruleErr(wire.CodeInvalid, "job", "a worker token needs exactly one of job or job_prefix")
 		}
 		if p.Job != "" {
-			if err := checkID("job", p.Job); err != nil {
+			if err := wire.CheckID("job", p.Job); err != nil {
 				return err
 			}
 		}
 		if p.JobPrefix != "" && !jobPrefixPattern.MatchString(p.JobPrefix) {
-			return ruleErr(CodeInvalid, "job_prefix", "%q must match %s", p.JobPrefix, jobPrefixPattern)
+			return ruleErr(wire.CodeInvalid, "job_prefix", "%q must match %s", p.JobPrefix, jobPrefixPattern)
 		}
 	default:
-		return ruleErr(CodeInvalid, "role", "%q is not operator or worker", p.Role)
+		return ruleErr(wire.CodeInvalid, "role", "%q is not operator or worker", p.Role)
 	}
-	if len(p.Description) > MaxReasonLen || !utf8.ValidString(p.Description) {
-		return ruleErr(CodeInvalid, "description", "at most %d bytes of UTF-8", MaxReasonLen)
+	if len(p.Description) > wire.MaxReasonLen || !utf8.ValidString(p.Description) {
+		return ruleErr(wire.CodeInvalid, "description", "at most %d bytes of UTF-8", wire.MaxReasonLen)
 	}
 	return nil
 }
@@ -192,10 +186,10 @@ func applyTokenCreate(t *txn, c Command) (any, error) {
 		if p.same(old) {
 			return &TokenCreated{Created: true, Token: old}, nil // a repeat of the same create
 		}
-		return nil, ruleErr(CodeConflict, "accessor", "a token with accessor %s exists", p.Accessor)
+		return nil, ruleErr(wire.CodeConflict, "accessor", "a token with accessor %s exists", p.Accessor)
 	}
 	if t.b(bucketAuth).Get(append(authHashPrefix, p.Hash...)) != nil {
-		return nil, ruleErr(CodeConflict, "hash", "a token with this secret exists")
+		return nil, ruleErr(wire.CodeConflict, "hash", "a token with this secret exists")
 	}
 	tok := &Token{
 		Accessor: p.Accessor, Role: p.Role, Job: p.Job, JobPrefix: p.JobPrefix, Description: p.Description,
@@ -224,14 +218,14 @@ func applyTokenRevoke(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	if !accessorPattern.MatchString(p.Accessor) {
-		return nil, ruleErr(CodeInvalid, "accessor", "%q is not 16 lowercase hex digits", p.Accessor)
+		return nil, ruleErr(wire.CodeInvalid, "accessor", "%q is not 16 lowercase hex digits", p.Accessor)
 	}
 	tok, err := t.token(p.Accessor)
 	if err != nil {
 		return nil, err
 	}
 	if tok == nil {
-		return nil, ruleErr(CodeNotFound, "accessor", "no token with accessor %s", p.Accessor)
+		return nil, ruleErr(wire.CodeNotFound, "accessor", "no token with accessor %s", p.Accessor)
 	}
 	if tok.Role == RoleOperator && !p.Force {
 		others := 0
@@ -249,7 +243,7 @@ func applyTokenRevoke(t *txn, c Command) (any, error) {
 			return nil, err
 		}
 		if others == 0 {
-			return nil, ruleErr(CodeConflict, "accessor", "token %s is the last operator token: revoking it would leave nobody able to manage tokens; create another operator token first, or force the revocation", p.Accessor)
+			return nil, ruleErr(wire.CodeConflict, "accessor", "token %s is the last operator token: revoking it would leave nobody able to manage tokens; create another operator token first, or force the revocation", p.Accessor)
 		}
 	}
 	if err := t.del(bucketAuth, append(authTokenPrefix, tok.Accessor...)); err != nil {
@@ -276,7 +270,7 @@ func applyURLKeyInit(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	if len(p.Key) != URLKeyLen {
-		return nil, ruleErr(CodeInvalid, "key", "the signing key is %d bytes, not %d", len(p.Key), URLKeyLen)
+		return nil, ruleErr(wire.CodeInvalid, "key", "the signing key is %d bytes, not %d", len(p.Key), URLKeyLen)
 	}
 	b := t.b(bucketAuth)
 	if b.Get(authURLKey) != nil {
@@ -294,7 +288,7 @@ func (t *txn) token(accessor string) (*Token, error) {
 	return &tok, nil
 }
 
-// TokenByHash finds the token whose secret hashes to hash (TokenHash);
+// TokenByHash finds the token whose secret hashes to hash (wire.TokenHash);
 // nil when there is none.
 func (f *FSM) TokenByHash(hash string) (*Token, error) {
 	var out *Token

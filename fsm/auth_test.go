@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 func lookup(t *testing.T, h *harness, secret string) *fsm.Token {
 	t.Helper()
-	tok, err := h.f.TokenByHash(fsm.TokenHash(secret))
+	tok, err := h.f.TokenByHash(wire.TokenHash(secret))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +21,7 @@ func lookup(t *testing.T, h *harness, secret string) *fsm.Token {
 
 func TestTokenCreateLookupRevoke(t *testing.T) {
 	h := newHarness(t)
-	op := fsm.TokenCreate{Accessor: "0123456789abcdef", Hash: fsm.TokenHash("s-op"), Role: fsm.RoleOperator, Description: "admin"}
+	op := fsm.TokenCreate{Accessor: "0123456789abcdef", Hash: wire.TokenHash("s-op"), Role: fsm.RoleOperator, Description: "admin"}
 	res := mustOK(t, h.mustApply(fsm.CmdTokenCreate, op)).(*fsm.TokenCreated)
 	if !res.Created || res.Token.Accessor != op.Accessor || !res.Token.CreatedAt.Equal(h.now) || res.Token.CreateIndex != h.index {
 		t.Fatalf("create answered %+v (token %+v)", res, res.Token)
@@ -32,12 +33,12 @@ func TestTokenCreateLookupRevoke(t *testing.T) {
 	}
 	// Another token under the same accessor, or with the same secret: conflict.
 	other := op
-	other.Hash = fsm.TokenHash("s-other")
-	h.reject(fsm.ErrConflict, fsm.CmdTokenCreate, other)
+	other.Hash = wire.TokenHash("s-other")
+	h.reject(wire.ErrConflict, fsm.CmdTokenCreate, other)
 	dupSecret := fsm.TokenCreate{Accessor: "1111111111111111", Hash: op.Hash, Role: fsm.RoleWorker, Job: "a"}
-	h.reject(fsm.ErrConflict, fsm.CmdTokenCreate, dupSecret)
+	h.reject(wire.ErrConflict, fsm.CmdTokenCreate, dupSecret)
 
-	w := fsm.TokenCreate{Accessor: "2222222222222222", Hash: fsm.TokenHash("s-w"), Role: fsm.RoleWorker, JobPrefix: "team-"}
+	w := fsm.TokenCreate{Accessor: "2222222222222222", Hash: wire.TokenHash("s-w"), Role: fsm.RoleWorker, JobPrefix: "team-"}
 	mustOK(t, h.mustApply(fsm.CmdTokenCreate, w))
 
 	got := lookup(t, h, "s-w")
@@ -57,7 +58,7 @@ func TestTokenCreateLookupRevoke(t *testing.T) {
 	}
 
 	// The last operator token is kept unless forced.
-	re := h.reject(fsm.ErrConflict, fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: op.Accessor})
+	re := h.reject(wire.ErrConflict, fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: op.Accessor})
 	if !strings.Contains(re.Message, "last operator token") {
 		t.Fatalf("refusal: %v", re)
 	}
@@ -65,7 +66,7 @@ func TestTokenCreateLookupRevoke(t *testing.T) {
 	if lookup(t, h, "s-w") != nil {
 		t.Fatal("a revoked token is still found")
 	}
-	h.reject(fsm.ErrNotFound, fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: w.Accessor})
+	h.reject(wire.ErrNotFound, fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: w.Accessor})
 	mustOK(t, h.mustApply(fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: op.Accessor, Force: true}))
 	toks, _, err := h.f.Tokens()
 	if err != nil || len(toks) != 0 {
@@ -75,7 +76,7 @@ func TestTokenCreateLookupRevoke(t *testing.T) {
 
 func TestTokenBootstrapOnlyWhenEmpty(t *testing.T) {
 	h := newHarness(t)
-	boot := fsm.TokenCreate{Accessor: "aaaaaaaaaaaaaaaa", Hash: fsm.TokenHash("boot"), Role: fsm.RoleOperator, Bootstrap: true}
+	boot := fsm.TokenCreate{Accessor: "aaaaaaaaaaaaaaaa", Hash: wire.TokenHash("boot"), Role: fsm.RoleOperator, Bootstrap: true}
 	if r := mustOK(t, h.mustApply(fsm.CmdTokenCreate, boot)).(*fsm.TokenCreated); !r.Created {
 		t.Fatal("bootstrap into an empty table created nothing")
 	}
@@ -97,7 +98,7 @@ func TestTokenBootstrapOnlyWhenEmpty(t *testing.T) {
 
 func TestTokenCreateValidation(t *testing.T) {
 	h := newHarness(t)
-	hash := fsm.TokenHash("x")
+	hash := wire.TokenHash("x")
 	for name, p := range map[string]fsm.TokenCreate{
 		"bad accessor":       {Accessor: "XYZ", Hash: hash, Role: fsm.RoleOperator},
 		"bad hash":           {Accessor: "0123456789abcdef", Hash: "plain-secret", Role: fsm.RoleOperator},
@@ -107,9 +108,9 @@ func TestTokenCreateValidation(t *testing.T) {
 		"worker both scopes": {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleWorker, Job: "a", JobPrefix: "a"},
 		"worker bad job":     {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleWorker, Job: "../a"},
 		"worker bad prefix":  {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleWorker, JobPrefix: "a/b"},
-		"long description":   {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleOperator, Description: strings.Repeat("d", fsm.MaxReasonLen+1)},
+		"long description":   {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleOperator, Description: strings.Repeat("d", wire.MaxReasonLen+1)},
 	} {
-		t.Run(name, func(t *testing.T) { h.reject(fsm.ErrInvalid, fsm.CmdTokenCreate, p) })
+		t.Run(name, func(t *testing.T) { h.reject(wire.ErrInvalid, fsm.CmdTokenCreate, p) })
 	}
 }
 
@@ -118,7 +119,7 @@ func TestURLKeyFirstWins(t *testing.T) {
 	if k, err := h.f.URLKey(); err != nil || k != nil {
 		t.Fatalf("fresh state has a url key %x (%v)", k, err)
 	}
-	h.reject(fsm.ErrInvalid, fsm.CmdURLKeyInit, fsm.URLKeyInit{Key: []byte("short")})
+	h.reject(wire.ErrInvalid, fsm.CmdURLKeyInit, fsm.URLKeyInit{Key: []byte("short")})
 	first := bytes.Repeat([]byte{1}, fsm.URLKeyLen)
 	if set := mustOK(t, h.mustApply(fsm.CmdURLKeyInit, fsm.URLKeyInit{Key: first})).(bool); !set {
 		t.Fatal("first init did not set the key")

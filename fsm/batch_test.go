@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // A batch entry applies its commands in order, each with its own result,
@@ -25,10 +26,10 @@ func TestBatchEntryAppliesLikeSeparateEntries(t *testing.T) {
 		rule    error // the rule violation expected, or nil
 	}{
 		{fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 2}, nil},
-		{fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 1}, fsm.ErrEpochNotIncreasing},
-		{fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 2, Task: "t1", Payloads: map[fsm.Kind][]byte{fsm.KindInput: []byte("o=1")}}, nil},
-		{fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 7, Epoch: 2, Task: "t2", Payloads: map[fsm.Kind][]byte{fsm.KindInput: []byte("o=2")}}, fsm.ErrInvalid},
-		{fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 2, Task: "t2", Payloads: map[fsm.Kind][]byte{fsm.KindInput: []byte("o=2")}}, nil},
+		{fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 1}, wire.ErrEpochNotIncreasing},
+		{fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 2, Task: "t1", Payloads: map[fsm.Kind][]byte{wire.KindInput: []byte("o=1")}}, nil},
+		{fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 7, Epoch: 2, Task: "t2", Payloads: map[fsm.Kind][]byte{wire.KindInput: []byte("o=2")}}, wire.ErrInvalid},
+		{fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 2, Task: "t2", Payloads: map[fsm.Kind][]byte{wire.KindInput: []byte("o=2")}}, nil},
 	}
 	var raw [][]byte
 	for _, c := range cmds {

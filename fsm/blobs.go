@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // Buckets of the object-store side of the model.
@@ -165,27 +166,24 @@ type IntentCreate struct {
 	LeaseUntil time.Time `json:"lease_until"`
 }
 
-// MaxIntents bounds the keys of one intent request.
-const MaxIntents = 1000
-
 func (p *IntentCreate) Validate() error {
-	if err := checkID("job", p.Job); err != nil {
+	if err := wire.CheckID("job", p.Job); err != nil {
 		return err
 	}
 	if p.Task != "" {
-		if err := checkID("task", p.Task); err != nil {
+		if err := wire.CheckID("task", p.Task); err != nil {
 			return err
 		}
 	}
 	if p.Generation == 0 {
-		return ruleErr(CodeInvalid, "generation", "required (the generation of the current attempt)")
+		return ruleErr(wire.CodeInvalid, "generation", "required (the generation of the current attempt)")
 	}
-	if len(p.Keys) == 0 || len(p.Keys) > MaxIntents {
-		return ruleErr(CodeInvalid, "count", "between 1 and %d uploads per request", MaxIntents)
+	if len(p.Keys) == 0 || len(p.Keys) > wire.MaxIntents {
+		return ruleErr(wire.CodeInvalid, "count", "between 1 and %d uploads per request", wire.MaxIntents)
 	}
 	for _, k := range p.Keys {
 		if err := manifests.ValidateKey(k); err != nil {
-			return ruleErr(CodeInvalid, "keys", "%v", err)
+			return ruleErr(wire.CodeInvalid, "keys", "%v", err)
 		}
 	}
 	return nil
@@ -213,7 +211,7 @@ func applyIntentCreate(t *txn, c Command) (any, error) {
 			if b.State == BlobIntent && b.Job == p.Job && b.LeaseUntil != nil && b.LeaseUntil.Equal(p.LeaseUntil) {
 				continue // a retried request
 			}
-			return nil, ruleErr(CodeConflict, "keys", "blob key %q is already in use", k)
+			return nil, ruleErr(wire.CodeConflict, "keys", "blob key %q is already in use", k)
 		}
 	}
 	out := make([]*Blob, 0, len(p.Keys))
@@ -389,7 +387,7 @@ func (f *FSM) Blob(key string) (*Blob, uint64, error) {
 	idx, err := f.view(func(t *txn) (err error) {
 		b, err = t.blob(key)
 		if err == nil && b == nil {
-			err = ruleErr(CodeNotFound, "key", "blob %q is not known", key)
+			err = ruleErr(wire.CodeNotFound, "key", "blob %q is not known", key)
 		}
 		return err
 	})
@@ -440,35 +438,24 @@ func (f *FSM) Deleting(max int) ([]string, error) {
 	return out, err
 }
 
-// BlobStats counts blobs by state, and the bytes of each state.
-type BlobStats struct {
-	Count map[BlobState]int    `json:"count"`
-	Bytes map[BlobState]uint64 `json:"bytes"`
-	// Candidates is the number of unreferenced blobs waiting for the
-	// collector.
-	Candidates int `json:"candidates"`
-	// LiveByJob counts the live blobs and their bytes by the job that
-	// uploaded them.
-	LiveByJob map[string]JobBlobs `json:"live_by_job"`
-}
-
-// JobBlobs is a count of blobs and their bytes.
-type JobBlobs struct {
-	Count int    `json:"count"`
-	Bytes uint64 `json:"bytes"`
-}
+// The blob statistics are computed, never stored: they are the API's
+// answer (wire.BlobStats) as it is.
+type (
+	BlobStats = wire.BlobStats
+	JobBlobs  = wire.JobBlobs
+)
 
 // BlobStats scans every blob record.
 func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
-	s := &BlobStats{Count: map[BlobState]int{}, Bytes: map[BlobState]uint64{}, LiveByJob: map[string]JobBlobs{}}
+	s := &BlobStats{Count: map[wire.BlobState]int{}, Bytes: map[wire.BlobState]uint64{}, LiveByJob: map[string]JobBlobs{}}
 	idx, err := f.view(func(t *txn) error {
 		if err := t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
 			var b Blob
 			if err := json.Unmarshal(v, &b); err != nil {
 				return false, err
 			}
-			s.Count[b.State]++
-			s.Bytes[b.State] += b.Size
+			s.Count[wire.BlobState(b.State)]++
+			s.Bytes[wire.BlobState(b.State)] += b.Size
 			if b.State == BlobLive {
 				j := s.LiveByJob[b.Job]
 				j.Count++

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/metastore/metastore/wire"
 )
 
 func init() {
-	// Version 2 refuses epochs above MaxEpoch; entries of version 1 were
+	// Version 2 refuses epochs above wire.MaxEpoch; entries of version 1 were
 	// accepted up to 2^64-1 and replay as they were applied.
 	register(CmdEpochBegin, "epoch-begin", 2, applyEpochBegin)
 	// Version 2 adds the cross-job and upload-slot rules (crossjob.go);
@@ -30,7 +32,7 @@ type EpochBegin struct {
 }
 
 // Validate checks a begin at the current version: the epoch is between 1
-// and MaxEpoch.
+// and wire.MaxEpoch.
 func (p *EpochBegin) Validate() error {
 	if err := p.validateV1(); err != nil {
 		return err
@@ -38,24 +40,24 @@ func (p *EpochBegin) Validate() error {
 	return checkEpochBound(p.Epoch)
 }
 
-// checkEpochBound refuses an epoch number above MaxEpoch.
+// checkEpochBound refuses an epoch number above wire.MaxEpoch.
 func checkEpochBound(epoch uint64) error {
-	if epoch > MaxEpoch {
-		return ruleErr(CodeInvalid, "epoch", "%d is above the largest epoch, %d (2^63-1)", epoch, uint64(MaxEpoch))
+	if epoch > wire.MaxEpoch {
+		return ruleErr(wire.CodeInvalid, "epoch", "%d is above the largest epoch, %d (2^63-1)", epoch, uint64(wire.MaxEpoch))
 	}
 	return nil
 }
 
 // validateV1 is the check of version 1 entries: any positive epoch.
 func (p *EpochBegin) validateV1() error {
-	if err := checkID("job", p.Job); err != nil {
+	if err := wire.CheckID("job", p.Job); err != nil {
 		return err
 	}
 	if p.Generation == 0 {
-		return ruleErr(CodeInvalid, "generation", "required (the generation of the current attempt)")
+		return ruleErr(wire.CodeInvalid, "generation", "required (the generation of the current attempt)")
 	}
 	if p.Epoch == 0 {
-		return ruleErr(CodeInvalid, "epoch", "must be a positive integer")
+		return ruleErr(wire.CodeInvalid, "epoch", "must be a positive integer")
 	}
 	return nil
 }
@@ -74,24 +76,24 @@ type TaskAck struct {
 }
 
 func (p *TaskAck) Validate() error {
-	if err := checkID("job", p.Job); err != nil {
+	if err := wire.CheckID("job", p.Job); err != nil {
 		return err
 	}
-	if err := checkID("task", p.Task); err != nil {
+	if err := wire.CheckID("task", p.Task); err != nil {
 		return err
 	}
 	if p.Generation == 0 {
-		return ruleErr(CodeInvalid, "generation", "required (the generation of the current attempt)")
+		return ruleErr(wire.CodeInvalid, "generation", "required (the generation of the current attempt)")
 	}
 	if p.Epoch == 0 {
-		return ruleErr(CodeInvalid, "epoch", "must be a positive integer")
+		return ruleErr(wire.CodeInvalid, "epoch", "must be a positive integer")
 	}
 	for k, v := range p.Payloads {
-		if !slices.Contains(Kinds, k) {
-			return ruleErr(CodeInvalid, "payloads", "unknown kind %q (want input, state or output)", k)
+		if !slices.Contains(wire.Kinds, k) {
+			return ruleErr(wire.CodeInvalid, "payloads", "unknown kind %q (want input, state or output)", k)
 		}
-		if len(v) > MaxInlinePayload {
-			return ruleErr(CodePayloadTooLarge, "payloads."+string(k), "%d bytes is above the inline limit of %d; store larger state in the object store", len(v), MaxInlinePayload)
+		if len(v) > wire.MaxInlinePayload {
+			return ruleErr(wire.CodePayloadTooLarge, "payloads."+string(k), "%d bytes is above the inline limit of %d; store larger state in the object store", len(v), wire.MaxInlinePayload)
 		}
 	}
 	if p.Manifest != nil {
@@ -135,16 +137,16 @@ type EpochAbort struct {
 }
 
 func (p *EpochAbort) Validate() error {
-	if err := checkID("job", p.Job); err != nil {
+	if err := wire.CheckID("job", p.Job); err != nil {
 		return err
 	}
 	if p.Generation == 0 {
-		return ruleErr(CodeInvalid, "generation", "required (the generation of the current attempt)")
+		return ruleErr(wire.CodeInvalid, "generation", "required (the generation of the current attempt)")
 	}
 	if p.Epoch == 0 {
-		return ruleErr(CodeInvalid, "epoch", "must be a positive integer")
+		return ruleErr(wire.CodeInvalid, "epoch", "must be a positive integer")
 	}
-	return checkText("reason", p.Reason)
+	return wire.CheckText("reason", p.Reason)
 }
 
 // EpochPin pins a completed epoch as a savepoint; EpochUnpin releases it.
@@ -155,14 +157,14 @@ type EpochPin struct {
 }
 
 func (p *EpochPin) Validate() error {
-	if err := checkID("job", p.Job); err != nil {
+	if err := wire.CheckID("job", p.Job); err != nil {
 		return err
 	}
 	if p.Epoch == 0 {
-		return ruleErr(CodeInvalid, "epoch", "must be a positive integer")
+		return ruleErr(wire.CodeInvalid, "epoch", "must be a positive integer")
 	}
 	if p.Name != "" {
-		return checkID("name", p.Name)
+		return wire.CheckID("name", p.Name)
 	}
 	return nil
 }
@@ -183,11 +185,11 @@ type EpochsTimeout struct {
 func checkGeneration(j *Job, gen uint64) error {
 	switch {
 	case j.Generation == 0:
-		return ruleErr(CodeNoAttempt, "generation", "job %q has no attempt yet; start one first", j.ID)
+		return ruleErr(wire.CodeNoAttempt, "generation", "job %q has no attempt yet; start one first", j.ID)
 	case gen < j.Generation:
-		return ruleErr(CodeFenced, "generation", "generation %d was superseded by generation %d", gen, j.Generation)
+		return ruleErr(wire.CodeFenced, "generation", "generation %d was superseded by generation %d", gen, j.Generation)
 	case gen > j.Generation:
-		return ruleErr(CodeInvalid, "generation", "generation %d does not exist (current is %d)", gen, j.Generation)
+		return ruleErr(wire.CodeInvalid, "generation", "generation %d does not exist (current is %d)", gen, j.Generation)
 	}
 	return nil
 }
@@ -198,7 +200,7 @@ func mustJob(t *txn, id string) (*Job, error) {
 		return nil, err
 	}
 	if j == nil {
-		return nil, ruleErr(CodeNotFound, "job", "job %q does not exist", id)
+		return nil, ruleErr(wire.CodeNotFound, "job", "job %q does not exist", id)
 	}
 	return j, nil
 }
@@ -210,9 +212,9 @@ func mustEpoch(t *txn, j *Job, n uint64) (*Epoch, error) {
 	}
 	if e == nil {
 		if n <= j.LastEpoch {
-			return nil, ruleErr(CodeNotFound, "epoch", "epoch %d of job %q is no longer remembered", n, j.ID)
+			return nil, ruleErr(wire.CodeNotFound, "epoch", "epoch %d of job %q is no longer remembered", n, j.ID)
 		}
-		return nil, ruleErr(CodeNotFound, "epoch", "epoch %d of job %q was never begun", n, j.ID)
+		return nil, ruleErr(wire.CodeNotFound, "epoch", "epoch %d of job %q was never begun", n, j.ID)
 	}
 	return e, nil
 }
@@ -242,10 +244,10 @@ func applyEpochBegin(t *txn, c Command) (any, error) {
 		return e, nil // a retried begin
 	}
 	if p.Epoch <= j.LastEpoch {
-		return nil, ruleErr(CodeEpochNotIncreasing, "epoch", "epoch %d is not above the last begun epoch %d", p.Epoch, j.LastEpoch)
+		return nil, ruleErr(wire.CodeEpochNotIncreasing, "epoch", "epoch %d is not above the last begun epoch %d", p.Epoch, j.LastEpoch)
 	}
-	if len(j.Pending) >= MaxPendingEpochs {
-		return nil, ruleErr(CodeTooManyPending, "epoch", "job %q already has %d pending epochs", p.Job, len(j.Pending))
+	if len(j.Pending) >= wire.MaxPendingEpochs {
+		return nil, ruleErr(wire.CodeTooManyPending, "epoch", "job %q already has %d pending epochs", p.Job, len(j.Pending))
 	}
 	a, err := t.attemptRef(p.Job, p.Generation)
 	if err != nil {
@@ -296,25 +298,25 @@ func applyTaskAck(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	if tk == nil {
-		return nil, ruleErr(CodeTaskNotInAttempt, "task", "task %q is not in attempt generation %d", p.Task, p.Generation)
+		return nil, ruleErr(wire.CodeTaskNotInAttempt, "task", "task %q is not in attempt generation %d", p.Task, p.Generation)
 	}
 	if !tk.Caps.Expected() {
-		return nil, ruleErr(CodeTaskNotExpected, "task", "task %q has no capabilities and is not expected to ack", p.Task)
+		return nil, ruleErr(wire.CodeTaskNotExpected, "task", "task %q has no capabilities and is not expected to ack", p.Task)
 	}
 	for _, k := range sortedKinds(p.Payloads) {
 		if !tk.Caps.Has(k) {
-			return nil, ruleErr(CodeCapabilityMissing, "payloads."+string(k), "task %q did not register capability %s", p.Task, k)
+			return nil, ruleErr(wire.CodeCapabilityMissing, "payloads."+string(k), "task %q did not register capability %s", p.Task, k)
 		}
 	}
-	if p.Manifest != nil && !tk.Caps.Has(KindState) {
-		return nil, ruleErr(CodeCapabilityMissing, "manifest", "task %q did not register capability state", p.Task)
+	if p.Manifest != nil && !tk.Caps.Has(wire.KindState) {
+		return nil, ruleErr(wire.CodeCapabilityMissing, "manifest", "task %q did not register capability state", p.Task)
 	}
 	e, err := mustEpoch(t, j, p.Epoch)
 	if err != nil {
 		return nil, err
 	}
 	if e.Generation != p.Generation {
-		return nil, ruleErr(CodeEpochNotPending, "epoch", "epoch %d belongs to generation %d and is %s", p.Epoch, e.Generation, e.State)
+		return nil, ruleErr(wire.CodeEpochNotPending, "epoch", "epoch %d belongs to generation %d and is %s", p.Epoch, e.Generation, e.State)
 	}
 	hash := p.contentHash()
 	prev, err := t.ack(p.Job, p.Epoch, p.Task)
@@ -323,16 +325,16 @@ func applyTaskAck(t *txn, c Command) (any, error) {
 	}
 	if prev != nil {
 		if prev.ContentHash != hash {
-			return nil, ruleErr(CodeConflict, "task", "task %q already acknowledged epoch %d with different content", p.Task, p.Epoch)
+			return nil, ruleErr(wire.CodeConflict, "task", "task %q already acknowledged epoch %d with different content", p.Task, p.Epoch)
 		}
 		return &AckResult{Ack: prev, Epoch: e}, nil // a retried ack
 	}
 	if e.State != EpochPending {
-		return nil, ruleErr(CodeEpochNotPending, "epoch", "epoch %d is %s", p.Epoch, e.State)
+		return nil, ruleErr(wire.CodeEpochNotPending, "epoch", "epoch %d is %s", p.Epoch, e.State)
 	}
 	var plan *manifestPlan
 	var abandoned *Lineage
-	if m := p.Manifest; m != nil || tk.Caps.Has(KindState) {
+	if m := p.Manifest; m != nil || tk.Caps.Has(wire.KindState) {
 		if m == nil {
 			// A state task without a manifest in this ack keeps its
 			// manifest unchanged, if this attempt has one. A manifest of
@@ -483,7 +485,7 @@ func applyEpochAbort(t *txn, c Command) (any, error) {
 		return e, nil // a retried abort, or one that lost a race with a timeout
 	case EpochPending:
 	default:
-		return nil, ruleErr(CodeEpochNotPending, "epoch", "epoch %d is %s and cannot be aborted", p.Epoch, e.State)
+		return nil, ruleErr(wire.CodeEpochNotPending, "epoch", "epoch %d is %s and cannot be aborted", p.Epoch, e.State)
 	}
 	reason := p.Reason
 	if reason == "" {
@@ -518,11 +520,11 @@ func applyEpochPin(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	if e.State != EpochCompleted {
-		return nil, ruleErr(CodeEpochNotCompleted, "epoch", "epoch %d is %s; only a completed, retained epoch can be pinned", p.Epoch, e.State)
+		return nil, ruleErr(wire.CodeEpochNotCompleted, "epoch", "epoch %d is %s; only a completed, retained epoch can be pinned", p.Epoch, e.State)
 	}
 	if e.Pinned {
 		if e.PinName != p.Name {
-			return nil, ruleErr(CodeConflict, "name", "epoch %d is already pinned as %q", p.Epoch, e.PinName)
+			return nil, ruleErr(wire.CodeConflict, "name", "epoch %d is already pinned as %q", p.Epoch, e.PinName)
 		}
 		return e, nil
 	}
@@ -533,7 +535,7 @@ func applyEpochPin(t *txn, c Command) (any, error) {
 				return nil, err
 			}
 			if other.Pinned && other.PinName == p.Name {
-				return nil, ruleErr(CodeConflict, "name", "savepoint name %q already pins epoch %d", p.Name, n)
+				return nil, ruleErr(wire.CodeConflict, "name", "savepoint name %q already pins epoch %d", p.Name, n)
 			}
 		}
 	}

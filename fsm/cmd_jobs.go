@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/metastore/metastore/wire"
 )
 
 func init() {
@@ -29,7 +31,7 @@ type MemberUpsert struct {
 // Validate checks a record at the current version: the id, and addresses
 // other members and clients can dial (CheckMemberAddr).
 func (m *MemberUpsert) Validate() error {
-	if err := checkID("id", m.ID); err != nil {
+	if err := wire.CheckID("id", m.ID); err != nil {
 		return err
 	}
 	if err := CheckMemberAddr("raft_addr", m.RaftAddr); err != nil {
@@ -41,14 +43,14 @@ func (m *MemberUpsert) Validate() error {
 // validateV1 is the check of version 1 entries: non-empty addresses of at
 // most 256 bytes.
 func (m *MemberUpsert) validateV1() error {
-	if err := checkID("id", m.ID); err != nil {
+	if err := wire.CheckID("id", m.ID); err != nil {
 		return err
 	}
 	if m.RaftAddr == "" || len(m.RaftAddr) > 256 {
-		return ruleErr(CodeInvalid, "raft_addr", "must be host:port")
+		return ruleErr(wire.CodeInvalid, "raft_addr", "must be host:port")
 	}
 	if m.HTTPAddr == "" || len(m.HTTPAddr) > 256 {
-		return ruleErr(CodeInvalid, "http_addr", "must be host:port")
+		return ruleErr(wire.CodeInvalid, "http_addr", "must be host:port")
 	}
 	return nil
 }
@@ -89,7 +91,7 @@ type JobPut struct {
 }
 
 func (p *JobPut) Validate() error {
-	if err := checkID("job", p.Job); err != nil {
+	if err := wire.CheckID("job", p.Job); err != nil {
 		return err
 	}
 	p.Config = p.Config.WithDefaults()
@@ -144,29 +146,29 @@ type AttemptStart struct {
 }
 
 func (p *AttemptStart) Validate() error {
-	if err := checkID("job", p.Job); err != nil {
+	if err := wire.CheckID("job", p.Job); err != nil {
 		return err
 	}
-	if err := checkID("attempt_id", p.AttemptID); err != nil {
+	if err := wire.CheckID("attempt_id", p.AttemptID); err != nil {
 		return err
 	}
 	if len(p.Tasks) == 0 {
-		return ruleErr(CodeInvalid, "tasks", "an attempt needs at least one task")
+		return ruleErr(wire.CodeInvalid, "tasks", "an attempt needs at least one task")
 	}
-	if len(p.Tasks) > MaxTasks {
-		return ruleErr(CodeInvalid, "tasks", "%d tasks is above the limit of %d", len(p.Tasks), MaxTasks)
+	if len(p.Tasks) > wire.MaxTasks {
+		return ruleErr(wire.CodeInvalid, "tasks", "%d tasks is above the limit of %d", len(p.Tasks), wire.MaxTasks)
 	}
 	seen := make(map[string]bool, len(p.Tasks))
 	for i, tk := range p.Tasks {
-		if err := checkID("tasks[].id", tk.ID); err != nil {
+		if err := wire.CheckID("tasks[].id", tk.ID); err != nil {
 			return err
 		}
 		if seen[tk.ID] {
-			return ruleErr(CodeInvalid, "tasks[].id", "task %q listed twice (index %d)", tk.ID, i)
+			return ruleErr(wire.CodeInvalid, "tasks[].id", "task %q listed twice (index %d)", tk.ID, i)
 		}
 		seen[tk.ID] = true
 		if !tk.Caps.Valid() {
-			return ruleErr(CodeInvalid, "tasks[].capabilities", "task %q: capabilities %#x are not a valid set (incremental requires state)", tk.ID, uint8(tk.Caps))
+			return ruleErr(wire.CodeInvalid, "tasks[].capabilities", "task %q: capabilities %#x are not a valid set (incremental requires state)", tk.ID, uint8(tk.Caps))
 		}
 	}
 	return nil
@@ -197,7 +199,7 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	if j == nil {
-		return nil, ruleErr(CodeNotFound, "job", "job %q does not exist; create it first", p.Job)
+		return nil, ruleErr(wire.CodeNotFound, "job", "job %q does not exist; create it first", p.Job)
 	}
 	hash := p.contentHash()
 	if raw := t.b(bucketAttemptIDs).Get(append(jobPrefix(p.Job), p.AttemptID...)); raw != nil {
@@ -206,14 +208,14 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 		}
 		gen := binary.BigEndian.Uint64(raw)
 		if gen != j.Generation {
-			return nil, ruleErr(CodeFenced, "attempt_id", "attempt %q (generation %d) was superseded by generation %d", p.AttemptID, gen, j.Generation)
+			return nil, ruleErr(wire.CodeFenced, "attempt_id", "attempt %q (generation %d) was superseded by generation %d", p.AttemptID, gen, j.Generation)
 		}
 		a, err := t.attemptRef(p.Job, gen)
 		if err != nil {
 			return nil, err
 		}
 		if a.ContentHash != hash {
-			return nil, ruleErr(CodeConflict, "tasks", "attempt %q already started with a different task set", p.AttemptID)
+			return nil, ruleErr(wire.CodeConflict, "tasks", "attempt %q already started with a different task set", p.AttemptID)
 		}
 		return a, nil
 	}

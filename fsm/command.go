@@ -102,7 +102,7 @@ func Decode(data []byte) (Command, error) {
 }
 
 // handler applies one command type inside the batch's write transaction.
-// It returns the command's value, or a *RuleError for a rule violation;
+// It returns the command's value, or a *wire.RuleError for a rule violation;
 // any other error is fatal (the node stops rather than diverge).
 type handler struct {
 	name    string

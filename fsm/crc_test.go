@@ -5,6 +5,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestCRC32CKeptAndReturned: the CRC32C an ack declares for a segment or
@@ -31,7 +32,7 @@ func TestCRC32CKeptAndReturned(t *testing.T) {
 
 	check := func(what string, p *fsm.RestorePlan, want manifests.Manifest) {
 		t.Helper()
-		kr, ok := p.Kinds[fsm.KindState]
+		kr, ok := p.Kinds[wire.KindState]
 		if !ok || kr.Manifest == nil {
 			t.Fatalf("%s: no state manifest in %+v", what, p)
 		}
@@ -84,7 +85,7 @@ func TestCRC32CShapeRefused(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			re := h.reject(fsm.ErrInvalid, fsm.CmdTaskAck, fsm.TaskAck{Job: "c", Generation: 1, Epoch: 1, Task: tc.task, Manifest: tc.m})
+			re := h.reject(wire.ErrInvalid, fsm.CmdTaskAck, fsm.TaskAck{Job: "c", Generation: 1, Epoch: 1, Task: tc.task, Manifest: tc.m})
 			if re.Field != tc.field {
 				t.Fatalf("refused naming field %q (%v), want %q", re.Field, re, tc.field)
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // Cross-job references. A job reads another job's state only through a
@@ -27,23 +28,23 @@ import (
 
 // errForeignBase is the answer to a base in another job that is not a
 // savepoint of it.
-func errForeignBase(job string, base *BaseRef) *RuleError {
-	return ruleErr(CodeNotFound, "manifest.base",
+func errForeignBase(job string, base *BaseRef) *wire.RuleError {
+	return ruleErr(wire.CodeNotFound, "manifest.base",
 		"job %q has no savepoint at epoch %d with a manifest of task %q that job %q may fork from; another job's checkpoint is a base only when it is pinned (a savepoint)",
 		base.Job, base.Epoch, base.Task, job)
 }
 
 // errForeignBlob is the answer to a reference to a blob this job may not
 // reference.
-func errForeignBlob(job, key string) *RuleError {
-	return ruleErr(CodeNotFound, "manifest",
+func errForeignBlob(job, key string) *wire.RuleError {
+	return ruleErr(wire.CodeNotFound, "manifest",
 		"blob %q is not known to job %q: a manifest references blobs its own job uploaded, and another job's blobs only as the savepoint it forked from holds them",
 		key, job)
 }
 
 // errForeignSource is the answer to a restore from another job that does
 // not name a savepoint of it.
-func errForeignSource(req RestoreRequest, srcJob string) *RuleError {
+func errForeignSource(req RestoreRequest, srcJob string) *wire.RuleError {
 	what := "(none named)"
 	switch {
 	case req.Pin != "":
@@ -51,7 +52,7 @@ func errForeignSource(req RestoreRequest, srcJob string) *RuleError {
 	case req.Epoch != 0:
 		what = fmt.Sprintf("at epoch %d", req.Epoch)
 	}
-	return ruleErr(CodeNotFound, "source_job",
+	return ruleErr(wire.CodeNotFound, "source_job",
 		"job %q has no savepoint %s that job %q may restore from; another job's checkpoint is restored only from a savepoint: ?pin=NAME, or ?epoch=N of a pinned epoch",
 		srcJob, what, req.Job)
 }

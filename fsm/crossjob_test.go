@@ -5,6 +5,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // crossJobWorld is job jobB with epoch 1 completed (unpinned) holding a
@@ -41,8 +42,8 @@ func TestCrossJobBaseNeedsSavepoint(t *testing.T) {
 		{Job: "jobB", Task: "agg-0", Epoch: 7}, // no such epoch
 		{Job: "jobB", Task: "agg-9", Epoch: 1}, // no such task
 	} {
-		a := with.reject(fsm.ErrNotFound, fsm.CmdTaskAck, baseAck("jobA", base))
-		b := without.reject(fsm.ErrNotFound, fsm.CmdTaskAck, baseAck("jobA", base))
+		a := with.reject(wire.ErrNotFound, fsm.CmdTaskAck, baseAck("jobA", base))
+		b := without.reject(wire.ErrNotFound, fsm.CmdTaskAck, baseAck("jobA", base))
 		if *a != *b {
 			t.Fatalf("base %+v: the answer tells whether job B exists:\n with B:    %v\n without B: %v", base, a, b)
 		}
@@ -58,7 +59,7 @@ func TestCrossJobBaseNeedsSavepoint(t *testing.T) {
 	} {
 		_, _, ea := with.f.PlanRestore(req)
 		_, _, eb := without.f.PlanRestore(req)
-		if !isRule(ea, fsm.ErrNotFound) || eb == nil || ea.Error() != eb.Error() {
+		if !isRule(ea, wire.ErrNotFound) || eb == nil || ea.Error() != eb.Error() {
 			t.Fatalf("restore %+v: with B %v, without B %v", req, ea, eb)
 		}
 	}
@@ -68,7 +69,7 @@ func TestCrossJobBaseNeedsSavepoint(t *testing.T) {
 	with.pin("jobB", 1, "sp")
 	mustOK(t, with.mustApply(fsm.CmdTaskAck, baseAck("jobA", fsm.BaseRef{Job: "jobB", Task: "agg-0", Epoch: 1})))
 	p := with.restore(fsm.RestoreRequest{Job: "jobB", Task: "agg-0", Pin: "sp"})
-	if m := p.Kinds[fsm.KindState].Manifest; m == nil || len(m.Segments) != 1 {
+	if m := p.Kinds[wire.KindState].Manifest; m == nil || len(m.Segments) != 1 {
 		t.Fatalf("savepoint plan: %+v", p)
 	}
 	with.fsck()
@@ -85,17 +86,17 @@ func TestCrossJobBlobReference(t *testing.T) {
 	ack := func(epoch uint64, m *fsm.ManifestAck) fsm.TaskAck {
 		return fsm.TaskAck{Job: "jobA", Generation: 1, Epoch: epoch, Task: "agg-0", Manifest: m}
 	}
-	real := h.reject(fsm.ErrNotFound, fsm.CmdTaskAck, ack(1, seg("jobB/agg-0/log", 0)))
+	real := h.reject(wire.ErrNotFound, fsm.CmdTaskAck, ack(1, seg("jobB/agg-0/log", 0)))
 	if want := "blob \"jobB/agg-0/log\" is not known to job \"jobA\""; len(real.Message) < len(want) || real.Message[:len(want)] != want {
 		t.Fatalf("foreign blob: %v", real)
 	}
 	// Committing it as if it were an upload of jobA is refused alike.
 	commit := seg("jobB/agg-0/log", 0)
 	commit.Blobs = []fsm.BlobCommit{{Key: "jobB/agg-0/log", Size: 100}}
-	if re := h.reject(fsm.ErrNotFound, fsm.CmdTaskAck, ack(1, commit)); re.Error() != real.Error() {
+	if re := h.reject(wire.ErrNotFound, fsm.CmdTaskAck, ack(1, commit)); re.Error() != real.Error() {
 		t.Fatalf("commit of a foreign blob: %v, want %v", re, real)
 	}
-	ghost := h.reject(fsm.ErrNotFound, fsm.CmdTaskAck, ack(1, seg("jobB/agg-0/nothing", 0)))
+	ghost := h.reject(wire.ErrNotFound, fsm.CmdTaskAck, ack(1, seg("jobB/agg-0/nothing", 0)))
 	if ghost.Code != real.Code || ghost.Field != real.Field {
 		t.Fatalf("a key that does not exist is answered %v, an existing one %v", ghost, real)
 	}
@@ -129,7 +130,7 @@ func TestSupersededUploadSlotRefused(t *testing.T) {
 	m := &fsm.ManifestAck{
 		Blobs: []fsm.BlobCommit{{Key: "j/t/old", Size: 10}},
 		Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "j/t/old", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}}}}
-	re := h.reject(fsm.ErrFenced, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 2, Epoch: 1, Task: "t", Manifest: m})
+	re := h.reject(wire.ErrFenced, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 2, Epoch: 1, Task: "t", Manifest: m})
 	if re.Field != "manifest.blobs" {
 		t.Fatalf("superseded slot: %v", re)
 	}

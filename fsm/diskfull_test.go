@@ -13,6 +13,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/smallfs"
+	"github.com/metastore/metastore/wire"
 )
 
 // fillFS fills dir's file system up to about keep free bytes with a file
@@ -54,10 +55,10 @@ func TestApplyWaitsForSpace(t *testing.T) {
 	stop := make(chan struct{})
 	go func() {
 		for i := range tasks {
-			payload := make([]byte, fsm.MaxInlinePayload)
+			payload := make([]byte, wire.MaxInlinePayload)
 			rand.Read(payload)
 			data := h.encode(fsm.CmdTaskAck, fsm.TaskAck{Job: "big", Generation: 1, Epoch: 1, Task: specs[i].ID,
-				Payloads: map[fsm.Kind][]byte{fsm.KindState: payload}})
+				Payloads: map[fsm.Kind][]byte{wire.KindState: payload}})
 			resp := h.f.Apply(h.nextLog(data))
 			if r, ok := resp.(*fsm.Result); !ok || r.Err != nil {
 				done <- applied{resp, i}
@@ -109,14 +110,14 @@ func TestApplyWaitsForSpace(t *testing.T) {
 	// A stall ended by shutdown leaves the entry unapplied, and the file at
 	// the entry before it; a restart replays it.
 	filler = fillFS(t, mnt, 0)
-	payload := make([]byte, fsm.MaxInlinePayload)
+	payload := make([]byte, wire.MaxInlinePayload)
 	var last *raft.Log
 	resp := make(chan any, 1)
 	go func() {
 		for i := a.task + 1; i < tasks; i++ {
 			rand.Read(payload)
 			last = h.nextLog(h.encode(fsm.CmdTaskAck, fsm.TaskAck{Job: "big", Generation: 1, Epoch: 1, Task: specs[i].ID,
-				Payloads: map[fsm.Kind][]byte{fsm.KindState: payload}}))
+				Payloads: map[fsm.Kind][]byte{wire.KindState: payload}}))
 			if r := h.f.Apply(last); r != nil {
 				if res, ok := r.(*fsm.Result); !ok || res.Err != nil {
 					resp <- r

@@ -7,32 +7,15 @@ import (
 	"sort"
 
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
-// RefMismatch is a blob whose stored reference count differs from the
-// count recomputed from the manifest records.
-type RefMismatch struct {
-	Key       string    `json:"key"`
-	State     BlobState `json:"state,omitempty"`
-	Stored    uint64    `json:"stored"`
-	Recounted uint64    `json:"recounted"`
-}
-
-// FsckReport is the result of a consistency check of the reference counts.
-type FsckReport struct {
-	Index      uint64        `json:"index"`
-	Blobs      int           `json:"blobs"`
-	Records    int           `json:"records"`
-	Lineages   int           `json:"lineages"`
-	Mismatches []RefMismatch `json:"mismatches"`
-	// Problems lists other inconsistencies (a record without its blob, a
-	// referenced blob that is not live, a broken index, an epoch or attempt
-	// a job names without its record).
-	Problems []string `json:"problems"`
-}
-
-// OK reports whether the check found nothing wrong.
-func (r *FsckReport) OK() bool { return len(r.Mismatches) == 0 && len(r.Problems) == 0 }
+// The report of a consistency check is computed, never stored: it is the
+// API's answer (wire.FsckReport) as it is.
+type (
+	FsckReport  = wire.FsckReport
+	RefMismatch = wire.RefMismatch
+)
 
 // Fsck recomputes every blob's reference count from the manifest records
 // (the reference edges) in one read transaction and reports every
@@ -88,7 +71,7 @@ func (t *txn) fsck(rep *FsckReport) error {
 		n := counts[b.Key]
 		delete(counts, b.Key)
 		if n != b.Refs {
-			rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: b.Key, State: b.State, Stored: b.Refs, Recounted: n})
+			rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: b.Key, State: wire.BlobState(b.State), Stored: b.Refs, Recounted: n})
 		}
 		if n > 0 && b.State != BlobLive {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is %s but %d records reference it", b.Key, b.State, n))
@@ -217,14 +200,14 @@ func (f *FSM) Manifest(job string, epoch uint64, task string) (*manifests.Manife
 			return err
 		}
 		if e.State != EpochCompleted && e.State != EpochPending {
-			return ruleErr(CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; its manifests are no longer kept", epoch, job, e.State)
+			return ruleErr(wire.CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; its manifests are no longer kept", epoch, job, e.State)
 		}
 		a, err := t.ack(job, epoch, task)
 		if err != nil {
 			return err
 		}
 		if a == nil || a.Lineage == 0 {
-			return ruleErr(CodeNotFound, "task", "epoch %d of job %q holds no manifest for task %q", epoch, job, task)
+			return ruleErr(wire.CodeNotFound, "task", "epoch %d of job %q holds no manifest for task %q", epoch, job, task)
 		}
 		m, err = readManifest(t, a.Lineage, epoch)
 		return err

@@ -20,6 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/metastore/metastore/internal/boltcheck"
+	"github.com/metastore/metastore/wire"
 )
 
 // FSM is the replicated state machine: a bbolt file holding the checkpoint
@@ -397,7 +398,7 @@ func applyEntry(t *txn, l *raft.Log) (*Result, error) {
 // result turns a handler's answer into the command's result: its value, or
 // its rule violation. Any other error is returned: it is fatal.
 func result(index uint64, v any, err error) (*Result, error) {
-	var rule *RuleError
+	var rule *wire.RuleError
 	switch {
 	case err == nil:
 		return &Result{Index: index, Value: v}, nil

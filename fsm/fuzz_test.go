@@ -12,6 +12,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // fuzzState fills h with a state that touches every table: members, two
@@ -125,9 +126,9 @@ func FuzzApply(f *testing.F) {
 		}
 		refused := tr.Result.Err != nil
 		if refused {
-			var re *fsm.RuleError
+			var re *wire.RuleError
 			if !errors.As(tr.Result.Err, &re) || re.Code == "" {
-				t.Fatalf("refusal %T %v is not a coded *fsm.RuleError", tr.Result.Err, tr.Result.Err)
+				t.Fatalf("refusal %T %v is not a coded *wire.RuleError", tr.Result.Err, tr.Result.Err)
 			}
 			if tr.Result.Value != nil {
 				t.Fatalf("refusal %v carries a value %+v", re, tr.Result.Value)

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // t0 is the base time of every test. Time only moves when a test says so.
@@ -101,7 +102,7 @@ func mustOK(t testing.TB, res *fsm.Result) any {
 }
 
 // mustRule fails the test unless res is a rule violation matching sentinel.
-func mustRule(t testing.TB, res *fsm.Result, sentinel error) *fsm.RuleError {
+func mustRule(t testing.TB, res *fsm.Result, sentinel error) *wire.RuleError {
 	t.Helper()
 	if res.Err == nil {
 		t.Fatalf("index %d: got value %+v, want error %v", res.Index, res.Value, sentinel)
@@ -109,9 +110,9 @@ func mustRule(t testing.TB, res *fsm.Result, sentinel error) *fsm.RuleError {
 	if !errors.Is(res.Err, sentinel) {
 		t.Fatalf("index %d: got error %v, want %v", res.Index, res.Err, sentinel)
 	}
-	var re *fsm.RuleError
+	var re *wire.RuleError
 	if !errors.As(res.Err, &re) {
-		t.Fatalf("index %d: error %T is not a *fsm.RuleError", res.Index, res.Err)
+		t.Fatalf("index %d: error %T is not a *wire.RuleError", res.Index, res.Err)
 	}
 	if res.Value != nil {
 		t.Fatalf("index %d: rule violation carries a value %+v", res.Index, res.Value)
@@ -140,7 +141,7 @@ func (h *harness) dump() fsm.Dump {
 
 // reject applies a command that must be refused with sentinel and must
 // change nothing but the applied index.
-func (h *harness) reject(sentinel error, typ fsm.CommandType, payload any) *fsm.RuleError {
+func (h *harness) reject(sentinel error, typ fsm.CommandType, payload any) *wire.RuleError {
 	h.t.Helper()
 	before := h.hash()
 	re := mustRule(h.t, h.mustApply(typ, payload), sentinel)
@@ -228,7 +229,7 @@ func (h *harness) restore(req fsm.RestoreRequest) *fsm.RestorePlan {
 
 func caps(t testing.TB, names ...string) fsm.Caps {
 	t.Helper()
-	c, err := fsm.ParseCaps(names)
+	c, err := wire.ParseCaps(names)
 	if err != nil {
 		t.Fatalf("caps %v: %v", names, err)
 	}
@@ -243,7 +244,7 @@ func task(t testing.TB, id string, capNames ...string) fsm.Task {
 // checkpoints, so a restore can be checked byte for byte.
 func payloadsFor(tk fsm.Task, epoch uint64) map[fsm.Kind][]byte {
 	out := map[fsm.Kind][]byte{}
-	for _, k := range fsm.Kinds {
+	for _, k := range wire.Kinds {
 		if tk.Caps.Has(k) {
 			out[k] = append([]byte(fmt.Sprintf("%s/%d/%s:", tk.ID, epoch, k)), 0x00, 0xff, byte(epoch), '\n')
 		}
@@ -255,9 +256,9 @@ func payloadsFor(tk fsm.Task, epoch uint64) map[fsm.Kind][]byte {
 // when the task had no capabilities).
 func checkPlan(t testing.TB, p *fsm.RestorePlan, tk fsm.Task, want map[fsm.Kind][]byte) {
 	t.Helper()
-	wantStatus := fsm.RestoreRestored
+	wantStatus := wire.RestoreRestored
 	if !tk.Caps.Expected() {
-		wantStatus = fsm.RestoreNothing
+		wantStatus = wire.RestoreNothing
 	}
 	if p.Status != wantStatus {
 		t.Fatalf("restore %s: status %q, want %q", tk.ID, p.Status, wantStatus)
@@ -268,20 +269,20 @@ func checkPlan(t testing.TB, p *fsm.RestorePlan, tk fsm.Task, want map[fsm.Kind]
 	if p.Capabilities == nil || *p.Capabilities != tk.Caps {
 		t.Errorf("restore %s: capabilities %v, want %v", tk.ID, p.Capabilities, tk.Caps)
 	}
-	if len(p.Kinds) != len(fsm.Kinds) {
-		t.Errorf("restore %s: %d kinds answered, want %d", tk.ID, len(p.Kinds), len(fsm.Kinds))
+	if len(p.Kinds) != len(wire.Kinds) {
+		t.Errorf("restore %s: %d kinds answered, want %d", tk.ID, len(p.Kinds), len(wire.Kinds))
 	}
 	total := 0
-	for _, k := range fsm.Kinds {
+	for _, k := range wire.Kinds {
 		kr := p.Kinds[k]
 		if !tk.Caps.Has(k) {
-			if kr.Status != fsm.RestoreNothing || kr.Payload != nil || kr.Bytes != 0 {
-				t.Errorf("restore %s kind %s: %+v, want %s with no payload", tk.ID, k, kr, fsm.RestoreNothing)
+			if kr.Status != wire.RestoreNothing || kr.Payload != nil || kr.Bytes != 0 {
+				t.Errorf("restore %s kind %s: %+v, want %s with no payload", tk.ID, k, kr, wire.RestoreNothing)
 			}
 			continue
 		}
-		if kr.Status != fsm.RestoreRestored {
-			t.Errorf("restore %s kind %s: status %q, want %q", tk.ID, k, kr.Status, fsm.RestoreRestored)
+		if kr.Status != wire.RestoreRestored {
+			t.Errorf("restore %s kind %s: status %q, want %q", tk.ID, k, kr.Status, wire.RestoreRestored)
 		}
 		if !bytes.Equal(kr.Payload, want[k]) || kr.Bytes != len(want[k]) {
 			t.Errorf("restore %s kind %s: payload %q (%d bytes), want %q", tk.ID, k, kr.Payload, kr.Bytes, want[k])
@@ -295,12 +296,12 @@ func checkPlan(t testing.TB, p *fsm.RestorePlan, tk fsm.Task, want map[fsm.Kind]
 
 func checkNoPriorState(t testing.TB, p *fsm.RestorePlan) {
 	t.Helper()
-	if p.Status != fsm.RestoreNoPriorState {
-		t.Fatalf("restore %s: status %q, want %q", p.Task, p.Status, fsm.RestoreNoPriorState)
+	if p.Status != wire.RestoreNoPriorState {
+		t.Fatalf("restore %s: status %q, want %q", p.Task, p.Status, wire.RestoreNoPriorState)
 	}
-	for _, k := range fsm.Kinds {
-		if kr := p.Kinds[k]; kr.Status != fsm.RestoreNoPriorState || kr.Payload != nil {
-			t.Errorf("restore %s kind %s: %+v, want %s", p.Task, k, kr, fsm.RestoreNoPriorState)
+	for _, k := range wire.Kinds {
+		if kr := p.Kinds[k]; kr.Status != wire.RestoreNoPriorState || kr.Payload != nil {
+			t.Errorf("restore %s kind %s: %+v, want %s", p.Task, k, kr, wire.RestoreNoPriorState)
 		}
 	}
 	if p.Capabilities != nil || p.InlineBytes != 0 || p.ObjectStoreReads != 0 {
@@ -352,8 +353,8 @@ func keysWithPrefix(d fsm.Dump, bucket, prefix string) int {
 	return n
 }
 
-// isRule reports whether err is a *fsm.RuleError matching sentinel.
+// isRule reports whether err is a *wire.RuleError matching sentinel.
 func isRule(err, sentinel error) bool {
-	var re *fsm.RuleError
+	var re *wire.RuleError
 	return errors.As(err, &re) && errors.Is(err, sentinel)
 }

@@ -4,13 +4,14 @@ import (
 	"testing"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
-// maxEpoch is fsm.MaxEpoch, written out so the test also builds against a
+// maxEpoch is wire.MaxEpoch, written out so the test also builds against a
 // state machine without the bound (and fails there).
 const maxEpoch uint64 = 1<<63 - 1
 
-// TestEpochAboveMaxRefused: an epoch above MaxEpoch (2^63-1, the int64 the
+// TestEpochAboveMaxRefused: an epoch above wire.MaxEpoch (2^63-1, the int64 the
 // API documents) is refused naming the field, and the job can still begin
 // epochs afterwards. Before the bound, 2^63 was accepted and no epoch could
 // ever begin again.
@@ -19,7 +20,7 @@ func TestEpochAboveMaxRefused(t *testing.T) {
 		h := newHarness(t)
 		h.putJob("j", fsm.JobConfig{})
 		h.start("j", "a1", task(t, "t", "state"))
-		re := h.reject(fsm.ErrInvalid, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: epoch})
+		re := h.reject(wire.ErrInvalid, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: epoch})
 		if re.Field != "epoch" {
 			t.Fatalf("epoch %d: refused naming %q, want epoch", epoch, re.Field)
 		}
@@ -29,7 +30,7 @@ func TestEpochAboveMaxRefused(t *testing.T) {
 }
 
 // TestEpochBeginVersion1Replays: a version-1 begin of an epoch above
-// MaxEpoch, written before the bound, still applies when the log is
+// wire.MaxEpoch, written before the bound, still applies when the log is
 // replayed, so every member computes the state the others have.
 func TestEpochBeginVersion1Replays(t *testing.T) {
 	h := newHarness(t)
@@ -65,7 +66,7 @@ func TestMemberAddressesChecked(t *testing.T) {
 		{"127.0.0.1:7071", "127.0.0.1", "http_addr"},
 		{"127.0.0.1:7071", "", "http_addr"},
 	} {
-		re := h.reject(fsm.ErrInvalid, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "zz", RaftAddr: c.raft, HTTPAddr: c.http})
+		re := h.reject(wire.ErrInvalid, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "zz", RaftAddr: c.raft, HTTPAddr: c.http})
 		if re.Field != c.field {
 			t.Errorf("%s %s: refused naming %q, want %s", c.raft, c.http, re.Field, c.field)
 		}

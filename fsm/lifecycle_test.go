@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // complete begins epoch n of job and acks it from every task.
@@ -65,7 +66,7 @@ func TestSeveralPendingEpochs(t *testing.T) {
 			t.Fatalf("epoch %d acks %+v", n, e.Acks)
 		}
 	}
-	h.reject(fsm.ErrEpochNotPending, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "b", Payloads: payloadsFor(b, 1)})
+	h.reject(wire.ErrEpochNotPending, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "b", Payloads: payloadsFor(b, 1)})
 	j := h.job("j")
 	if !slices.Equal(j.Pending, []uint64{4}) || !slices.Equal(j.Retained, []uint64{3}) || !slices.Equal(j.Ended, []uint64{1, 2}) || j.LatestCompleted != 3 {
 		t.Fatalf("job after epoch 3: %+v", j)
@@ -74,7 +75,7 @@ func TestSeveralPendingEpochs(t *testing.T) {
 	if !slices.Equal(exp, []fsm.EpochRef{{Job: "j", Epoch: 4}}) {
 		t.Fatalf("deadlines after epoch 3: %v", exp)
 	}
-	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "j", Task: "a", Epoch: 4}); !isRule(err, fsm.ErrEpochNotCompleted) {
+	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "j", Task: "a", Epoch: 4}); !isRule(err, wire.ErrEpochNotCompleted) {
 		t.Fatalf("restore of pending epoch 4: %v", err)
 	}
 	// Epoch 4 can still complete after 3.
@@ -89,7 +90,7 @@ func TestSeveralPendingEpochs(t *testing.T) {
 		t.Fatal("a deadline is left with nothing pending")
 	}
 	for _, n := range []uint64{1, 2} {
-		if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "j", Task: "a", Epoch: n}); !isRule(err, fsm.ErrEpochNotCompleted) {
+		if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "j", Task: "a", Epoch: n}); !isRule(err, wire.ErrEpochNotCompleted) {
 			t.Fatalf("restore of aborted epoch %d: %v", n, err)
 		}
 	}
@@ -138,10 +139,10 @@ func TestRetentionAndPins(t *testing.T) {
 	if j := h.job("j"); !slices.Equal(j.Retained, []uint64{2, 3}) || !slices.Equal(j.Ended, []uint64{1}) {
 		t.Fatalf("after 3 epochs: %+v", j)
 	}
-	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "j", Task: "a", Epoch: 1}); !isRule(err, fsm.ErrEpochNotCompleted) {
+	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "j", Task: "a", Epoch: 1}); !isRule(err, wire.ErrEpochNotCompleted) {
 		t.Fatalf("restore of subsumed epoch 1: %v", err)
 	}
-	h.reject(fsm.ErrEpochNotCompleted, fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 1, Name: "late"})
+	h.reject(wire.ErrEpochNotCompleted, fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 1, Name: "late"})
 	checkPlan(t, h.restore(fsm.RestoreRequest{Job: "j", Task: "a", Epoch: 2}), a, payloadsFor(a, 2))
 
 	// A pinned epoch is never subsumed.
@@ -177,10 +178,10 @@ func TestRetentionAndPins(t *testing.T) {
 	bp := h.restore(fsm.RestoreRequest{Job: "j", Task: "b", Epoch: 6})
 	checkPlan(t, bp, b, payloadsFor(b, 6))
 	// Another job restores only from a savepoint: epoch 6 is not pinned.
-	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "clone", Task: "b", SourceJob: "j", Epoch: 6}); !isRule(err, fsm.ErrNotFound) {
+	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "clone", Task: "b", SourceJob: "j", Epoch: 6}); !isRule(err, wire.ErrNotFound) {
 		t.Fatalf("restore of another job's unpinned epoch: %v", err)
 	}
-	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "clone", Task: "a", Pin: "keep"}); !isRule(err, fsm.ErrNotFound) {
+	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "clone", Task: "a", Pin: "keep"}); !isRule(err, wire.ErrNotFound) {
 		t.Fatalf("pin of another job without SourceJob: %v", err)
 	}
 
@@ -195,7 +196,7 @@ func TestRetentionAndPins(t *testing.T) {
 	if j := h.job("j"); !slices.Equal(j.Retained, []uint64{5, 6}) || !slices.Equal(j.Ended, []uint64{1, 3, 4, 2}) {
 		t.Fatalf("after unpin: %+v", j)
 	}
-	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "clone", Task: "a", SourceJob: "j", Pin: "keep"}); !isRule(err, fsm.ErrNotFound) {
+	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "clone", Task: "a", SourceJob: "j", Pin: "keep"}); !isRule(err, wire.ErrNotFound) {
 		t.Fatalf("restore of an unpinned savepoint: %v", err)
 	}
 	// Unpin of an epoch within retention keeps it.
@@ -234,7 +235,7 @@ func TestHistoryTrimming(t *testing.T) {
 	}
 	d := h.dump()
 	for n := uint64(1); n <= 3; n++ {
-		if _, _, err := h.f.Epoch("j", n); !isRule(err, fsm.ErrNotFound) {
+		if _, _, err := h.f.Epoch("j", n); !isRule(err, wire.ErrNotFound) {
 			t.Errorf("forgotten epoch %d: %v", n, err)
 		}
 		prefix := fsm.EpochKeyPrefix("j", n)
@@ -259,10 +260,10 @@ func TestHistoryTrimming(t *testing.T) {
 	}
 	// A forgotten epoch cannot be acked, pinned or restored, and its
 	// number cannot be begun again.
-	h.reject(fsm.ErrNotFound, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 2, Epoch: 2, Task: "a"})
-	h.reject(fsm.ErrNotFound, fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 2})
-	h.reject(fsm.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 2})
-	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "j", Task: "a", Epoch: 2}); !isRule(err, fsm.ErrNotFound) {
+	h.reject(wire.ErrNotFound, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 2, Epoch: 2, Task: "a"})
+	h.reject(wire.ErrNotFound, fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 2})
+	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 2})
+	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "j", Task: "a", Epoch: 2}); !isRule(err, wire.ErrNotFound) {
 		t.Fatalf("restore of forgotten epoch: %v", err)
 	}
 	// Lowering history through the config trims at once.
@@ -348,7 +349,7 @@ func TestAckTimeout(t *testing.T) {
 		t.Fatalf("job k: %+v", j)
 	}
 	// A late ack to the timed-out epoch is refused.
-	h.reject(fsm.ErrEpochNotPending, fsm.CmdTaskAck, fsm.TaskAck{Job: "k", Generation: 1, Epoch: 1, Task: "a", Payloads: payloadsFor(a, 1)})
+	h.reject(wire.ErrEpochNotPending, fsm.CmdTaskAck, fsm.TaskAck{Job: "k", Generation: 1, Epoch: 1, Task: "a", Payloads: payloadsFor(a, 1)})
 
 	// Timeouts are not fenced: the leader proposes them, not a worker.
 	h.begin("k", 1, 2)
@@ -370,7 +371,7 @@ func TestOldAttemptsPruned(t *testing.T) {
 		h.start("p", fmt.Sprintf("att-%d", gen), a, task(t, fmt.Sprintf("only-%d", gen), "input"))
 		h.begin("p", gen, gen)
 		h.ack("p", gen, gen, "a", payloadsFor(a, gen))
-		h.ack("p", gen, gen, fmt.Sprintf("only-%d", gen), map[fsm.Kind][]byte{fsm.KindInput: []byte("x")})
+		h.ack("p", gen, gen, fmt.Sprintf("only-%d", gen), map[fsm.Kind][]byte{wire.KindInput: []byte("x")})
 		if gen == 2 {
 			h.pin("p", 2, "keep")
 		}
@@ -384,20 +385,20 @@ func TestOldAttemptsPruned(t *testing.T) {
 		if kept && err != nil {
 			t.Fatalf("generation %d pruned while referenced: %v", gen, err)
 		}
-		if !kept && !errors.Is(err, fsm.ErrNotFound) {
+		if !kept && !errors.Is(err, wire.ErrNotFound) {
 			t.Fatalf("generation %d kept: %v", gen, err)
 		}
 	}
 	// The pinned epoch still restores, with its generation's task set.
 	p := h.restore(fsm.RestoreRequest{Job: "p", Task: "only-2", Pin: "keep"})
-	if p.Status != fsm.RestoreRestored {
+	if p.Status != wire.RestoreRestored {
 		t.Fatalf("restore from pinned epoch: %+v", p)
 	}
 	// Unpinning lets generation 2 go; a retried start of an old attempt is
 	// still fenced.
 	h.unpin("p", 2)
-	if err := attempt(2); !errors.Is(err, fsm.ErrNotFound) {
+	if err := attempt(2); !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("generation 2 after unpin: %v", err)
 	}
-	h.reject(fsm.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "p", AttemptID: "att-1", Tasks: []fsm.Task{a}})
+	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "p", AttemptID: "att-1", Tasks: []fsm.Task{a}})
 }

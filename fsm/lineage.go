@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // Manifests are stored structurally, so that an ack costs what its delta
@@ -293,21 +294,21 @@ type BlobCommit struct {
 // Validate checks the manifest part on its own.
 func (m *ManifestAck) Validate() error {
 	if m.Delta != nil && m.Full != nil {
-		return ruleErr(CodeInvalid, "manifest", "send a delta or a full manifest, not both")
+		return ruleErr(wire.CodeInvalid, "manifest", "send a delta or a full manifest, not both")
 	}
 	if m.Base != nil {
-		if err := checkID("manifest.base.job", m.Base.Job); err != nil {
+		if err := wire.CheckID("manifest.base.job", m.Base.Job); err != nil {
 			return err
 		}
-		if err := checkID("manifest.base.task", m.Base.Task); err != nil {
+		if err := wire.CheckID("manifest.base.task", m.Base.Task); err != nil {
 			return err
 		}
 		if m.Base.Epoch == 0 {
-			return ruleErr(CodeInvalid, "manifest.base.epoch", "must be a positive integer")
+			return ruleErr(wire.CodeInvalid, "manifest.base.epoch", "must be a positive integer")
 		}
 	}
-	if len(m.Blobs) > MaxIntents {
-		return ruleErr(CodeInvalid, "manifest.blobs", "at most %d blobs per ack", MaxIntents)
+	if len(m.Blobs) > wire.MaxIntents {
+		return ruleErr(wire.CodeInvalid, "manifest.blobs", "at most %d blobs per ack", wire.MaxIntents)
 	}
 	seen := map[string]bool{}
 	for _, b := range m.Blobs {
@@ -315,10 +316,10 @@ func (m *ManifestAck) Validate() error {
 			return manifestErr("manifest.blobs", err)
 		}
 		if seen[b.Key] {
-			return ruleErr(CodeInvalid, "manifest.blobs", "blob %q committed twice", b.Key)
+			return ruleErr(wire.CodeInvalid, "manifest.blobs", "blob %q committed twice", b.Key)
 		}
 		seen[b.Key] = true
-		if err := checkText("manifest.blobs.checksum", b.Checksum); err != nil {
+		if err := wire.CheckText("manifest.blobs.checksum", b.Checksum); err != nil {
 			return err
 		}
 	}
@@ -343,7 +344,7 @@ func (m *ManifestAck) checkCRCs() error {
 		if manifests.ValidCRC32C(v) {
 			return nil
 		}
-		return ruleErr(CodeInvalid, field, "%s: a crc32c is 8 lowercase hex digits (CRC32C, Castagnoli, of the range's bytes), not %q", ref, v)
+		return ruleErr(wire.CodeInvalid, field, "%s: a crc32c is 8 lowercase hex digits (CRC32C, Castagnoli, of the range's bytes), not %q", ref, v)
 	}
 	if d := m.Delta; d != nil {
 		if d.Materialize != nil {
@@ -386,22 +387,22 @@ func (m *ManifestAck) delta() manifests.Delta {
 	return manifests.Delta{}
 }
 
-// manifestErr turns a manifests rule violation into a RuleError naming the
+// manifestErr turns a manifests rule violation into a wire.RuleError naming the
 // reference.
 func manifestErr(field string, err error) error {
 	var me *manifests.Error
 	if !errors.As(err, &me) {
 		return err
 	}
-	code := CodeManifestMismatch
+	code := wire.CodeManifestMismatch
 	if me.Code == manifests.CodeInvalid || me.Code == manifests.CodeDuplicate || me.Code == manifests.CodeOutOfRange {
-		code = CodeInvalid
+		code = wire.CodeInvalid
 	}
 	msg := me.Message
 	if me.Ref != "" {
 		msg = me.Ref + ": " + msg
 	}
-	return &RuleError{Code: code, Field: field, Message: msg}
+	return &wire.RuleError{Code: code, Field: field, Message: msg}
 }
 
 // manifestPlan is what applyManifest decided, before it writes.
@@ -422,10 +423,10 @@ type manifestPlan struct {
 // from such a base, and upload slots of an earlier attempt are refused.
 func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, now time.Time, strict bool) (*manifestPlan, error) {
 	if m.Delta != nil && !tk.Caps.Incremental() {
-		return nil, ruleErr(CodeInvalid, "manifest.delta", "task %q does not have the incremental capability: send the full manifest", tk.ID)
+		return nil, ruleErr(wire.CodeInvalid, "manifest.delta", "task %q does not have the incremental capability: send the full manifest", tk.ID)
 	}
 	if m.Full != nil && tk.Caps.Incremental() {
-		return nil, ruleErr(CodeInvalid, "manifest.full", "task %q has the incremental capability: send a delta", tk.ID)
+		return nil, ruleErr(wire.CodeInvalid, "manifest.full", "task %q has the incremental capability: send a delta", tk.ID)
 	}
 	p := &manifestPlan{commit: m.Blobs, strict: strict}
 	hid, err := t.head(j.ID, tk.ID)
@@ -441,10 +442,10 @@ func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, n
 	switch {
 	case p.head != nil && p.head.Generation == gen:
 		if m.Base != nil {
-			return nil, ruleErr(CodeConflict, "manifest.base", "the base is given on the first ack of an attempt only; this attempt already acknowledged epoch %d", p.head.LastEpoch)
+			return nil, ruleErr(wire.CodeConflict, "manifest.base", "the base is given on the first ack of an attempt only; this attempt already acknowledged epoch %d", p.head.LastEpoch)
 		}
 		if epoch <= p.head.LastEpoch {
-			return nil, ruleErr(CodeEpochNotIncreasing, "epoch", "task %q already acknowledged epoch %d; acks of a task go in epoch order", tk.ID, p.head.LastEpoch)
+			return nil, ruleErr(wire.CodeEpochNotIncreasing, "epoch", "task %q already acknowledged epoch %d; acks of a task go in epoch order", tk.ID, p.head.LastEpoch)
 		}
 		p.mode, view.lid = "continue", p.head.ID
 	case m.Base == nil:
@@ -532,7 +533,7 @@ func checkReuse(t *txn, p *manifestPlan, view lineageView) error {
 			return nil
 		}
 		if !view.present(r) || dropped[ref] {
-			return ruleErr(CodeManifestMismatch, "manifest", "%s: this reference was dropped from the task's manifest and an older checkpoint still holds it; a reference cannot be reused: write the data at a new key or offset", ref)
+			return ruleErr(wire.CodeManifestMismatch, "manifest", "%s: this reference was dropped from the task's manifest and an older checkpoint still holds it; a reference cannot be reused: write the data at a new key or offset", ref)
 		}
 		return nil
 	}
@@ -562,7 +563,7 @@ func baseLineage(t *txn, job string, base *BaseRef, strict bool) (*Lineage, erro
 		return nil, err
 	}
 	if bj == nil {
-		return nil, ruleErr(CodeNotFound, "manifest.base.job", "job %q does not exist", base.Job)
+		return nil, ruleErr(wire.CodeNotFound, "manifest.base.job", "job %q does not exist", base.Job)
 	}
 	e, err := t.epoch(base.Job, base.Epoch)
 	if err != nil {
@@ -573,14 +574,14 @@ func baseLineage(t *txn, job string, base *BaseRef, strict bool) (*Lineage, erro
 		if e != nil {
 			state = string(e.State)
 		}
-		return nil, ruleErr(CodeEpochNotCompleted, "manifest.base.epoch", "base epoch %d of job %q is %s; a base is a completed, retained epoch", base.Epoch, base.Job, state)
+		return nil, ruleErr(wire.CodeEpochNotCompleted, "manifest.base.epoch", "base epoch %d of job %q is %s; a base is a completed, retained epoch", base.Epoch, base.Job, state)
 	}
 	a, err := t.ack(base.Job, base.Epoch, base.Task)
 	if err != nil {
 		return nil, err
 	}
 	if a == nil || a.Lineage == 0 {
-		return nil, ruleErr(CodeNotFound, "manifest.base.task", "epoch %d of job %q holds no manifest for task %q", base.Epoch, base.Job, base.Task)
+		return nil, ruleErr(wire.CodeNotFound, "manifest.base.task", "epoch %d of job %q holds no manifest for task %q", base.Epoch, base.Job, base.Task)
 	}
 	l, err := t.lineage(a.Lineage)
 	if err != nil {
@@ -599,21 +600,21 @@ func checkCommit(b *Blob, bc BlobCommit, job string, gen uint64, now time.Time, 
 	field := "manifest.blobs"
 	switch {
 	case b == nil:
-		return ruleErr(CodeBlobUnknown, field, "blob %q has no upload intent; ask for an upload slot first", bc.Key)
+		return ruleErr(wire.CodeBlobUnknown, field, "blob %q has no upload intent; ask for an upload slot first", bc.Key)
 	case b.State == BlobIntent:
 		if b.Job != job {
-			return ruleErr(CodeInvalid, field, "blob %q is an upload of job %q", bc.Key, b.Job)
+			return ruleErr(wire.CodeInvalid, field, "blob %q is an upload of job %q", bc.Key, b.Job)
 		}
 		if b.LeaseUntil != nil && now.After(*b.LeaseUntil) {
-			return ruleErr(CodeBlobExpired, field, "the upload intent of blob %q expired at %s", bc.Key, b.LeaseUntil.Format(time.RFC3339))
+			return ruleErr(wire.CodeBlobExpired, field, "the upload intent of blob %q expired at %s", bc.Key, b.LeaseUntil.Format(time.RFC3339))
 		}
 		if strict && b.Generation != 0 && b.Generation != gen {
-			return ruleErr(CodeFenced, field, "blob %q is an upload slot of attempt generation %d, superseded by generation %d: its upload URL was handed to a worker of that attempt; ask for new upload slots", bc.Key, b.Generation, gen)
+			return ruleErr(wire.CodeFenced, field, "blob %q is an upload slot of attempt generation %d, superseded by generation %d: its upload URL was handed to a worker of that attempt; ask for new upload slots", bc.Key, b.Generation, gen)
 		}
 		return nil
 	case b.State == BlobLive:
 		if b.Size != bc.Size {
-			return ruleErr(CodeConflict, field, "blob %q was committed with size %d, not %d", bc.Key, b.Size, bc.Size)
+			return ruleErr(wire.CodeConflict, field, "blob %q was committed with size %d, not %d", bc.Key, b.Size, bc.Size)
 		}
 		return nil
 	}
@@ -625,11 +626,11 @@ func referenceable(b *Blob, key string, now time.Time) (uint64, error) {
 	field := "manifest"
 	switch {
 	case b == nil:
-		return 0, ruleErr(CodeBlobUnknown, field, "blob %q is not known", key)
+		return 0, ruleErr(wire.CodeBlobUnknown, field, "blob %q is not known", key)
 	case b.State == BlobLive:
 		return b.Size, nil
 	case b.State == BlobIntent:
-		return 0, ruleErr(CodeInvalid, "manifest.blobs", "blob %q is an upload not yet committed: list it in manifest.blobs with its size", key)
+		return 0, ruleErr(wire.CodeInvalid, "manifest.blobs", "blob %q is an upload not yet committed: list it in manifest.blobs with its size", key)
 	}
 	return 0, blobStateErr(b, field)
 }
@@ -637,13 +638,13 @@ func referenceable(b *Blob, key string, now time.Time) (uint64, error) {
 func blobStateErr(b *Blob, field string) error {
 	switch b.State {
 	case BlobDeleting:
-		return ruleErr(CodeBlobDeleting, field, "blob %q is being deleted by the garbage collector and cannot be referenced", b.Key)
+		return ruleErr(wire.CodeBlobDeleting, field, "blob %q is being deleted by the garbage collector and cannot be referenced", b.Key)
 	case BlobGone:
-		return ruleErr(CodeBlobGone, field, "blob %q was deleted by the garbage collector", b.Key)
+		return ruleErr(wire.CodeBlobGone, field, "blob %q was deleted by the garbage collector", b.Key)
 	case BlobExpired:
-		return ruleErr(CodeBlobExpired, field, "the upload intent of blob %q expired before it was committed", b.Key)
+		return ruleErr(wire.CodeBlobExpired, field, "the upload intent of blob %q expired before it was committed", b.Key)
 	}
-	return ruleErr(CodeConflict, field, "blob %q is %s", b.Key, b.State)
+	return ruleErr(wire.CodeConflict, field, "blob %q is %s", b.Key, b.State)
 }
 
 // applyManifest writes a planned manifest change for the ack of task in

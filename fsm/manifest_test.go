@@ -10,6 +10,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // worker is a model of an incremental task: it keeps its manifest whole
@@ -172,7 +173,7 @@ func TestIncrementalJobReferences(t *testing.T) {
 			h.checkManifest("inc", e, w.task, w.acked[e])
 		}
 		p := h.restore(fsm.RestoreRequest{Job: "inc", Task: w.task})
-		if p.Source.Epoch != 60 || p.Kinds[fsm.KindState].Manifest == nil || p.ObjectStoreReads != len(w.m.Bases)+len(w.m.Segments) || p.ObjectStoreBytes != w.m.Bytes() {
+		if p.Source.Epoch != 60 || p.Kinds[wire.KindState].Manifest == nil || p.ObjectStoreReads != len(w.m.Bases)+len(w.m.Segments) || p.ObjectStoreBytes != w.m.Bytes() {
 			t.Fatalf("restore %s: %+v", w.task, p)
 		}
 	}
@@ -210,17 +211,17 @@ func TestIncrementalJobReferences(t *testing.T) {
 	w := workers[0]
 	res := h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "inc", Generation: 1, Epoch: 61, Task: w.task, Manifest: &fsm.ManifestAck{Delta: &manifests.Delta{
 		AddSegments: []manifests.Segment{{Key: marked[0], Offset: 0, Length: 1, FirstSeq: w.seq + 1, LastSeq: w.seq + 1}}}}})
-	mustRule(t, res, fsm.ErrBlobGone)
+	mustRule(t, res, wire.ErrBlobGone)
 	// A drop of a segment not in the manifest, an unknown blob, a range past
 	// the end, a key outside the charset: each refused.
 	for _, tc := range []struct {
 		d    manifests.Delta
 		want error
 	}{
-		{manifests.Delta{DropSegments: []manifests.Ref{{Key: "inc/t0/none", Offset: 0}}}, fsm.ErrManifestMismatch},
-		{manifests.Delta{AddSegments: []manifests.Segment{{Key: "inc/t0/unknown", Offset: 0, Length: 1, FirstSeq: 1, LastSeq: 1}}}, fsm.ErrBlobUnknown},
-		{manifests.Delta{AddSegments: []manifests.Segment{{Key: w.m.Segments[0].Key, Offset: 99, Length: 2, FirstSeq: 1, LastSeq: 1}}}, fsm.ErrInvalid},
-		{manifests.Delta{AddSegments: []manifests.Segment{{Key: "../escape", Offset: 0, Length: 1, FirstSeq: 1, LastSeq: 1}}}, fsm.ErrInvalid},
+		{manifests.Delta{DropSegments: []manifests.Ref{{Key: "inc/t0/none", Offset: 0}}}, wire.ErrManifestMismatch},
+		{manifests.Delta{AddSegments: []manifests.Segment{{Key: "inc/t0/unknown", Offset: 0, Length: 1, FirstSeq: 1, LastSeq: 1}}}, wire.ErrBlobUnknown},
+		{manifests.Delta{AddSegments: []manifests.Segment{{Key: w.m.Segments[0].Key, Offset: 99, Length: 2, FirstSeq: 1, LastSeq: 1}}}, wire.ErrInvalid},
+		{manifests.Delta{AddSegments: []manifests.Segment{{Key: "../escape", Offset: 0, Length: 1, FirstSeq: 1, LastSeq: 1}}}, wire.ErrInvalid},
 	} {
 		d := tc.d
 		h.reject(tc.want, fsm.CmdTaskAck, fsm.TaskAck{Job: "inc", Generation: 1, Epoch: 61, Task: w.task, Manifest: &fsm.ManifestAck{Delta: &d}})
@@ -298,7 +299,7 @@ func TestAbandonedManifest(t *testing.T) {
 	h.start("ab", "a2", tk)
 	for e := uint64(2); e <= 3; e++ {
 		h.begin("ab", 2, e)
-		h.ack("ab", 2, e, "t", map[fsm.Kind][]byte{fsm.KindState: []byte("inline")})
+		h.ack("ab", 2, e, "t", map[fsm.Kind][]byte{wire.KindState: []byte("inline")})
 	}
 	h.fsck()
 	for _, k := range keys {
@@ -328,16 +329,16 @@ func TestReferencesToDeletingAndExpiredBlobs(t *testing.T) {
 	}
 	h.begin("d", 1, 3)
 	seg := manifests.Segment{Key: old, Offset: 0, Length: 10, FirstSeq: w.seq + 1, LastSeq: w.seq + 1}
-	h.reject(fsm.ErrBlobDeleting, fsm.CmdTaskAck, fsm.TaskAck{Job: "d", Generation: 1, Epoch: 3, Task: "t",
+	h.reject(wire.ErrBlobDeleting, fsm.CmdTaskAck, fsm.TaskAck{Job: "d", Generation: 1, Epoch: 3, Task: "t",
 		Manifest: &fsm.ManifestAck{Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg}}}})
 
 	h.intents("d", 1, "d/t/late")
 	h.advance(2 * time.Hour)
 	late := manifests.Segment{Key: "d/t/late", Offset: 0, Length: 10, FirstSeq: w.seq + 1, LastSeq: w.seq + 1}
-	h.reject(fsm.ErrBlobExpired, fsm.CmdTaskAck, fsm.TaskAck{Job: "d", Generation: 1, Epoch: 3, Task: "t",
+	h.reject(wire.ErrBlobExpired, fsm.CmdTaskAck, fsm.TaskAck{Job: "d", Generation: 1, Epoch: 3, Task: "t",
 		Manifest: &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "d/t/late", Size: 10}}, Delta: &manifests.Delta{AddSegments: []manifests.Segment{late}}}})
 	h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"d/t/late"}})
-	h.reject(fsm.ErrBlobExpired, fsm.CmdTaskAck, fsm.TaskAck{Job: "d", Generation: 1, Epoch: 3, Task: "t",
+	h.reject(wire.ErrBlobExpired, fsm.CmdTaskAck, fsm.TaskAck{Job: "d", Generation: 1, Epoch: 3, Task: "t",
 		Manifest: &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "d/t/late", Size: 10}}, Delta: &manifests.Delta{AddSegments: []manifests.Segment{late}}}})
 	h.fsck()
 }
@@ -367,7 +368,7 @@ func TestReusedReferenceRefused(t *testing.T) {
 	h.begin("r", 1, 3)
 	again := seg
 	again.FirstSeq, again.LastSeq = 2, 2
-	mustRule(t, ack(3, manifests.Delta{AddSegments: []manifests.Segment{again}}, false), fsm.ErrManifestMismatch)
+	mustRule(t, ack(3, manifests.Delta{AddSegments: []manifests.Segment{again}}, false), wire.ErrManifestMismatch)
 	// The same data at a new offset is fine.
 	again.Offset = 10
 	mustOK(t, ack(3, manifests.Delta{AddSegments: []manifests.Segment{again}}, false))

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/metastore/metastore/wire"
 )
 
 // MaxMemberAddrLen bounds a member's address (host:port).
@@ -19,7 +21,7 @@ const MaxMemberAddrLen = 256
 // reach the same verdict. The API and the CLI call it before proposing.
 func CheckMemberAddr(field, addr string) error {
 	if err := memberAddrProblem(addr); err != nil {
-		return ruleErr(CodeInvalid, field, "%q: %v", addr, err)
+		return ruleErr(wire.CodeInvalid, field, "%q: %v", addr, err)
 	}
 	return nil
 }

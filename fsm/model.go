@@ -1,182 +1,23 @@
 package fsm
 
 import (
-	"encoding/json"
-	"fmt"
-	"math"
-	"regexp"
 	"sort"
-	"strings"
 	"time"
+
+	"github.com/metastore/metastore/wire"
 )
 
-// Limits of the model. They are part of the API contract (docs/openapi.json).
-const (
-	// MaxInlinePayload is the largest inline payload one task may store for
-	// one kind in one epoch. Source offsets and small sink state fit; larger
-	// state belongs in the object store.
-	MaxInlinePayload = 16 << 10
-	// MaxPendingEpochs bounds the epochs of one job pending at once.
-	MaxPendingEpochs = 64
-	// MaxEpoch is the largest epoch number: 2^63-1, the largest int64
-	// (docs/openapi.json declares epochs int64, and Java and JavaScript
-	// clients cannot count past it). A job whose epoch reached 2^64-1
-	// could never begin another one.
-	MaxEpoch = math.MaxInt64
-	// MaxTasks bounds the tasks of one attempt.
-	MaxTasks = 10000
-	// MaxReasonLen bounds free-text reasons and savepoint names.
-	MaxReasonLen = 256
-	// DefaultRetained is the number of completed checkpoints a job keeps when
-	// its config does not say.
-	DefaultRetained = 1
-	// DefaultAckTimeout is the time an epoch may stay pending.
-	DefaultAckTimeout = 10 * time.Minute
-	// DefaultHistory is the number of ended (aborted or subsumed) epochs a
-	// job remembers for inspection.
-	DefaultHistory = 100
+// The value types of records and commands (kinds, capability sets,
+// durations) are those of the API, declared in package wire with their
+// JSON forms and the limits and checks of their shape.
+type (
+	Kind       = wire.Kind
+	Capability = wire.Capability
+	Caps       = wire.Caps
+	Duration   = wire.Duration
 )
 
-// IDPattern is the charset of job, task, member and attempt ids.
-var IDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// Kind is one kind of checkpointed data a task may have.
-type Kind string
-
-const (
-	KindInput  Kind = "input"
-	KindState  Kind = "state"
-	KindOutput Kind = "output"
-)
-
-// Kinds lists every kind, in a fixed order.
-var Kinds = []Kind{KindInput, KindState, KindOutput}
-
-// Capability is one capability flag of a task.
-type Capability string
-
-const (
-	CapInput       Capability = "input"
-	CapState       Capability = "state"
-	CapOutput      Capability = "output"
-	CapIncremental Capability = "incremental"
-)
-
-// Caps is the set of capability flags of a task, as a bit set.
-type Caps uint8
-
-const (
-	capInputBit Caps = 1 << iota
-	capStateBit
-	capOutputBit
-	capIncrementalBit
-)
-
-var capBits = []struct {
-	name Capability
-	bit  Caps
-}{
-	{CapInput, capInputBit}, {CapState, capStateBit}, {CapOutput, capOutputBit}, {CapIncremental, capIncrementalBit},
-}
-
-// capAll is every defined flag; other bits are invalid.
-const capAll = capInputBit | capStateBit | capOutputBit | capIncrementalBit
-
-// Valid reports whether the set holds only defined flags, and incremental
-// only with state.
-func (c Caps) Valid() bool {
-	return c&^capAll == 0 && (!c.Incremental() || c.Has(KindState))
-}
-
-// Has reports whether the task checkpoints data of kind k.
-func (c Caps) Has(k Kind) bool {
-	switch k {
-	case KindInput:
-		return c&capInputBit != 0
-	case KindState:
-		return c&capStateBit != 0
-	case KindOutput:
-		return c&capOutputBit != 0
-	}
-	return false
-}
-
-// Incremental reports whether the task commits incremental deltas.
-func (c Caps) Incremental() bool { return c&capIncrementalBit != 0 }
-
-// Expected reports whether an epoch waits for this task's ack: a task is
-// expected when it checkpoints at least one kind.
-func (c Caps) Expected() bool { return c&(capInputBit|capStateBit|capOutputBit) != 0 }
-
-// MarshalJSON writes the flags as a sorted list of names.
-func (c Caps) MarshalJSON() ([]byte, error) {
-	names := []string{}
-	for _, b := range capBits {
-		if c&b.bit != 0 {
-			names = append(names, string(b.name))
-		}
-	}
-	return json.Marshal(names)
-}
-
-// UnmarshalJSON reads a list of capability names.
-func (c *Caps) UnmarshalJSON(data []byte) error {
-	var names []string
-	if err := json.Unmarshal(data, &names); err != nil {
-		return fmt.Errorf("capabilities must be a list of names: %w", err)
-	}
-	parsed, err := ParseCaps(names)
-	if err != nil {
-		return err
-	}
-	*c = parsed
-	return nil
-}
-
-// ParseCaps parses capability names. Unknown and repeated names are errors,
-// and incremental requires state.
-func ParseCaps(names []string) (Caps, error) {
-	var c Caps
-	for _, n := range names {
-		found := false
-		for _, b := range capBits {
-			if Capability(n) == b.name {
-				if c&b.bit != 0 {
-					return 0, fmt.Errorf("capability %q listed twice", n)
-				}
-				c |= b.bit
-				found = true
-			}
-		}
-		if !found {
-			return 0, fmt.Errorf("unknown capability %q (want input, state, output, incremental)", n)
-		}
-	}
-	if c.Incremental() && !c.Has(KindState) {
-		return 0, fmt.Errorf("capability incremental requires state")
-	}
-	return c, nil
-}
-
-// Duration is a time.Duration written in JSON as a Go duration string.
-type Duration time.Duration
-
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-func (d *Duration) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return fmt.Errorf("duration must be a string such as \"30s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// JobConfig is the configuration of a job.
+// JobConfig is the configuration of a job as records and commands hold it.
 type JobConfig struct {
 	// Retained is the number of completed checkpoints kept; older ones are
 	// subsumed unless pinned.
@@ -188,33 +29,11 @@ type JobConfig struct {
 	History int `json:"history"`
 }
 
-// WithDefaults fills unset fields.
-func (c JobConfig) WithDefaults() JobConfig {
-	if c.Retained == 0 {
-		c.Retained = DefaultRetained
-	}
-	if c.AckTimeout == 0 {
-		c.AckTimeout = Duration(DefaultAckTimeout)
-	}
-	if c.History == 0 {
-		c.History = DefaultHistory
-	}
-	return c
-}
+// WithDefaults fills unset fields (wire.JobConfig.WithDefaults).
+func (c JobConfig) WithDefaults() JobConfig { return JobConfig(wire.JobConfig(c).WithDefaults()) }
 
-// Validate checks a config after defaults.
-func (c JobConfig) Validate() error {
-	if c.Retained < 1 || c.Retained > 1000 {
-		return ruleErr(CodeInvalid, "config.retained", "must be between 1 and 1000, got %d", c.Retained)
-	}
-	if time.Duration(c.AckTimeout) < 100*time.Millisecond || time.Duration(c.AckTimeout) > 7*24*time.Hour {
-		return ruleErr(CodeInvalid, "config.ack_timeout", "must be between 100ms and 168h, got %s", time.Duration(c.AckTimeout))
-	}
-	if c.History < 1 || c.History > 10000 {
-		return ruleErr(CodeInvalid, "config.history", "must be between 1 and 10000, got %d", c.History)
-	}
-	return nil
-}
+// Validate checks a config after defaults (wire.JobConfig.Validate).
+func (c JobConfig) Validate() error { return wire.JobConfig(c).Validate() }
 
 // Job is a streaming job.
 type Job struct {
@@ -330,23 +149,6 @@ type Member struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
 	HTTPAddr string `json:"http_addr"`
-}
-
-func checkID(field, v string) error {
-	if !IDPattern.MatchString(v) {
-		return ruleErr(CodeInvalid, field, "%q must match %s", v, IDPattern)
-	}
-	return nil
-}
-
-func checkText(field, v string) error {
-	if len(v) > MaxReasonLen {
-		return ruleErr(CodeInvalid, field, "longer than %d bytes", MaxReasonLen)
-	}
-	if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f || r == 0xfffd }) {
-		return ruleErr(CodeInvalid, field, "contains control or invalid characters")
-	}
-	return nil
 }
 
 func sortedKinds(m map[Kind][]byte) []Kind {

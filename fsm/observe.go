@@ -3,6 +3,8 @@ package fsm
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/metastore/metastore/wire"
 )
 
 // Blob observations. An ack commits a blob with the size the worker
@@ -59,11 +61,11 @@ type ObservedResult struct {
 
 // Validate checks the payload on its own.
 func (p *BlobsObserved) Validate() error {
-	if len(p.Blobs) == 0 || len(p.Blobs) > MaxIntents {
-		return ruleErr(CodeInvalid, "blobs", "between 1 and %d blobs per observation", MaxIntents)
+	if len(p.Blobs) == 0 || len(p.Blobs) > wire.MaxIntents {
+		return ruleErr(wire.CodeInvalid, "blobs", "between 1 and %d blobs per observation", wire.MaxIntents)
 	}
 	for _, b := range p.Blobs {
-		if err := checkText("blobs.etag", b.ETag); err != nil {
+		if err := wire.CheckText("blobs.etag", b.ETag); err != nil {
 			return err
 		}
 	}

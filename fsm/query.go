@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // Every read runs in one bbolt read transaction and returns the applied
@@ -77,14 +78,14 @@ func (f *FSM) Attempt(job string, gen uint64) (*AttemptDetail, uint64, error) {
 			gen = j.Generation
 		}
 		if gen == 0 {
-			return ruleErr(CodeNoAttempt, "generation", "job %q has no attempt yet", job)
+			return ruleErr(wire.CodeNoAttempt, "generation", "job %q has no attempt yet", job)
 		}
 		a, err := t.attempt(job, gen)
 		if err != nil {
 			return err
 		}
 		if a == nil {
-			return ruleErr(CodeNotFound, "generation", "job %q has no attempt generation %d", job, gen)
+			return ruleErr(wire.CodeNotFound, "generation", "job %q has no attempt generation %d", job, gen)
 		}
 		out = &AttemptDetail{Attempt: *a, TaskList: []Task{}}
 		return t.scan(bucketTasks, jobNumKey(job, gen), func(_, v []byte) (bool, error) {
@@ -305,21 +306,6 @@ type RestoreRequest struct {
 	SourceTask string
 }
 
-// Restore answers, per kind.
-const (
-	// RestoreRestored: the checkpoint holds data of this kind for the task.
-	RestoreRestored = "restored"
-	// RestoreNothing: the task did not have this capability in the
-	// checkpoint; there is nothing to recover, and nothing to read.
-	RestoreNothing = "nothing_to_recover"
-	// RestoreNoPriorState: the checkpoint does not know the task (it is new
-	// after a topology change), or the job has no completed checkpoint.
-	RestoreNoPriorState = "no_prior_state"
-	// RestoreNoCheckpoint (plan status only): the source job has no
-	// completed checkpoint yet.
-	RestoreNoCheckpoint = "no_checkpoint"
-)
-
 // KindRestore is the answer for one kind.
 type KindRestore struct {
 	Status  string `json:"status"`
@@ -375,24 +361,24 @@ func (f *FSM) PlanRestore(req RestoreRequest) (*RestorePlan, uint64, error) {
 }
 
 func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
-	if err := checkID("job", req.Job); err != nil {
+	if err := wire.CheckID("job", req.Job); err != nil {
 		return nil, err
 	}
-	if err := checkID("task", req.Task); err != nil {
+	if err := wire.CheckID("task", req.Task); err != nil {
 		return nil, err
 	}
 	if req.Epoch != 0 && req.Pin != "" {
-		return nil, ruleErr(CodeInvalid, "pin", "name an epoch or a pin, not both")
+		return nil, ruleErr(wire.CodeInvalid, "pin", "name an epoch or a pin, not both")
 	}
 	srcJob, srcTask := req.Job, req.Task
 	if req.SourceJob != "" {
-		if err := checkID("source_job", req.SourceJob); err != nil {
+		if err := wire.CheckID("source_job", req.SourceJob); err != nil {
 			return nil, err
 		}
 		srcJob = req.SourceJob
 	}
 	if req.SourceTask != "" {
-		if err := checkID("source_task", req.SourceTask); err != nil {
+		if err := wire.CheckID("source_task", req.SourceTask); err != nil {
 			return nil, err
 		}
 		srcTask = req.SourceTask
@@ -409,7 +395,7 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 		if foreign {
 			return nil, errForeignSource(req, srcJob) // crossjob.go
 		}
-		return nil, ruleErr(CodeNotFound, "source_job", "job %q does not exist", srcJob)
+		return nil, ruleErr(wire.CodeNotFound, "source_job", "job %q does not exist", srcJob)
 	}
 	plan := &RestorePlan{Job: req.Job, Task: req.Task, Kinds: map[Kind]KindRestore{}}
 	plan.Source.Job, plan.Source.Task = srcJob, srcTask
@@ -445,7 +431,7 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 			}
 		}
 		if e == nil {
-			return nil, ruleErr(CodeNotFound, "pin", "job %q has no savepoint named %q", srcJob, req.Pin)
+			return nil, ruleErr(wire.CodeNotFound, "pin", "job %q has no savepoint named %q", srcJob, req.Pin)
 		}
 	case req.Epoch != 0:
 		e, err = mustEpoch(t, src, req.Epoch)
@@ -453,12 +439,12 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 			return nil, err
 		}
 		if e.State != EpochCompleted {
-			return nil, ruleErr(CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; restore needs a completed, retained epoch", req.Epoch, srcJob, e.State)
+			return nil, ruleErr(wire.CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; restore needs a completed, retained epoch", req.Epoch, srcJob, e.State)
 		}
 	case src.LatestCompleted == 0:
-		plan.Status = RestoreNoCheckpoint
-		for _, k := range Kinds {
-			plan.Kinds[k] = KindRestore{Status: RestoreNoPriorState}
+		plan.Status = wire.RestoreNoCheckpoint
+		for _, k := range wire.Kinds {
+			plan.Kinds[k] = KindRestore{Status: wire.RestoreNoPriorState}
 		}
 		return plan, nil
 	default:
@@ -473,30 +459,30 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 		return nil, err
 	}
 	if tk == nil {
-		plan.Status = RestoreNoPriorState
-		for _, k := range Kinds {
-			plan.Kinds[k] = KindRestore{Status: RestoreNoPriorState}
+		plan.Status = wire.RestoreNoPriorState
+		for _, k := range wire.Kinds {
+			plan.Kinds[k] = KindRestore{Status: wire.RestoreNoPriorState}
 		}
 		return plan, nil
 	}
-	plan.Status = RestoreRestored
+	plan.Status = wire.RestoreRestored
 	if !tk.Caps.Expected() {
-		plan.Status = RestoreNothing
+		plan.Status = wire.RestoreNothing
 	}
 	caps := tk.Caps
 	plan.Capabilities = &caps
-	for _, k := range Kinds {
+	for _, k := range wire.Kinds {
 		if !caps.Has(k) {
-			plan.Kinds[k] = KindRestore{Status: RestoreNothing}
+			plan.Kinds[k] = KindRestore{Status: wire.RestoreNothing}
 			continue
 		}
 		v := t.b(bucketPayloads).Get(payloadKey(srcJob, e.Epoch, srcTask, k))
-		kr := KindRestore{Status: RestoreRestored, Bytes: len(v)}
+		kr := KindRestore{Status: wire.RestoreRestored, Bytes: len(v)}
 		if len(v) > 0 {
 			kr.Payload = bytes.Clone(v)
 		}
 		plan.InlineBytes += len(v)
-		if k == KindState {
+		if k == wire.KindState {
 			a, err := t.ack(srcJob, e.Epoch, srcTask)
 			if err != nil {
 				return nil, err

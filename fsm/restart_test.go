@@ -16,6 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 func TestRestartSkipsAppliedEntries(t *testing.T) {
@@ -117,12 +118,12 @@ func TestBatchResults(t *testing.T) {
 		cmd(1, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 1}),
 		cmd(2, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 2}),
 		{Index: base + 3, Term: 1, Type: raft.LogConfiguration},
-		cmd(4, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "s", Payloads: map[fsm.Kind][]byte{fsm.KindState: []byte("x")}}),
-		cmd(5, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "s", Payloads: map[fsm.Kind][]byte{fsm.KindState: []byte("y")}}),
+		cmd(4, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "s", Payloads: map[fsm.Kind][]byte{wire.KindState: []byte("x")}}),
+		cmd(5, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "s", Payloads: map[fsm.Kind][]byte{wire.KindState: []byte("y")}}),
 	}
 	h.index = base + uint64(len(batch))
 	resp := h.f.ApplyBatch(batch)
-	want := []error{nil, fsm.ErrInvalid, nil, nil, fsm.ErrConflict}
+	want := []error{nil, wire.ErrInvalid, nil, nil, wire.ErrConflict}
 	for i, r := range resp {
 		if batch[i].Type != raft.LogCommand {
 			if r != nil {
@@ -144,8 +145,8 @@ func TestBatchResults(t *testing.T) {
 		t.Fatal("ack in the batch did not complete the epoch")
 	}
 	p := h.restore(fsm.RestoreRequest{Job: "j", Task: "s"})
-	if string(p.Kinds[fsm.KindState].Payload) != "x" {
-		t.Fatalf("restored %q, want the first ack's payload", p.Kinds[fsm.KindState].Payload)
+	if string(p.Kinds[wire.KindState].Payload) != "x" {
+		t.Fatalf("restored %q, want the first ack's payload", p.Kinds[wire.KindState].Payload)
 	}
 	if h.f.AppliedIndex() != h.index {
 		t.Fatalf("applied index %d, want %d", h.f.AppliedIndex(), h.index)
@@ -331,7 +332,7 @@ func TestConcurrentReadsDuringApplyAndRestore(t *testing.T) {
 				default:
 				}
 				check := func(err error) {
-					var re *fsm.RuleError
+					var re *wire.RuleError
 					if err != nil && !errors.As(err, &re) {
 						select {
 						case errs <- err:

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // restoredFrom reads an attempt's restore source: "unknown" when it is not
@@ -94,7 +95,7 @@ func TestAttemptRecordsRestoreSource(t *testing.T) {
 		t.Fatalf("kept attempts after retention moved: %+v", list)
 	}
 	d, _, err := h.f.Attempt("j", 2)
-	if err != nil || len(d.TaskList) != 2 || d.TaskList[0].ID != "op" || !d.TaskList[0].Caps.Has(fsm.KindState) {
+	if err != nil || len(d.TaskList) != 2 || d.TaskList[0].ID != "op" || !d.TaskList[0].Caps.Has(wire.KindState) {
 		t.Fatalf("task set of generation 2: %+v %v", d, err)
 	}
 	if _, _, err := h.f.Attempt("j", 1); err == nil {

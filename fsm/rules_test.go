@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // rulesFixture builds a job "j" in its second attempt with tasks src
@@ -19,7 +20,7 @@ import (
 //	epoch 5 completed
 //	epoch 7 pending, op acked
 //
-// plus "fresh" (no attempt) and "busy" (MaxPendingEpochs pending epochs).
+// plus "fresh" (no attempt) and "busy" (wire.MaxPendingEpochs pending epochs).
 func rulesFixture(t *testing.T) (*harness, map[string]fsm.Task) {
 	h := newHarness(t)
 	tasks := map[string]fsm.Task{
@@ -51,7 +52,7 @@ func rulesFixture(t *testing.T) (*harness, map[string]fsm.Task) {
 	h.putJob("fresh", fsm.JobConfig{})
 	h.putJob("busy", fsm.JobConfig{})
 	h.start("busy", "b1", task(t, "s", "state"))
-	for n := uint64(1); n <= fsm.MaxPendingEpochs; n++ {
+	for n := uint64(1); n <= wire.MaxPendingEpochs; n++ {
 		h.begin("busy", 1, n)
 	}
 	return h, tasks
@@ -71,86 +72,86 @@ func TestRulesChangeNothing(t *testing.T) {
 	ack := func(gen, epoch uint64, task string, p map[fsm.Kind][]byte) fsm.TaskAck {
 		return fsm.TaskAck{Job: "j", Generation: gen, Epoch: epoch, Task: task, Payloads: p}
 	}
-	manyTasks := make([]fsm.Task, fsm.MaxTasks+1)
+	manyTasks := make([]fsm.Task, wire.MaxTasks+1)
 	for i := range manyTasks {
 		manyTasks[i] = fsm.Task{ID: fmt.Sprintf("t%d", i)}
 	}
 
 	cases := []ruleCase{
 		// Unknown job, no attempt.
-		{"begin unknown job", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "nope", Generation: 1, Epoch: 1}, fsm.ErrNotFound, "job"},
-		{"ack unknown job", fsm.CmdTaskAck, fsm.TaskAck{Job: "nope", Generation: 1, Epoch: 1, Task: "src"}, fsm.ErrNotFound, "job"},
-		{"abort unknown job", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "nope", Generation: 1, Epoch: 1}, fsm.ErrNotFound, "job"},
-		{"attempt of unknown job", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "nope", AttemptID: "a", Tasks: []fsm.Task{src}}, fsm.ErrNotFound, "job"},
-		{"pin unknown job", fsm.CmdEpochPin, fsm.EpochPin{Job: "nope", Epoch: 1}, fsm.ErrNotFound, "job"},
-		{"unpin unknown job", fsm.CmdEpochUnpin, fsm.EpochPin{Job: "nope", Epoch: 1}, fsm.ErrNotFound, "job"},
-		{"begin before any attempt", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "fresh", Generation: 1, Epoch: 1}, fsm.ErrNoAttempt, "generation"},
-		{"ack before any attempt", fsm.CmdTaskAck, fsm.TaskAck{Job: "fresh", Generation: 1, Epoch: 1, Task: "src"}, fsm.ErrNoAttempt, "generation"},
+		{"begin unknown job", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "nope", Generation: 1, Epoch: 1}, wire.ErrNotFound, "job"},
+		{"ack unknown job", fsm.CmdTaskAck, fsm.TaskAck{Job: "nope", Generation: 1, Epoch: 1, Task: "src"}, wire.ErrNotFound, "job"},
+		{"abort unknown job", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "nope", Generation: 1, Epoch: 1}, wire.ErrNotFound, "job"},
+		{"attempt of unknown job", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "nope", AttemptID: "a", Tasks: []fsm.Task{src}}, wire.ErrNotFound, "job"},
+		{"pin unknown job", fsm.CmdEpochPin, fsm.EpochPin{Job: "nope", Epoch: 1}, wire.ErrNotFound, "job"},
+		{"unpin unknown job", fsm.CmdEpochUnpin, fsm.EpochPin{Job: "nope", Epoch: 1}, wire.ErrNotFound, "job"},
+		{"begin before any attempt", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "fresh", Generation: 1, Epoch: 1}, wire.ErrNoAttempt, "generation"},
+		{"ack before any attempt", fsm.CmdTaskAck, fsm.TaskAck{Job: "fresh", Generation: 1, Epoch: 1, Task: "src"}, wire.ErrNoAttempt, "generation"},
 
 		// Epoch numbering.
-		{"begin 6 after 7", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 6}, fsm.ErrEpochNotIncreasing, "epoch"},
-		{"begin 1 after 7", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 1}, fsm.ErrEpochNotIncreasing, "epoch"},
-		{"too many pending", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "busy", Generation: 1, Epoch: fsm.MaxPendingEpochs + 1}, fsm.ErrTooManyPending, "epoch"},
+		{"begin 6 after 7", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 6}, wire.ErrEpochNotIncreasing, "epoch"},
+		{"begin 1 after 7", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 1}, wire.ErrEpochNotIncreasing, "epoch"},
+		{"too many pending", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "busy", Generation: 1, Epoch: wire.MaxPendingEpochs + 1}, wire.ErrTooManyPending, "epoch"},
 
 		// Who may ack what.
-		{"ack from task not in attempt", fsm.CmdTaskAck, ack(2, 7, "ghost", nil), fsm.ErrTaskNotInAttempt, "task"},
-		{"ack from task without capabilities", fsm.CmdTaskAck, ack(2, 7, "idle", nil), fsm.ErrTaskNotExpected, "task"},
-		{"payload for a missing capability", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{fsm.KindInput: []byte("o"), fsm.KindState: []byte("s")}), fsm.ErrCapabilityMissing, "payloads.state"},
-		{"output payload from state task", fsm.CmdTaskAck, ack(2, 7, "op", map[fsm.Kind][]byte{fsm.KindOutput: []byte("x")}), fsm.ErrCapabilityMissing, "payloads.output"},
-		{"payload over the inline limit", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{fsm.KindInput: make([]byte, fsm.MaxInlinePayload+1)}), fsm.ErrPayloadTooLarge, "payloads.input"},
-		{"payload of unknown kind", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{"offsets": []byte("x")}), fsm.ErrInvalid, "payloads"},
-		{"ack epoch never begun", fsm.CmdTaskAck, ack(2, 9, "src", payloadsFor(src, 9)), fsm.ErrNotFound, "epoch"},
-		{"ack epoch skipped", fsm.CmdTaskAck, ack(2, 6, "src", payloadsFor(src, 6)), fsm.ErrNotFound, "epoch"},
-		{"different ack for a pending slot", fsm.CmdTaskAck, ack(2, 7, "op", payloadsFor(op, 8)), fsm.ErrConflict, "task"},
+		{"ack from task not in attempt", fsm.CmdTaskAck, ack(2, 7, "ghost", nil), wire.ErrTaskNotInAttempt, "task"},
+		{"ack from task without capabilities", fsm.CmdTaskAck, ack(2, 7, "idle", nil), wire.ErrTaskNotExpected, "task"},
+		{"payload for a missing capability", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{wire.KindInput: []byte("o"), wire.KindState: []byte("s")}), wire.ErrCapabilityMissing, "payloads.state"},
+		{"output payload from state task", fsm.CmdTaskAck, ack(2, 7, "op", map[fsm.Kind][]byte{wire.KindOutput: []byte("x")}), wire.ErrCapabilityMissing, "payloads.output"},
+		{"payload over the inline limit", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{wire.KindInput: make([]byte, wire.MaxInlinePayload+1)}), wire.ErrPayloadTooLarge, "payloads.input"},
+		{"payload of unknown kind", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{"offsets": []byte("x")}), wire.ErrInvalid, "payloads"},
+		{"ack epoch never begun", fsm.CmdTaskAck, ack(2, 9, "src", payloadsFor(src, 9)), wire.ErrNotFound, "epoch"},
+		{"ack epoch skipped", fsm.CmdTaskAck, ack(2, 6, "src", payloadsFor(src, 6)), wire.ErrNotFound, "epoch"},
+		{"different ack for a pending slot", fsm.CmdTaskAck, ack(2, 7, "op", payloadsFor(op, 8)), wire.ErrConflict, "task"},
 
 		// Ended epochs: a task that acked has its slot (a different ack is a
 		// conflict, invariant 7); one that did not finds the epoch not pending.
-		{"different ack for a completed epoch", fsm.CmdTaskAck, ack(2, 5, "src", payloadsFor(src, 99)), fsm.ErrConflict, "task"},
-		{"empty ack for a completed epoch", fsm.CmdTaskAck, ack(2, 5, "op", nil), fsm.ErrConflict, "task"},
-		{"different ack for an aborted epoch", fsm.CmdTaskAck, ack(2, 4, "src", payloadsFor(src, 99)), fsm.ErrConflict, "task"},
-		{"first ack for an aborted epoch", fsm.CmdTaskAck, ack(2, 4, "op", payloadsFor(op, 4)), fsm.ErrEpochNotPending, "epoch"},
-		{"abort a completed epoch", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 5}, fsm.ErrEpochNotPending, "epoch"},
-		{"abort epoch never begun", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 8}, fsm.ErrNotFound, "epoch"},
+		{"different ack for a completed epoch", fsm.CmdTaskAck, ack(2, 5, "src", payloadsFor(src, 99)), wire.ErrConflict, "task"},
+		{"empty ack for a completed epoch", fsm.CmdTaskAck, ack(2, 5, "op", nil), wire.ErrConflict, "task"},
+		{"different ack for an aborted epoch", fsm.CmdTaskAck, ack(2, 4, "src", payloadsFor(src, 99)), wire.ErrConflict, "task"},
+		{"first ack for an aborted epoch", fsm.CmdTaskAck, ack(2, 4, "op", payloadsFor(op, 4)), wire.ErrEpochNotPending, "epoch"},
+		{"abort a completed epoch", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 5}, wire.ErrEpochNotPending, "epoch"},
+		{"abort epoch never begun", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 8}, wire.ErrNotFound, "epoch"},
 
 		// Generations.
-		{"begin stale generation", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 8}, fsm.ErrFenced, "generation"},
-		{"ack stale generation", fsm.CmdTaskAck, ack(1, 7, "src", payloadsFor(src, 7)), fsm.ErrFenced, "generation"},
-		{"retried ack stale generation", fsm.CmdTaskAck, ack(1, 7, "op", payloadsFor(op, 7)), fsm.ErrFenced, "generation"},
-		{"abort stale generation", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 1, Epoch: 7}, fsm.ErrFenced, "generation"},
-		{"begin future generation", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 3, Epoch: 8}, fsm.ErrInvalid, "generation"},
-		{"ack future generation", fsm.CmdTaskAck, ack(3, 7, "src", payloadsFor(src, 7)), fsm.ErrInvalid, "generation"},
-		{"abort future generation", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 3, Epoch: 7}, fsm.ErrInvalid, "generation"},
-		{"begin generation 0", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Epoch: 8}, fsm.ErrInvalid, "generation"},
-		{"ack generation 0", fsm.CmdTaskAck, ack(0, 7, "src", nil), fsm.ErrInvalid, "generation"},
-		{"superseded attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op, tasks["sink"], tasks["idle"]}}, fsm.ErrFenced, "attempt_id"},
+		{"begin stale generation", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 8}, wire.ErrFenced, "generation"},
+		{"ack stale generation", fsm.CmdTaskAck, ack(1, 7, "src", payloadsFor(src, 7)), wire.ErrFenced, "generation"},
+		{"retried ack stale generation", fsm.CmdTaskAck, ack(1, 7, "op", payloadsFor(op, 7)), wire.ErrFenced, "generation"},
+		{"abort stale generation", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 1, Epoch: 7}, wire.ErrFenced, "generation"},
+		{"begin future generation", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 3, Epoch: 8}, wire.ErrInvalid, "generation"},
+		{"ack future generation", fsm.CmdTaskAck, ack(3, 7, "src", payloadsFor(src, 7)), wire.ErrInvalid, "generation"},
+		{"abort future generation", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 3, Epoch: 7}, wire.ErrInvalid, "generation"},
+		{"begin generation 0", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Epoch: 8}, wire.ErrInvalid, "generation"},
+		{"ack generation 0", fsm.CmdTaskAck, ack(0, 7, "src", nil), wire.ErrInvalid, "generation"},
+		{"superseded attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op, tasks["sink"], tasks["idle"]}}, wire.ErrFenced, "attempt_id"},
 
 		// Pins.
-		{"pin a pending epoch", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 7}, fsm.ErrEpochNotCompleted, "epoch"},
-		{"pin an aborted epoch", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 4}, fsm.ErrEpochNotCompleted, "epoch"},
-		{"pin epoch never begun", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 8}, fsm.ErrNotFound, "epoch"},
-		{"pin name clash", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 5, Name: "sp"}, fsm.ErrConflict, "name"},
-		{"re-pin under another name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 3, Name: "other"}, fsm.ErrConflict, "name"},
-		{"re-pin without its name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 3}, fsm.ErrConflict, "name"},
+		{"pin a pending epoch", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 7}, wire.ErrEpochNotCompleted, "epoch"},
+		{"pin an aborted epoch", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 4}, wire.ErrEpochNotCompleted, "epoch"},
+		{"pin epoch never begun", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 8}, wire.ErrNotFound, "epoch"},
+		{"pin name clash", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 5, Name: "sp"}, wire.ErrConflict, "name"},
+		{"re-pin under another name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 3, Name: "other"}, wire.ErrConflict, "name"},
+		{"re-pin without its name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 3}, wire.ErrConflict, "name"},
 
 		// Malformed arguments (the API validates first; Apply checks again).
-		{"bad job id", fsm.CmdJobPut, fsm.JobPut{Job: "a job"}, fsm.ErrInvalid, "job"},
-		{"job id with slash", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "../j", Generation: 2, Epoch: 8}, fsm.ErrInvalid, "job"},
-		{"retained too high", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 1001}}, fsm.ErrInvalid, "config.retained"},
-		{"retained negative", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: -1}}, fsm.ErrInvalid, "config.retained"},
-		{"ack timeout too short", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{AckTimeout: fsm.Duration(time.Millisecond)}}, fsm.ErrInvalid, "config.ack_timeout"},
-		{"history too long", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{History: 10001}}, fsm.ErrInvalid, "config.history"},
-		{"attempt without tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3"}, fsm.ErrInvalid, "tasks"},
-		{"attempt with too many tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: manyTasks}, fsm.ErrInvalid, "tasks"},
-		{"attempt with a task twice", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []fsm.Task{src, op, src}}, fsm.ErrInvalid, "tasks[].id"},
-		{"attempt with bad task id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []fsm.Task{{ID: "-x"}}}, fsm.ErrInvalid, "tasks[].id"},
-		{"attempt with bad attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "", Tasks: []fsm.Task{src}}, fsm.ErrInvalid, "attempt_id"},
-		{"epoch 0", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2}, fsm.ErrInvalid, "epoch"},
-		{"ack bad task id", fsm.CmdTaskAck, ack(2, 7, "", nil), fsm.ErrInvalid, "task"},
-		{"abort reason with control characters", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 7, Reason: "bad\x00reason"}, fsm.ErrInvalid, "reason"},
-		{"abort reason too long", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 7, Reason: strings.Repeat("r", fsm.MaxReasonLen+1)}, fsm.ErrInvalid, "reason"},
-		{"pin bad name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 5, Name: "no spaces"}, fsm.ErrInvalid, "name"},
-		{"member without address", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m1", HTTPAddr: "h:1"}, fsm.ErrInvalid, "raft_addr"},
-		{"member bad id", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m 1", RaftAddr: "r:1", HTTPAddr: "h:1"}, fsm.ErrInvalid, "id"},
+		{"bad job id", fsm.CmdJobPut, fsm.JobPut{Job: "a job"}, wire.ErrInvalid, "job"},
+		{"job id with slash", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "../j", Generation: 2, Epoch: 8}, wire.ErrInvalid, "job"},
+		{"retained too high", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 1001}}, wire.ErrInvalid, "config.retained"},
+		{"retained negative", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: -1}}, wire.ErrInvalid, "config.retained"},
+		{"ack timeout too short", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{AckTimeout: fsm.Duration(time.Millisecond)}}, wire.ErrInvalid, "config.ack_timeout"},
+		{"history too long", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{History: 10001}}, wire.ErrInvalid, "config.history"},
+		{"attempt without tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3"}, wire.ErrInvalid, "tasks"},
+		{"attempt with too many tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: manyTasks}, wire.ErrInvalid, "tasks"},
+		{"attempt with a task twice", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []fsm.Task{src, op, src}}, wire.ErrInvalid, "tasks[].id"},
+		{"attempt with bad task id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []fsm.Task{{ID: "-x"}}}, wire.ErrInvalid, "tasks[].id"},
+		{"attempt with bad attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "", Tasks: []fsm.Task{src}}, wire.ErrInvalid, "attempt_id"},
+		{"epoch 0", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2}, wire.ErrInvalid, "epoch"},
+		{"ack bad task id", fsm.CmdTaskAck, ack(2, 7, "", nil), wire.ErrInvalid, "task"},
+		{"abort reason with control characters", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 7, Reason: "bad\x00reason"}, wire.ErrInvalid, "reason"},
+		{"abort reason too long", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 7, Reason: strings.Repeat("r", wire.MaxReasonLen+1)}, wire.ErrInvalid, "reason"},
+		{"pin bad name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 5, Name: "no spaces"}, wire.ErrInvalid, "name"},
+		{"member without address", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m1", HTTPAddr: "h:1"}, wire.ErrInvalid, "raft_addr"},
+		{"member bad id", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m 1", RaftAddr: "r:1", HTTPAddr: "h:1"}, wire.ErrInvalid, "id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -178,30 +179,30 @@ func TestRulesChangeNothing(t *testing.T) {
 // TestValidateBeforeProposal: the request types validate on their own, so
 // the API can refuse bad input before it reaches the log.
 func TestValidateBeforeProposal(t *testing.T) {
-	big := &fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Payloads: map[fsm.Kind][]byte{fsm.KindState: make([]byte, fsm.MaxInlinePayload+1)}}
-	if err := big.Validate(); !isRule(err, fsm.ErrPayloadTooLarge) {
+	big := &fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Payloads: map[fsm.Kind][]byte{wire.KindState: make([]byte, wire.MaxInlinePayload+1)}}
+	if err := big.Validate(); !isRule(err, wire.ErrPayloadTooLarge) {
 		t.Errorf("oversized payload: %v", err)
 	}
-	atLimit := &fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Payloads: map[fsm.Kind][]byte{fsm.KindState: make([]byte, fsm.MaxInlinePayload)}}
+	atLimit := &fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Payloads: map[fsm.Kind][]byte{wire.KindState: make([]byte, wire.MaxInlinePayload)}}
 	if err := atLimit.Validate(); err != nil {
 		t.Errorf("payload at the limit: %v", err)
 	}
 	// incremental without state cannot come in as JSON, but a Go caller can
 	// build it.
 	inc := &fsm.AttemptStart{Job: "j", AttemptID: "a", Tasks: []fsm.Task{{ID: "t", Caps: fsm.Caps(8)}}}
-	if err := inc.Validate(); !isRule(err, fsm.ErrInvalid) {
+	if err := inc.Validate(); !isRule(err, wire.ErrInvalid) {
 		t.Errorf("incremental without state: %v", err)
 	}
 	jp := &fsm.JobPut{Job: "j"}
 	if err := jp.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if want := (fsm.JobConfig{Retained: fsm.DefaultRetained, AckTimeout: fsm.Duration(fsm.DefaultAckTimeout), History: fsm.DefaultHistory}); jp.Config != want {
+	if want := (fsm.JobConfig{Retained: wire.DefaultRetained, AckTimeout: fsm.Duration(wire.DefaultAckTimeout), History: wire.DefaultHistory}); jp.Config != want {
 		t.Errorf("defaults %+v, want %+v", jp.Config, want)
 	}
 	for _, names := range [][]string{{"incremental"}, {"state", "state"}, {"offsets"}} {
-		if _, err := fsm.ParseCaps(names); err == nil {
-			t.Errorf("ParseCaps(%v) accepted", names)
+		if _, err := wire.ParseCaps(names); err == nil {
+			t.Errorf("wire.ParseCaps(%v) accepted", names)
 		}
 	}
 }
@@ -230,7 +231,7 @@ func TestIdempotentRetries(t *testing.T) {
 	if again := same(fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 2}}).(*fsm.Job); again.CreateIndex != job.CreateIndex || again.ModifyIndex != job.ModifyIndex {
 		t.Fatalf("retried job put: %+v, first %+v", again, job)
 	}
-	same(fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 2, AckTimeout: fsm.Duration(fsm.DefaultAckTimeout)}}) // defaults are the same config
+	same(fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 2, AckTimeout: fsm.Duration(wire.DefaultAckTimeout)}}) // defaults are the same config
 	h.mustApply(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m", RaftAddr: "r:1", HTTPAddr: "h:1"})
 	same(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m", RaftAddr: "r:1", HTTPAddr: "h:1"})
 
@@ -241,8 +242,8 @@ func TestIdempotentRetries(t *testing.T) {
 		t.Fatalf("retried attempt %+v, first %+v", again, a1)
 	}
 	// Same id, different task set (another capability) -> conflict.
-	h.reject(fsm.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, task(t, "op", "state"), idle}})
-	h.reject(fsm.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op}})
+	h.reject(wire.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, task(t, "op", "state"), idle}})
+	h.reject(wire.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op}})
 
 	// Begin twice -> same epoch, one record.
 	e1 := h.begin("j", 1, 1)
@@ -262,9 +263,9 @@ func TestIdempotentRetries(t *testing.T) {
 		t.Fatalf("retried ack %+v (ack %+v), first ack %+v", retry, retry.Ack, first.Ack)
 	}
 	// A different ack for the same slot -> conflict.
-	h.reject(fsm.ErrConflict, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: payloadsFor(src, 2)})
-	h.reject(fsm.ErrConflict, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src"})
-	h.reject(fsm.ErrConflict, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: map[fsm.Kind][]byte{fsm.KindInput: {}}})
+	h.reject(wire.ErrConflict, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: payloadsFor(src, 2)})
+	h.reject(wire.ErrConflict, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src"})
+	h.reject(wire.ErrConflict, fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: map[fsm.Kind][]byte{wire.KindInput: {}}})
 
 	// The completing ack, then its retry: one completion.
 	done := h.ack("j", 1, 1, "op", payloadsFor(op, 1))
@@ -300,7 +301,7 @@ func TestIdempotentRetries(t *testing.T) {
 
 	// A newer attempt fences the old attempt id.
 	h.start("j", "a2", src, op)
-	h.reject(fsm.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op, idle}})
+	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op, idle}})
 	// ... and its own retry still answers generation 2.
 	if a := same(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a2", Tasks: []fsm.Task{op, src}}).(*fsm.Attempt); a.Generation != 2 {
 		t.Fatalf("retried attempt a2: %+v", a)
@@ -321,17 +322,17 @@ func TestEpochsIncreaseAcrossAborts(t *testing.T) {
 	if again.State != fsm.EpochAborted || h.hash() != before {
 		t.Fatalf("begin of aborted epoch 8: %+v (state changed: %v)", again, h.hash() != before)
 	}
-	h.reject(fsm.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 6})
+	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 6})
 	h.begin("j", 1, 9)
 	h.abort("j", 1, 9, "") // history 1: epoch 8 is forgotten
-	if _, _, err := h.f.Epoch("j", 8); !isRule(err, fsm.ErrNotFound) {
+	if _, _, err := h.f.Epoch("j", 8); !isRule(err, wire.ErrNotFound) {
 		t.Fatalf("epoch 8 still remembered: %v", err)
 	}
-	h.reject(fsm.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 8})
+	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 8})
 	// A new attempt does not reset the numbering.
 	h.start("j", "a2", task(t, "s", "state"))
-	h.reject(fsm.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 9})
-	h.reject(fsm.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 1})
+	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 9})
+	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 1})
 	if e := h.begin("j", 2, 10); e.State != fsm.EpochPending || e.Generation != 2 {
 		t.Fatalf("epoch 10: %+v", e)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // fillEverything applies a history that leaves records of every kind:
@@ -30,9 +31,9 @@ func fillEverything(h *harness) {
 	h.mustApply(fsm.CmdMemberRemove, fsm.MemberRemove{ID: "node-3"})
 
 	// auth: tokens (one revoked) and the object-URL signing key.
-	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000a1", Hash: fsm.TokenHash("op-secret"), Role: fsm.RoleOperator, Bootstrap: true})
-	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b1", Hash: fsm.TokenHash("w-secret"), Role: fsm.RoleWorker, Job: "alpha", Description: "alpha worker"})
-	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b2", Hash: fsm.TokenHash("w2-secret"), Role: fsm.RoleWorker, JobPrefix: "be"})
+	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000a1", Hash: wire.TokenHash("op-secret"), Role: fsm.RoleOperator, Bootstrap: true})
+	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b1", Hash: wire.TokenHash("w-secret"), Role: fsm.RoleWorker, Job: "alpha", Description: "alpha worker"})
+	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b2", Hash: wire.TokenHash("w2-secret"), Role: fsm.RoleWorker, JobPrefix: "be"})
 	h.mustApply(fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: "00000000000000b2"})
 	h.mustApply(fsm.CmdURLKeyInit, fsm.URLKeyInit{Key: bytes.Repeat([]byte{7}, fsm.URLKeyLen)})
 
@@ -80,7 +81,7 @@ func fillEverything(h *harness) {
 	h.advance(6 * time.Second)
 	h.timeout(fsm.EpochRef{Job: "beta", Epoch: 40})
 	h.begin("beta", 1, 50)
-	h.ack("beta", 1, 50, st.ID, map[fsm.Kind][]byte{fsm.KindState: bytes.Repeat([]byte{0xa5}, fsm.MaxInlinePayload)})
+	h.ack("beta", 1, 50, st.ID, map[fsm.Kind][]byte{wire.KindState: bytes.Repeat([]byte{0xa5}, wire.MaxInlinePayload)})
 	h.begin("beta", 1, 60)
 
 	// gamma: only stateless tasks, so an epoch completes as it begins.
@@ -231,7 +232,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if idx, _, _ := dst.f.StateHash(); idx != wantIdx {
 		t.Fatalf("state hash index %d, want %d", idx, wantIdx)
 	}
-	if _, _, err := dst.f.Job("unrelated"); !isRule(err, fsm.ErrNotFound) {
+	if _, _, err := dst.f.Job("unrelated"); !isRule(err, wire.ErrNotFound) {
 		t.Fatalf("job of the replaced state: %v", err)
 	}
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 const grace = 10 * time.Minute
@@ -593,7 +594,7 @@ func TestVerifyReportsMissing(t *testing.T) {
 	if rep.Missing[0].Task != "t0" || rep.Missing[0].Epoch != 9 {
 		t.Fatalf("missing %+v", rep.Missing[0])
 	}
-	if _, err := c.Verify(context.Background(), "nope"); !errors.Is(err, fsm.ErrNotFound) {
+	if _, err := c.Verify(context.Background(), "nope"); !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("unknown job: %v", err)
 	}
 }
@@ -831,7 +832,7 @@ func TestObserveThenVerifyReportsChanged(t *testing.T) {
 	e := newEnv(t)
 	fill(e)
 	c := e.collector(baseConfig())
-	pending, err := e.f.Unobserved(fsm.MaxIntents)
+	pending, err := e.f.Unobserved(wire.MaxIntents)
 	if err != nil || len(pending) == 0 {
 		t.Fatalf("unobserved after the acks: %v %v", pending, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // t0 is the base time of every test; the clock moves only when a test says.
@@ -346,7 +347,7 @@ const (
 func (e *env) startJob(job string, retained int) *worker {
 	e.t.Helper()
 	e.do(fsm.CmdJobPut, fsm.JobPut{Job: job, Config: fsm.JobConfig{Retained: retained}})
-	caps, err := fsm.ParseCaps([]string{"state", "incremental"})
+	caps, err := wire.ParseCaps([]string{"state", "incremental"})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // The leader looks at every new blob right after the ack that committed it
@@ -42,7 +43,7 @@ func (c *Collector) ObserveSoon() {
 func (c *Collector) Observe(ctx context.Context) (ObserveReport, error) {
 	var rep ObserveReport
 	for {
-		keys, err := c.f.Unobserved(fsm.MaxIntents)
+		keys, err := c.f.Unobserved(wire.MaxIntents)
 		if err != nil || len(keys) == 0 {
 			return rep, err
 		}

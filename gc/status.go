@@ -1,24 +1,24 @@
 package gc
 
-import "github.com/metastore/metastore/gc/gcapi"
+import "github.com/metastore/metastore/wire"
 
-// The collector's answers are declared in gcapi, which clients import
+// The collector's answers are declared in package wire, which clients import
 // without the collector's object-store dependencies.
 type (
-	RunOptions   = gcapi.RunOptions
-	Report       = gcapi.Report
-	Totals       = gcapi.Totals
-	StatusConfig = gcapi.StatusConfig
-	Status       = gcapi.Status
-	MissingBlob  = gcapi.MissingBlob
-	ChangedBlob  = gcapi.ChangedBlob
-	VerifyError  = gcapi.VerifyError
-	VerifyReport = gcapi.VerifyReport
-	RunSample    = gcapi.RunSample
+	RunOptions   = wire.GCRunOptions
+	Report       = wire.GCReport
+	Totals       = wire.GCTotals
+	StatusConfig = wire.GCStatusConfig
+	Status       = wire.GCStatus
+	MissingBlob  = wire.MissingBlob
+	ChangedBlob  = wire.ChangedBlob
+	VerifyError  = wire.VerifyError
+	VerifyReport = wire.VerifyReport
+	RunSample    = wire.GCRunSample
 )
 
 // RecentRuns is the number of cycles Status.RecentRuns keeps.
-const RecentRuns = gcapi.RecentRuns
+const RecentRuns = wire.GCRecentRuns
 
 // noteErr records a problem in r: the first one becomes Error.
 func noteErr(r *Report, err error) {

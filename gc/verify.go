@@ -8,6 +8,7 @@ import (
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Verify checks with a HEAD request (VerifyConcurrency at a time) that the
@@ -56,7 +57,7 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 		// A blob no longer referenced (its epochs subsumed and the blob
 		// collected while Verify ran) is not lost.
 		b, _, err := c.f.Blob(k)
-		if errors.Is(err, fsm.ErrNotFound) || (err == nil && (b.State != fsm.BlobLive || b.Refs == 0)) {
+		if errors.Is(err, wire.ErrNotFound) || (err == nil && (b.State != fsm.BlobLive || b.Refs == 0)) {
 			continue
 		}
 		for _, r := range byKey[k] {

@@ -160,24 +160,6 @@ func (g *DiskGuard) Full(cause error) *DiskFullError {
 	return &DiskFullError{Dir: g.dir, Free: free, MinFree: g.minFree, Cause: cause}
 }
 
-// DiskStatus is the guard's view for /v1/status.
-type DiskStatus struct {
-	Dir          string `json:"dir"`
-	FreeBytes    uint64 `json:"free_bytes"`
-	MinFreeBytes uint64 `json:"min_free_bytes"`
-	// WritesRefused is true while writes are refused for want of space.
-	WritesRefused bool `json:"writes_refused"`
-	// RefusedTotal counts writes refused since the process started.
-	RefusedTotal uint64 `json:"refused_total"`
-	// ApplyStalled is true while the state machine waits for space to
-	// commit a batch (the member applies nothing meanwhile).
-	ApplyStalled bool `json:"apply_stalled"`
-	// RaftStalled is true while Raft waits for space to record its term
-	// or vote (the member takes no part in Raft meanwhile).
-	RaftStalled bool   `json:"raft_stalled"`
-	Error       string `json:"error,omitempty"`
-}
-
 // Status reads the free space (at most once per diskCheckInterval).
 func (g *DiskGuard) Status() DiskStatus {
 	g.mu.Lock()

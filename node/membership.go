@@ -34,7 +34,7 @@ import (
 // wrapping ErrMemberConflict: the old server must be removed first.
 //
 // Invalid arguments are refused before anything is proposed, with the
-// state machine's *fsm.RuleError (MemberUpsert.Validate). Other errors are
+// state machine's *wire.RuleError (MemberUpsert.Validate). Other errors are
 // those of Apply (ErrNotLeader, ErrTryAgain, ErrUnknownOutcome, ...).
 func (n *Node) AddVoter(ctx context.Context, id, raftAddr, httpAddr string) error {
 	upsert := fsm.MemberUpsert{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr}

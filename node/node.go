@@ -25,6 +25,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/mtls"
+	"github.com/metastore/metastore/wire"
 )
 
 const (
@@ -136,55 +137,16 @@ type Node struct {
 	shutdownErr  error
 }
 
-// Status is a point-in-time view of the node, for the API and operators.
-type Status struct {
-	ID                string         `json:"id"`
-	State             string         `json:"state"`
-	LeaderID          string         `json:"leader_id"`
-	LeaderRaftAddr    string         `json:"leader_raft_addr"`
-	LeaderHTTPAddr    string         `json:"leader_http_addr"`
-	Term              uint64         `json:"term"`
-	CommitIndex       uint64         `json:"commit_index"`
-	AppliedIndex      uint64         `json:"applied_index"`
-	LastLogIndex      uint64         `json:"last_log_index"`
-	LastSnapshotIndex uint64         `json:"last_snapshot_index"`
-	Members           []MemberStatus `json:"members"`
-	// Disk is the free space of the data directory's file system and
-	// whether writes are refused for want of it.
-	Disk DiskStatus `json:"disk"`
-	// IntegrityProblem is the latest corrupt file found while the member
-	// runs (empty if none): the member should be rebuilt.
-	IntegrityProblem string `json:"integrity_problem,omitempty"`
-	// LastContact is when this member, not leading, last heard from the
-	// leader (absent on the leader and before any contact).
-	LastContact *time.Time `json:"last_contact,omitempty"`
-	// LeaderChanges lists the latest leader changes this member saw since
-	// it started, oldest first (at most MaxLeaderChanges).
-	LeaderChanges []LeaderChange `json:"leader_changes"`
-}
+// The node's status is an answer of the API, declared in package wire.
+type (
+	Status       = wire.Status
+	LeaderChange = wire.LeaderChange
+	MemberStatus = wire.MemberStatus
+	DiskStatus   = wire.DiskStatus
+)
 
 // MaxLeaderChanges bounds Status.LeaderChanges.
-const MaxLeaderChanges = 20
-
-// LeaderChange is one change of leader seen by a member: when (its clock),
-// the new leader and the term it saw then.
-type LeaderChange struct {
-	At       time.Time `json:"at"`
-	LeaderID string    `json:"leader_id"`
-	Term     uint64    `json:"term"`
-}
-
-// MemberStatus is one member: a server of the Raft configuration, or a
-// member record without a server (Suffrage "none").
-type MemberStatus struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr"`
-	// Suffrage is "voter", "nonvoter", "staging", or "none" for a member
-	// record whose server is not in the Raft configuration.
-	Suffrage string `json:"suffrage"`
-	Leader   bool   `json:"leader"`
-}
+const MaxLeaderChanges = wire.MaxLeaderChanges
 
 // New opens the Raft stores in cfg.DataDir, brings the FSM up to the newest
 // snapshot if it is behind, starts Raft and bootstraps a new cluster when

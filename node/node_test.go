@@ -25,6 +25,7 @@ import (
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // ---- helpers -------------------------------------------------------------
@@ -244,7 +245,7 @@ func membersHandler(ptr *atomic.Pointer[node.Node]) http.Handler {
 			return
 		}
 		err := n.AddVoter(r.Context(), req.ID, req.RaftAddr, req.HTTPAddr)
-		var rule *fsm.RuleError
+		var rule *wire.RuleError
 		switch {
 		case err == nil:
 			w.WriteHeader(http.StatusOK)
@@ -387,7 +388,7 @@ func TestSingleNodeBootstrapApplyAndRead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("apply invalid: %v", err)
 	}
-	if !errors.Is(bad.Err, fsm.ErrInvalid) {
+	if !errors.Is(bad.Err, wire.ErrInvalid) {
 		t.Fatalf("want invalid rule error, got %v", bad.Err)
 	}
 

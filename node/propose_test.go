@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Concurrent commands, grouped into batch entries while Raft is busy, each
@@ -39,7 +40,7 @@ func TestConcurrentAppliesGetTheirOwnResults(t *testing.T) {
 				}
 				indexes <- res.Index
 				if i%4 == 3 {
-					if !errors.Is(res.Err, fsm.ErrInvalid) {
+					if !errors.Is(res.Err, wire.ErrInvalid) {
 						t.Errorf("%s: %v, want its own rule violation", id, res.Err)
 					}
 					continue

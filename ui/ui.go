@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 //go:embed static
@@ -124,14 +124,14 @@ func checkView(rest string) *viewError {
 	}
 	parts := strings.Split(rest, "/")
 	if parts[0] != "jobs" || (len(parts) != 2 && len(parts) != 4) || (len(parts) == 4 && parts[2] != "epochs") {
-		return &viewError{http.StatusNotFound, "route_not_found", "no console view /ui/" + rest}
+		return &viewError{http.StatusNotFound, string(wire.CodeRouteNotFound), "no console view /ui/" + rest}
 	}
-	if !fsm.IDPattern.MatchString(parts[1]) {
-		return &viewError{http.StatusBadRequest, string(fsm.CodeInvalid), "job " + strconv.Quote(parts[1]) + " must match " + fsm.IDPattern.String()}
+	if !wire.IDPattern.MatchString(parts[1]) {
+		return &viewError{http.StatusBadRequest, string(wire.CodeInvalid), "job " + strconv.Quote(parts[1]) + " must match " + wire.IDPattern.String()}
 	}
 	if len(parts) == 4 {
 		if n, err := strconv.ParseUint(parts[3], 10, 64); err != nil || n == 0 {
-			return &viewError{http.StatusBadRequest, string(fsm.CodeInvalid), "epoch " + strconv.Quote(parts[3]) + " is not a positive integer"}
+			return &viewError{http.StatusBadRequest, string(wire.CodeInvalid), "epoch " + strconv.Quote(parts[3]) + " is not a positive integer"}
 		}
 	}
 	return nil

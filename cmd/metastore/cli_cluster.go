@@ -11,6 +11,7 @@ import (
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/node"
+	"github.com/metastore/metastore/wire"
 )
 
 // Cluster commands: status, members, leader transfer.
@@ -69,7 +70,7 @@ func runMembersAdd(inv *invocation, args []string) int {
 		// The store refuses an address no member could dial; say so
 		// before asking it.
 		if err := fsm.CheckMemberAddr(req.name, req.v); err != nil {
-			var re *fsm.RuleError
+			var re *wire.RuleError
 			errors.As(err, &re)
 			return inv.badUsage("--%s %s", req.name, re.Message)
 		}

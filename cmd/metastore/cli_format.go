@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Helpers that turn API answers into human output.
@@ -89,7 +89,7 @@ func fmtList(names []string, max int) string {
 }
 
 // fmtCaps prints capability flags as their names.
-func fmtCaps(c fsm.Caps) string {
+func fmtCaps(c wire.Caps) string {
 	raw, err := json.Marshal(c)
 	if err != nil {
 		return "?"

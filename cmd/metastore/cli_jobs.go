@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Job commands: jobs, checkpoints, restore-plan, epochs.
@@ -30,7 +30,7 @@ func runJobsList(inv *invocation, args []string) int {
 		return printJSON(inv.stdout, inv.stderr, body)
 	}
 	var answer struct {
-		Jobs []fsm.Job `json:"jobs"`
+		Jobs []wire.Job `json:"jobs"`
 	}
 	if err := decodeJSON(body, &answer); err != nil {
 		return inv.fail(fmt.Errorf("jobs from %s: %w", o.addr, err))
@@ -63,7 +63,7 @@ func runJobsShow(inv *invocation, args []string) int {
 	// A job without an attempt yet answers no_attempt: show the job alone.
 	attemptBody, err := o.call(http.MethodGet, apiPath("/v1/jobs", job, "attempts", "current"), func(ctx context.Context, c *client.Client) error { _, err := c.Attempt(ctx, job, 0); return err })
 	var ae *apiError
-	if errors.As(err, &ae) && ae.Code == string(fsm.CodeNoAttempt) {
+	if errors.As(err, &ae) && ae.Code == string(wire.CodeNoAttempt) {
 		attemptBody, err = []byte("null"), nil
 	}
 	if err != nil {
@@ -76,8 +76,8 @@ func runJobsShow(inv *invocation, args []string) int {
 		}
 		return printJSON(inv.stdout, inv.stderr, combined)
 	}
-	var j fsm.Job
-	var a *fsm.AttemptDetail
+	var j wire.Job
+	var a *wire.AttemptDetail
 	if err := decodeJSON(jobBody, &j); err != nil {
 		return inv.fail(fmt.Errorf("job %s from %s: %w", job, o.addr, err))
 	}
@@ -131,7 +131,7 @@ func runJobsShow(inv *invocation, args []string) int {
 	return exitOK
 }
 
-var epochStates = []string{string(fsm.EpochPending), string(fsm.EpochCompleted), string(fsm.EpochAborted), string(fsm.EpochSubsumed)}
+var epochStates = []string{string(wire.EpochPending), string(wire.EpochCompleted), string(wire.EpochAborted), string(wire.EpochSubsumed)}
 
 func runCheckpointsList(inv *invocation, args []string) int {
 	fs, o := inv.flags()
@@ -146,7 +146,7 @@ func runCheckpointsList(inv *invocation, args []string) int {
 	}
 	job := pos[0]
 	body, err := o.call(http.MethodGet, withQuery(apiPath("/v1/jobs", job, "epochs"), url.Values{"state": {state}}), func(ctx context.Context, c *client.Client) error {
-		_, err := c.Epochs(ctx, job, fsm.EpochState(state))
+		_, err := c.Epochs(ctx, job, wire.EpochState(state))
 		return err
 	})
 	if err != nil {
@@ -156,7 +156,7 @@ func runCheckpointsList(inv *invocation, args []string) int {
 		return printJSON(inv.stdout, inv.stderr, body)
 	}
 	var answer struct {
-		Epochs []fsm.Epoch `json:"epochs"`
+		Epochs []wire.Epoch `json:"epochs"`
 	}
 	if err := decodeJSON(body, &answer); err != nil {
 		return inv.fail(fmt.Errorf("epochs of job %s from %s: %w", job, o.addr, err))
@@ -181,7 +181,7 @@ func runCheckpointsList(inv *invocation, args []string) int {
 
 // epochDuration is the time from begin to completion or end; "-" while
 // pending.
-func epochDuration(e fsm.Epoch) string {
+func epochDuration(e wire.Epoch) string {
 	switch {
 	case e.CompletedAt != nil:
 		return fmtDuration(e.CompletedAt.Sub(e.BeganAt))
@@ -191,7 +191,7 @@ func epochDuration(e fsm.Epoch) string {
 	return "-"
 }
 
-func pinText(e fsm.Epoch) string {
+func pinText(e wire.Epoch) string {
 	switch {
 	case e.Pinned && e.PinName != "":
 		return e.PinName
@@ -222,7 +222,7 @@ func runCheckpointsShow(inv *invocation, args []string) int {
 	if o.json {
 		return printJSON(inv.stdout, inv.stderr, body)
 	}
-	var e fsm.EpochDetail
+	var e wire.EpochDetail
 	if err := decodeJSON(body, &e); err != nil {
 		return inv.fail(fmt.Errorf("epoch %d of job %s from %s: %w", epoch, job, o.addr, err))
 	}
@@ -241,7 +241,7 @@ func runCheckpointsShow(inv *invocation, args []string) int {
 	default:
 		fmt.Fprintf(tw, "deadline\t%s\n", fmtTime(e.Deadline))
 	}
-	if e.State == fsm.EpochPending {
+	if e.State == wire.EpochPending {
 		fmt.Fprintf(tw, "duration\t%s so far (to the last ack)\n", fmtDuration(time.Duration(e.Duration)))
 	} else {
 		fmt.Fprintf(tw, "duration\t%s\n", fmtDuration(time.Duration(e.Duration)))
@@ -264,7 +264,7 @@ func runCheckpointsShow(inv *invocation, args []string) int {
 				manifest = "yes"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Task, fmtDuration(time.Duration(a.Delay)),
-				ackSize(a, fsm.KindInput), ackSize(a, fsm.KindState), ackSize(a, fsm.KindOutput), manifest, fmtTime(a.At))
+				ackSize(a, wire.KindInput), ackSize(a, wire.KindState), ackSize(a, wire.KindOutput), manifest, fmtTime(a.At))
 		}
 		tw.Flush()
 	}
@@ -272,7 +272,7 @@ func runCheckpointsShow(inv *invocation, args []string) int {
 }
 
 // ackSize is the inline payload size an ack stored for kind k, "-" if none.
-func ackSize(a fsm.Ack, k fsm.Kind) string {
+func ackSize(a wire.Ack, k wire.Kind) string {
 	if n, ok := a.Sizes[k]; ok {
 		return strconv.Itoa(n)
 	}
@@ -318,7 +318,7 @@ func runRestorePlan(inv *invocation, args []string) int {
 	if o.json {
 		return printJSON(inv.stdout, inv.stderr, body)
 	}
-	var p fsm.RestorePlan
+	var p wire.RestorePlan
 	if err := decodeJSON(body, &p); err != nil {
 		return inv.fail(fmt.Errorf("restore plan of %s/%s from %s: %w", job, task, o.addr, err))
 	}
@@ -350,7 +350,7 @@ func runRestorePlan(inv *invocation, args []string) int {
 		fmt.Fprintln(w)
 		tw = newTable(w)
 		fmt.Fprintln(tw, "KIND\tSTATUS\tINLINE\tBASES\tSEGMENTS\tMANIFEST BYTES\tTOTAL BYTES")
-		for _, k := range fsm.Kinds {
+		for _, k := range wire.Kinds {
 			kr, ok := p.Kinds[k]
 			if !ok {
 				continue
@@ -406,7 +406,7 @@ func runEpochsAbort(inv *invocation, args []string) int {
 		if err != nil {
 			return inv.fail(err)
 		}
-		var j fsm.Job
+		var j wire.Job
 		if err := decodeJSON(body, &j); err != nil {
 			return inv.fail(fmt.Errorf("job %s from %s: %w", job, o.addr, err))
 		}

@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
-	"github.com/metastore/metastore/gc/gcapi"
+	"github.com/metastore/metastore/wire"
 )
 
 // Maintenance commands: gc, verify, fsck. verify, fsck and gc run exit 1
@@ -100,7 +99,7 @@ func runGCRun(inv *invocation, args []string) int {
 		q.Set("orphans", "true")
 	}
 	body, err := o.call(http.MethodPost, withQuery("/v1/gc/run", q), func(ctx context.Context, c *client.Client) error {
-		_, err := c.RunGC(ctx, gcapi.RunOptions{DryRun: dryRun, Orphans: orphans})
+		_, err := c.RunGC(ctx, wire.GCRunOptions{DryRun: dryRun, Orphans: orphans})
 		return err
 	})
 	if err != nil {
@@ -245,8 +244,8 @@ func runFsck(inv *invocation, args []string) int {
 		return inv.fail(err)
 	}
 	var answer struct {
-		OK     bool           `json:"ok"`
-		Report fsm.FsckReport `json:"report"`
+		OK     bool            `json:"ok"`
+		Report wire.FsckReport `json:"report"`
 	}
 	if err := decodeJSON(body, &answer); err != nil {
 		return inv.fail(fmt.Errorf("fsck from %s: %w", o.addr, err))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Token commands, and the bearer token every client command sends.
@@ -78,7 +78,7 @@ func runTokensCreate(inv *invocation, args []string) int {
 		return inv.badUsage("--role is required")
 	}
 	body, err := o.call(http.MethodPost, "/v1/tokens", func(ctx context.Context, c *client.Client) error {
-		_, err := c.CreateToken(ctx, client.TokenRequest{Role: fsm.Role(role), Job: job, JobPrefix: prefix, Description: desc})
+		_, err := c.CreateToken(ctx, client.TokenRequest{Role: wire.Role(role), Job: job, JobPrefix: prefix, Description: desc})
 		return err
 	})
 	if err != nil {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/api"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/testmember"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestTokensCommands: tokens create, list and revoke against a member
@@ -29,7 +29,7 @@ func TestTokensCommands(t *testing.T) {
 	cfg.Auth, cfg.AuthBootstrapTokenFile = true, opFile
 	m := testmember.Start(t, cfg, l, "")
 	testmember.WaitFor(t, 10*time.Second, "bootstrap", func() bool {
-		tok, err := m.FSM.TokenByHash(fsm.TokenHash(op))
+		tok, err := m.FSM.TokenByHash(wire.TokenHash(op))
 		return err == nil && tok != nil
 	})
 

@@ -223,8 +223,8 @@ func (o *clientOptions) describe(method, path string, err error) error {
 	}
 	var ae *client.APIError
 	if errors.As(err, &ae) {
-		if !strings.HasPrefix(ae.Code, "http_") {
-			return &apiError{Code: ae.Code, Field: ae.Field, Message: ae.Message}
+		if !strings.HasPrefix(string(ae.Code), "http_") {
+			return &apiError{Code: string(ae.Code), Field: ae.Field, Message: ae.Message}
 		}
 		// Not an API error (a proxy in the way, a crash): its first line.
 		text, _, _ := strings.Cut(strings.TrimSpace(ae.Message), "\n")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // hostileAppend is issue 13's third attack: a stranger who can reach a
@@ -65,7 +66,7 @@ func forgedToken(t *testing.T) (secret string, cmd []byte) {
 	t.Helper()
 	secret = api.GenerateToken()
 	cmd, err := fsm.Encode(fsm.CmdTokenCreate, time.Now(), &fsm.TokenCreate{
-		Accessor: "00000000deadbeef", Hash: fsm.TokenHash(secret), Role: fsm.RoleOperator, Description: "intruder"})
+		Accessor: "00000000deadbeef", Hash: wire.TokenHash(secret), Role: fsm.RoleOperator, Description: "intruder"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // The tests in this file run metastore with TLS: the certs commands, and a
@@ -313,11 +313,11 @@ func TestClusterTLS(t *testing.T) {
 	if err != nil || job.Config.Retained != 2 {
 		t.Fatalf("client read: %+v %v", job, err)
 	}
-	caps, err := fsm.ParseCaps([]string{"state"})
+	caps, err := wire.ParseCaps([]string{"state"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.StartAttempt(ctx, "tlsjob", "a1", []fsm.Task{{ID: "t0", Caps: caps}}); err != nil {
+	if _, err := c.StartAttempt(ctx, "tlsjob", "a1", []wire.Task{{ID: "t0", Caps: caps}}); err != nil {
 		t.Fatalf("start attempt over https: %v", err)
 	}
 	slots, err := c.UploadSlots(ctx, "tlsjob", 1, "t0", 1)

@@ -28,8 +28,8 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 const usage = `usage: streamjob [--addr URL[,URL...]] [--ca-file FILE] [--job ID] [--verbose] COMMAND [flags]
@@ -155,7 +155,7 @@ type jobRunner struct {
 	interval time.Duration
 
 	gen   uint64
-	tasks []fsm.Task
+	tasks []wire.Task
 	aggs  map[string]*aggTask
 }
 
@@ -175,7 +175,7 @@ func (j *jobRunner) start(ctx context.Context, attemptID, topology string, creat
 	jb, err := j.c.Job(ctx, j.job)
 	switch {
 	case errors.Is(err, client.ErrNotFound) && create:
-		if jb, err = j.c.PutJob(ctx, j.job, fsm.JobConfig{Retained: 2, AckTimeout: fsm.Duration(time.Minute)}); err != nil {
+		if jb, err = j.c.PutJob(ctx, j.job, wire.JobConfig{Retained: 2, AckTimeout: wire.Duration(time.Minute)}); err != nil {
 			return fmt.Errorf("create job: %w", err)
 		}
 		j.printf("job %s: created, retaining %d checkpoints\n", j.job, jb.Config.Retained)
@@ -209,7 +209,7 @@ func (j *jobRunner) run(ctx context.Context, attemptID string, epochs uint64) er
 	}
 	j.aggs = map[string]*aggTask{}
 	for _, tk := range j.tasks {
-		if tk.Caps.Has(fsm.KindState) {
+		if tk.Caps.Has(wire.KindState) {
 			ts, err := client.NewTaskState(nil, tk.Caps)
 			if err != nil {
 				return err
@@ -234,7 +234,7 @@ func (j *jobRunner) run(ctx context.Context, attemptID string, epochs uint64) er
 		return err
 	}
 	for _, tk := range j.tasks {
-		if tk.Caps.Has(fsm.KindInput) {
+		if tk.Caps.Has(wire.KindInput) {
 			if err := j.ack(ctx, tk, e); err != nil {
 				return err
 			}
@@ -306,14 +306,14 @@ func (j *jobRunner) checkpoint(ctx context.Context, first, n uint64) error {
 
 // ack acknowledges epoch e for task: offsets, the transaction id, or the
 // aggregation's changelog (uploaded, then acknowledged as a delta).
-func (j *jobRunner) ack(ctx context.Context, tk fsm.Task, e uint64) error {
+func (j *jobRunner) ack(ctx context.Context, tk wire.Task, e uint64) error {
 	req := client.AckRequest{}
 	switch {
-	case tk.Caps.Has(fsm.KindInput):
-		req.Payloads = map[fsm.Kind][]byte{fsm.KindInput: []byte(offsets(tk.ID, e))}
-	case tk.Caps.Has(fsm.KindOutput):
-		req.Payloads = map[fsm.Kind][]byte{fsm.KindOutput: []byte(txnID(e))}
-	case tk.Caps.Has(fsm.KindState):
+	case tk.Caps.Has(wire.KindInput):
+		req.Payloads = map[wire.Kind][]byte{wire.KindInput: []byte(offsets(tk.ID, e))}
+	case tk.Caps.Has(wire.KindOutput):
+		req.Payloads = map[wire.Kind][]byte{wire.KindOutput: []byte(txnID(e))}
+	case tk.Caps.Has(wire.KindState):
 		if err := j.writeState(ctx, tk.ID, e); err != nil {
 			return fmt.Errorf("%s epoch %d: %w", tk.ID, e, err)
 		}

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // resume starts a new attempt with the tasks of topology, restores every
@@ -22,7 +22,7 @@ func (j *jobRunner) resume(ctx context.Context, attemptID, topology string, epoc
 		}
 	} else if errors.Is(err, client.ErrNotFound) {
 		return fmt.Errorf("job %s does not exist: start it with run first", j.job)
-	} else if !errors.Is(err, fsm.ErrNoAttempt) {
+	} else if !errors.Is(err, wire.ErrNoAttempt) {
 		return err
 	}
 	if err := j.start(ctx, attemptID, topology, false); err != nil {
@@ -63,7 +63,7 @@ func (j *jobRunner) resume(ctx context.Context, attemptID, topology string, epoc
 		p := r.Plan
 		if !printedSource {
 			printedSource = true
-			if p.Status == fsm.RestoreNoCheckpoint {
+			if p.Status == wire.RestoreNoCheckpoint {
 				j.printf("the job has no completed checkpoint: every task starts without state\n")
 			} else {
 				j.printf("restoring from the latest completed checkpoint: epoch %d (generation %d)\n", p.Source.Epoch, p.Source.Generation)
@@ -72,12 +72,12 @@ func (j *jobRunner) resume(ctx context.Context, attemptID, topology string, epoc
 		R := p.Source.Epoch
 		hasState := false
 		switch p.Status {
-		case fsm.RestoreNoPriorState, fsm.RestoreNoCheckpoint:
+		case wire.RestoreNoPriorState, wire.RestoreNoCheckpoint:
 			j.printf("  %-9s %-7s no prior state (new task)\n", tk.ID, "-")
-		case fsm.RestoreNothing:
+		case wire.RestoreNothing:
 			j.printf("  %-9s %-7s nothing to recover (no capabilities)\n", tk.ID, "-")
 		default:
-			for _, k := range fsm.Kinds {
+			for _, k := range wire.Kinds {
 				line, bad, err := j.restoreKind(ctx, r, tk, k, R)
 				if err != nil {
 					return err
@@ -85,7 +85,7 @@ func (j *jobRunner) resume(ctx context.Context, attemptID, topology string, epoc
 				if bad {
 					failures = append(failures, tk.ID+" "+string(k))
 				}
-				if k == fsm.KindState && r.Status(k) == fsm.RestoreRestored {
+				if k == wire.KindState && r.Status(k) == wire.RestoreRestored {
 					hasState = true
 				}
 				j.printf("  %-9s %-7s %s\n", tk.ID, k, line)
@@ -102,7 +102,7 @@ func (j *jobRunner) resume(ctx context.Context, attemptID, topology string, epoc
 			stateless = append(stateless, tk.ID)
 			statelessRequests += j.c.Stats().Sub(before).ObjectRequests()
 		}
-		if tk.Caps.Has(fsm.KindState) && j.aggs[tk.ID] == nil {
+		if tk.Caps.Has(wire.KindState) && j.aggs[tk.ID] == nil {
 			ts, err := client.NewTaskState(nil, tk.Caps)
 			if err != nil {
 				return err
@@ -135,19 +135,19 @@ func (j *jobRunner) resume(ctx context.Context, attemptID, topology string, epoc
 // restoreKind restores one kind of a task and checks it against what the
 // job checkpointed at epoch R. It returns the line to print and whether the
 // restore differs.
-func (j *jobRunner) restoreKind(ctx context.Context, r *client.Restore, tk fsm.Task, k fsm.Kind, R uint64) (string, bool, error) {
+func (j *jobRunner) restoreKind(ctx context.Context, r *client.Restore, tk wire.Task, k wire.Kind, R uint64) (string, bool, error) {
 	switch r.Status(k) {
-	case fsm.RestoreNothing:
+	case wire.RestoreNothing:
 		return "nothing to recover", false, nil
-	case fsm.RestoreNoPriorState:
+	case wire.RestoreNoPriorState:
 		return "no prior state", false, nil
 	}
 	payload := string(r.Payload(k))
 	switch k {
-	case fsm.KindInput:
+	case wire.KindInput:
 		want := offsets(r.Plan.Source.Task, R)
 		return fmt.Sprintf("restored %s (inline)%s", payload, check(payload == want, want)), payload != want, nil
-	case fsm.KindOutput:
+	case wire.KindOutput:
 		want := txnID(R)
 		return fmt.Sprintf("restored %s (inline)%s", payload, check(payload == want, want)), payload != want, nil
 	}
@@ -175,7 +175,7 @@ func (j *jobRunner) restoreKind(ctx context.Context, r *client.Restore, tk fsm.T
 	} else {
 		line += fmt.Sprintf(", MISMATCH: epoch %d checkpointed %s", R, want)
 	}
-	if tk.Caps.Has(fsm.KindState) {
+	if tk.Caps.Has(wire.KindState) {
 		ts, err := client.NewTaskState(r, tk.Caps)
 		if err != nil {
 			return "", false, err

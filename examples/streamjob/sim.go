@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // The simulated job. Everything a task checkpoints is a pure function of
@@ -25,7 +25,7 @@ var topologies = map[string][]string{
 }
 
 // capsOf gives each task its capabilities by its name.
-func capsOf(task string) fsm.Caps {
+func capsOf(task string) wire.Caps {
 	var names []string
 	switch {
 	case strings.HasPrefix(task, "source-"):
@@ -35,17 +35,17 @@ func capsOf(task string) fsm.Caps {
 	case strings.HasPrefix(task, "sink-"):
 		names = []string{"output"}
 	}
-	c, err := fsm.ParseCaps(names)
+	c, err := wire.ParseCaps(names)
 	if err != nil {
 		panic(err)
 	}
 	return c
 }
 
-func tasksOf(topology string) []fsm.Task {
-	var out []fsm.Task
+func tasksOf(topology string) []wire.Task {
+	var out []wire.Task
 	for _, id := range topologies[topology] {
-		out = append(out, fsm.Task{ID: id, Caps: capsOf(id)})
+		out = append(out, wire.Task{ID: id, Caps: capsOf(id)})
 	}
 	return out
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/wire"
 )
 
 // Outcome is how an operation ended.
@@ -257,14 +258,14 @@ func Classify(err error, mutation bool) (Outcome, string) {
 	code := "error"
 	var ae *client.APIError
 	if errors.As(err, &ae) {
-		code = ae.Code
+		code = string(ae.Code)
 	}
 	var re *client.RetryError
 	if errors.As(err, &re) {
 		if re.Unknown {
-			code = "outcome_unknown"
+			code = string(wire.CodeOutcomeUnknown)
 		} else {
-			code = "unavailable"
+			code = string(wire.CodeUnavailable)
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -282,7 +283,7 @@ func Classify(err error, mutation bool) (Outcome, string) {
 		return Fail, code
 	case errors.Is(err, client.ErrUnavailable) && re != nil && !re.Unknown:
 		return Fail, code
-	case ae != nil && ae.Status == http.StatusServiceUnavailable && !isUnknownCode(ae.Code) && ae.Retryable:
+	case ae != nil && ae.Status == http.StatusServiceUnavailable && !isUnknownCode(string(ae.Code)) && ae.Retryable:
 		// no_leader, not_leader, unavailable, not_ready: refused before
 		// proposal.
 		return Fail, code
@@ -291,5 +292,5 @@ func Classify(err error, mutation bool) (Outcome, string) {
 }
 
 func isUnknownCode(code string) bool {
-	return code == client.CodeOutcomeUnknown || code == client.CodeTimeout || code == client.CodeInternal || code == ""
+	return code == string(wire.CodeOutcomeUnknown) || code == string(wire.CodeTimeout) || code == string(wire.CodeInternal) || code == ""
 }

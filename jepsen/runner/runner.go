@@ -18,12 +18,12 @@ import (
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/blobstore/blobtest"
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/jepsen/checker"
 	"github.com/metastore/metastore/jepsen/cluster"
 	"github.com/metastore/metastore/jepsen/history"
 	"github.com/metastore/metastore/jepsen/nemesis"
 	"github.com/metastore/metastore/jepsen/workload"
+	"github.com/metastore/metastore/wire"
 )
 
 // Prefix and Subnet name the scenarios' clusters: namespaces, links and
@@ -489,7 +489,7 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		if referenced[k] || !healthy {
 			continue
 		}
-		var b fsm.Blob
+		var b wire.Blob
 		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := c.Send(bctx, "GET", workload.BlobPath(k), nil, &b)
 		cancel()
@@ -521,8 +521,8 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 				mf.Hash, mf.Index = h.Hash, h.Index
 			}
 			var fr struct {
-				OK     bool           `json:"ok"`
-				Report fsm.FsckReport `json:"report"`
+				OK     bool            `json:"ok"`
+				Report wire.FsckReport `json:"report"`
 			}
 			if err := c.Get(mctx, m, "/v1/fsck?consistency=stale", &fr); err != nil {
 				mf.FsckErr = err.Error()
@@ -577,12 +577,12 @@ func collect(ctx context.Context, cl *client.Client, wres *workload.Result, f *c
 				ef.Acks[a.Task] = checker.AckRecord{Hash: a.ContentHash}
 			}
 			for _, t := range workload.Tasks(ji) {
-				caps, _ := fsm.ParseCaps(t.Caps)
+				caps, _ := wire.ParseCaps(t.Caps)
 				if !caps.Expected() {
 					continue
 				}
 				switch e.State {
-				case fsm.EpochCompleted:
+				case wire.EpochCompleted:
 					rs, err := cl.Restore(ctx, job, t.ID, client.RestoreOptions{Epoch: e.Epoch})
 					if err != nil {
 						errs = append(errs, fmt.Errorf("restore %s/%s epoch %d: %w", job, t.ID, e.Epoch, err))
@@ -594,8 +594,8 @@ func collect(ctx context.Context, cl *client.Client, wres *workload.Result, f *c
 						tc.Keys = m.Blobs()
 					}
 					ef.Tasks[t.ID] = tc
-				case fsm.EpochPending:
-					if !caps.Has(fsm.KindState) {
+				case wire.EpochPending:
+					if !caps.Has(wire.KindState) {
 						continue
 					}
 					m, err := cl.EpochManifest(ctx, job, e.Epoch, t.ID)

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/jepsen/history"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // jobRun is one job: a coordinator (attempts, begin, abort, await), an
@@ -46,7 +46,7 @@ func newJobRun(w *Workload, i int, name string) *jobRun {
 	j.coord, j.coordID = w.newClient(nil)
 	j.oper, j.operID = w.newClient(nil)
 	for _, t := range j.tasks {
-		caps, err := fsm.ParseCaps(t.Caps)
+		caps, err := wire.ParseCaps(t.Caps)
 		if err != nil {
 			panic(err)
 		}
@@ -79,9 +79,9 @@ func (j *jobRun) run(ctx context.Context) {
 func (j *jobRun) startAttempt(ctx context.Context) bool {
 	w := j.w
 	old := j.gen
-	var tasks []fsm.Task
+	var tasks []wire.Task
 	for _, wk := range j.workers {
-		tasks = append(tasks, fsm.Task{ID: wk.spec.ID, Caps: wk.caps})
+		tasks = append(tasks, wire.Task{ID: wk.spec.ID, Caps: wk.caps})
 	}
 	j.attempts++
 	aid := fmt.Sprintf("a%d", j.attempts)
@@ -134,7 +134,7 @@ func (j *jobRun) zombieAck(ctx context.Context, old uint64) {
 	op := j.w.h.Invoke(&history.Op{Client: wk.cid, Kind: history.KindZombieAck, Job: j.name, Task: wk.spec.ID, Gen: old, Epoch: j.next - 1})
 	op.Value = j.w.value(j.name, "/", wk.spec.ID, "/zombie/g", old, "/e", j.next-1)
 	octx, cancel := j.w.opCtx(ctx)
-	_, err := wk.c.Ack(octx, j.name, old, j.next-1, wk.spec.ID, client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindInput: []byte(op.Value)}})
+	_, err := wk.c.Ack(octx, j.name, old, j.next-1, wk.spec.ID, client.AckRequest{Payloads: map[wire.Kind][]byte{wire.KindInput: []byte(op.Value)}})
 	cancel()
 	j.w.h.Finish(op, err, true)
 }
@@ -218,7 +218,7 @@ func (j *jobRun) await(ctx context.Context, e uint64) bool {
 	d, err := j.coord.AwaitEpoch(octx, j.name, e)
 	cancel()
 	if errors.Is(err, client.ErrEpochAborted) {
-		op.State = string(fsm.EpochAborted)
+		op.State = string(wire.EpochAborted)
 		err = nil
 	} else if err == nil {
 		op.State = string(d.State)
@@ -248,7 +248,7 @@ func (j *jobRun) operate(ctx context.Context, e uint64) {
 			return
 		}
 		for _, wk := range j.workers {
-			if !wk.caps.Has(fsm.KindState) {
+			if !wk.caps.Has(wire.KindState) {
 				continue
 			}
 			mop := j.invoke(j.operID, history.KindManifest)
@@ -290,7 +290,7 @@ func (j *jobRun) operate(ctx context.Context, e uint64) {
 type worker struct {
 	j    *jobRun
 	spec TaskSpec
-	caps fsm.Caps
+	caps wire.Caps
 	c    *client.Client
 	cid  int
 
@@ -338,7 +338,7 @@ func (wk *worker) reset(ctx context.Context, gen uint64) {
 		wk.broken = true
 		return
 	}
-	if !wk.caps.Has(fsm.KindState) {
+	if !wk.caps.Has(wire.KindState) {
 		return
 	}
 	if wk.ts, err = client.NewTaskState(r, wk.caps); err != nil {
@@ -353,7 +353,7 @@ func (wk *worker) reset(ctx context.Context, gen uint64) {
 	}
 }
 
-func (wk *worker) payload(gen, e uint64, k fsm.Kind) []byte {
+func (wk *worker) payload(gen, e uint64, k wire.Kind) []byte {
 	return []byte(wk.j.w.value(wk.j.name, "/", wk.spec.ID, "/g", gen, "/e", e, "/", k))
 }
 
@@ -365,8 +365,8 @@ func (wk *worker) ack(ctx context.Context, gen, e uint64) {
 		return
 	}
 	w := wk.j.w
-	payloads := map[fsm.Kind][]byte{}
-	for _, k := range fsm.Kinds {
+	payloads := map[wire.Kind][]byte{}
+	for _, k := range wire.Kinds {
 		if wk.caps.Has(k) {
 			payloads[k] = wk.payload(gen, e, k)
 		}
@@ -416,7 +416,7 @@ func (wk *worker) ack(ctx context.Context, gen, e uint64) {
 			// A blob referenced again may be deleting or gone; with
 			// ReuseSameRef the store refuses the very reference that an
 			// older checkpoint still holds as dropped (manifest_mismatch).
-			if (errors.Is(err, client.ErrBlobDeleting) || errors.Is(err, fsm.ErrManifestMismatch)) && !uncertain && wk.undoReuse() {
+			if (errors.Is(err, client.ErrBlobDeleting) || errors.Is(err, wire.ErrManifestMismatch)) && !uncertain && wk.undoReuse() {
 				continue
 			}
 			if (errors.Is(err, client.ErrEpochNotPending) || errors.Is(err, client.ErrFenced)) && !uncertain {
@@ -532,7 +532,7 @@ func (wk *worker) reuse(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if rec.State != fsm.BlobLive {
+		if rec.State != wire.BlobLive {
 			gone = append(gone, i) // deleting or gone: it will not come back
 			continue
 		}
@@ -573,7 +573,7 @@ func BlobPath(key string) string {
 // blobRecord reads the store's record of blob key (a linearizable read,
 // through any member; not recorded: it decides what to do, it checks
 // nothing).
-func (w *Workload) blobRecord(ctx context.Context, key string) (*fsm.Blob, error) {
+func (w *Workload) blobRecord(ctx context.Context, key string) (*wire.Blob, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	base := w.all[w.rnd.IntN(len(w.all))]
@@ -589,7 +589,7 @@ func (w *Workload) blobRecord(ctx context.Context, key string) (*fsm.Blob, error
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /v1/blobs/%s: %s", key, resp.Status)
 	}
-	var b fsm.Blob
+	var b wire.Blob
 	return &b, json.NewDecoder(resp.Body).Decode(&b)
 }
 

@@ -24,9 +24,9 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/jepsen/history"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // Config configures a run.
@@ -150,9 +150,9 @@ func Tasks(i int) []TaskSpec {
 
 // MainKind is the kind whose inline payload an ack op records as its
 // Value (each task of the workload has at most one inline kind).
-func MainKind(caps fsm.Caps) fsm.Kind {
-	var main fsm.Kind
-	for _, k := range []fsm.Kind{fsm.KindOutput, fsm.KindState, fsm.KindInput} {
+func MainKind(caps wire.Caps) wire.Kind {
+	var main wire.Kind
+	for _, k := range []wire.Kind{wire.KindOutput, wire.KindState, wire.KindInput} {
 		if caps.Has(k) {
 			main = k
 		}
@@ -164,8 +164,8 @@ func MainKind(caps fsm.Caps) fsm.Kind {
 // checkpoints, an ack timeout longer than any run (so the leader never
 // aborts on its own) and a history long enough that no ended epoch is
 // forgotten during a run.
-func JobConfig() fsm.JobConfig {
-	return fsm.JobConfig{Retained: 2, AckTimeout: fsm.Duration(10 * time.Minute), History: 10000}
+func JobConfig() wire.JobConfig {
+	return wire.JobConfig{Retained: 2, AckTimeout: wire.Duration(10 * time.Minute), History: 10000}
 }
 
 // Workload is one run's shared state.
@@ -343,9 +343,9 @@ func (w *Workload) reader(ctx context.Context, member string, endpoints []string
 		r, err := c.Restore(octx, j.name, SourceTask, client.RestoreOptions{})
 		cancel()
 		if err == nil {
-			if r.Plan.Status == fsm.RestoreRestored {
+			if r.Plan.Status == wire.RestoreRestored {
 				op.ReadEpoch = r.Plan.Source.Epoch
-				op.Value = string(r.Payload(fsm.KindInput))
+				op.Value = string(r.Payload(wire.KindInput))
 			}
 		}
 		w.h.Finish(op, err, false)

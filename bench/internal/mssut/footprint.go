@@ -10,8 +10,8 @@ import (
 
 	"github.com/metastore/metastore/bench/internal/sut"
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // snapshotTimeout bounds the backup and the restore of Footprint.
@@ -119,24 +119,24 @@ func (s *System) Footprint(ctx context.Context, blobs, jobs int) (sut.FootprintR
 // loadJob creates one job of Footprint and gives its task n live blobs.
 func (s *System) loadJob(ctx context.Context, c *client.Client, job string, n int) error {
 	const task = "t0"
-	if _, err := c.PutJob(ctx, job, fsm.JobConfig{Retained: 1}); err != nil {
+	if _, err := c.PutJob(ctx, job, wire.JobConfig{Retained: 1}); err != nil {
 		return fmt.Errorf("mssut: Footprint: create job %s: %w", job, err)
 	}
-	att, err := c.StartAttempt(ctx, job, "footprint", []fsm.Task{{ID: task, Caps: statefulCaps}})
+	att, err := c.StartAttempt(ctx, job, "footprint", []wire.Task{{ID: task, Caps: statefulCaps}})
 	if err != nil {
 		return fmt.Errorf("mssut: Footprint: start attempt of %s: %w", job, err)
 	}
 	size := uint64(s.opts.FootprintBlobBytes)
 	var seq uint64
 	for epoch := uint64(1); n > 0; epoch++ {
-		count := min(n, fsm.MaxIntents)
+		count := min(n, wire.MaxIntents)
 		slots, err := uploadSlots(ctx, c, job, att.Generation, task, count)
 		if err != nil {
 			return err
 		}
-		m := &fsm.ManifestAck{Delta: &manifests.Delta{}}
+		m := &wire.ManifestAck{Delta: &manifests.Delta{}}
 		for _, sl := range slots {
-			m.Blobs = append(m.Blobs, fsm.BlobCommit{Key: sl.Key, Size: size})
+			m.Blobs = append(m.Blobs, wire.BlobCommit{Key: sl.Key, Size: size})
 			m.Delta.AddSegments = append(m.Delta.AddSegments, manifests.Segment{Key: sl.Key, Length: size, FirstSeq: seq + 1, LastSeq: seq + 100})
 			seq += 100
 		}

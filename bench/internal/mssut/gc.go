@@ -12,9 +12,9 @@ import (
 	"github.com/metastore/metastore/bench/internal/sut"
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // gcRunTimeout bounds one POST /v1/gc/run: a cycle deletes every
@@ -136,10 +136,10 @@ func (s *System) GC(ctx context.Context, objects int) (sut.GCResult, error) {
 // blobs unreferenced; it returns their keys.
 func (s *System) makeGarbage(ctx context.Context, c *client.Client, job string, objects int) ([]string, error) {
 	const task = "t0"
-	if _, err := c.PutJob(ctx, job, fsm.JobConfig{Retained: 1}); err != nil {
+	if _, err := c.PutJob(ctx, job, wire.JobConfig{Retained: 1}); err != nil {
 		return nil, fmt.Errorf("mssut: GC: create job %s: %w", job, err)
 	}
-	att, err := c.StartAttempt(ctx, job, "gc", []fsm.Task{{ID: task, Caps: statefulCaps}})
+	att, err := c.StartAttempt(ctx, job, "gc", []wire.Task{{ID: task, Caps: statefulCaps}})
 	if err != nil {
 		return nil, fmt.Errorf("mssut: GC: start attempt of %s: %w", job, err)
 	}
@@ -150,7 +150,7 @@ func (s *System) makeGarbage(ctx context.Context, c *client.Client, job string, 
 	var seq uint64
 	epoch := uint64(1)
 	for len(keys) < objects {
-		n := min(objects-len(keys), fsm.MaxIntents)
+		n := min(objects-len(keys), wire.MaxIntents)
 		slots, err := uploadSlots(ctx, c, job, gen, task, n)
 		if err != nil {
 			return nil, err
@@ -158,9 +158,9 @@ func (s *System) makeGarbage(ctx context.Context, c *client.Client, job string, 
 		if err := s.uploadAll(ctx, c, slots, body); err != nil {
 			return nil, fmt.Errorf("mssut: GC: %w", err)
 		}
-		m := &fsm.ManifestAck{Delta: &manifests.Delta{}}
+		m := &wire.ManifestAck{Delta: &manifests.Delta{}}
 		for _, sl := range slots {
-			m.Blobs = append(m.Blobs, fsm.BlobCommit{Key: sl.Key, Size: size})
+			m.Blobs = append(m.Blobs, wire.BlobCommit{Key: sl.Key, Size: size})
 			m.Delta.AddSegments = append(m.Delta.AddSegments, manifests.Segment{Key: sl.Key, Length: size, FirstSeq: seq + 1, LastSeq: seq + 10})
 			seq += 10
 			keys = append(keys, sl.Key)
@@ -170,7 +170,7 @@ func (s *System) makeGarbage(ctx context.Context, c *client.Client, job string, 
 		}
 		epoch++
 	}
-	truncate := &fsm.ManifestAck{Delta: &manifests.Delta{Materialize: &manifests.Materialization{Bases: []manifests.Base{}, TruncateBefore: seq + 1}}}
+	truncate := &wire.ManifestAck{Delta: &manifests.Delta{Materialize: &manifests.Materialization{Bases: []manifests.Base{}, TruncateBefore: seq + 1}}}
 	if err := ackEpoch(ctx, c, job, gen, epoch, task, client.AckRequest{Manifest: truncate}); err != nil {
 		return nil, fmt.Errorf("mssut: GC: truncating the changelog: %w", err)
 	}
@@ -259,11 +259,11 @@ func (s *System) checkGone(ctx context.Context, keys []string) error {
 		return err
 	}
 	return s.parallel(ctx, len(keys), func(ctx context.Context, i int) error {
-		var b fsm.Blob
+		var b wire.Blob
 		if err := s.send(ctx, p.url(), http.MethodGet, "/v1/blobs/"+keys[i], nil, 0, &b, defaultStatusRequestTimeout); err != nil {
 			return fmt.Errorf("mssut: blob %s: %w", keys[i], err)
 		}
-		if b.State != fsm.BlobGone {
+		if b.State != wire.BlobGone {
 			return fmt.Errorf("mssut: blob %s is %s after the collector ran, not gone", keys[i], b.State)
 		}
 		return nil

@@ -8,8 +8,8 @@ import (
 
 	"github.com/metastore/metastore/bench/internal/sut"
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // jobState is what the system remembers of a job it created: the
@@ -63,14 +63,14 @@ func (j *jobState) task(name string) (*taskState, error) {
 }
 
 // statefulCaps are the capabilities of every task CreateJob registers.
-var statefulCaps = mustCaps(fsm.CapState, fsm.CapIncremental)
+var statefulCaps = mustCaps(wire.CapState, wire.CapIncremental)
 
-func mustCaps(names ...fsm.Capability) fsm.Caps {
+func mustCaps(names ...wire.Capability) wire.Caps {
 	var ss []string
 	for _, n := range names {
 		ss = append(ss, string(n))
 	}
-	c, err := fsm.ParseCaps(ss)
+	c, err := wire.ParseCaps(ss)
 	if err != nil {
 		panic(err)
 	}
@@ -95,9 +95,9 @@ func (s *System) CreateJob(ctx context.Context, job string, tasks []string) erro
 	if err != nil {
 		return err
 	}
-	specs := make([]fsm.Task, len(tasks))
+	specs := make([]wire.Task, len(tasks))
 	for i, t := range tasks {
-		specs[i] = fsm.Task{ID: t, Caps: statefulCaps}
+		specs[i] = wire.Task{ID: t, Caps: statefulCaps}
 	}
 	s.jobsMu.Lock()
 	prev := s.jobs[job]
@@ -106,7 +106,7 @@ func (s *System) CreateJob(ctx context.Context, job string, tasks []string) erro
 	if prev != nil {
 		attempt = prev.attempts + 1
 	}
-	if _, err := c.PutJob(ctx, job, fsm.JobConfig{}); err != nil {
+	if _, err := c.PutJob(ctx, job, wire.JobConfig{}); err != nil {
 		return fmt.Errorf("mssut: create job %s: %w", job, err)
 	}
 	att, err := c.StartAttempt(ctx, job, fmt.Sprintf("mssut-%d", attempt), specs)
@@ -180,7 +180,7 @@ func (s *System) Ack(ctx context.Context, job, task string, epoch uint64, add []
 // manifestFor builds the manifest part of an ack adding segs: the blobs
 // to commit and the delta. nil when segs is empty (the manifest stays).
 // The caller holds ts.mu.
-func (ts *taskState) manifestFor(segs []sut.Segment) (*fsm.ManifestAck, map[string]uint64, error) {
+func (ts *taskState) manifestFor(segs []sut.Segment) (*wire.ManifestAck, map[string]uint64, error) {
 	if len(segs) == 0 {
 		return nil, nil, nil
 	}
@@ -200,7 +200,7 @@ func (ts *taskState) manifestFor(segs []sut.Segment) (*fsm.ManifestAck, map[stri
 			Key: sg.Key, Offset: uint64(sg.Offset), Length: uint64(sg.Length), FirstSeq: sg.FirstSeq, LastSeq: sg.LastSeq,
 		})
 	}
-	m := &fsm.ManifestAck{Delta: &d}
+	m := &wire.ManifestAck{Delta: &d}
 	newSizes := map[string]uint64{}
 	for _, k := range order {
 		if size, ok := ts.committed[k]; ok {
@@ -209,17 +209,17 @@ func (ts *taskState) manifestFor(segs []sut.Segment) (*fsm.ManifestAck, map[stri
 			}
 			continue
 		}
-		m.Blobs = append(m.Blobs, fsm.BlobCommit{Key: k, Size: ends[k]})
+		m.Blobs = append(m.Blobs, wire.BlobCommit{Key: k, Size: ends[k]})
 		newSizes[k] = ends[k]
 	}
-	if len(m.Blobs) > fsm.MaxIntents {
-		return nil, nil, fmt.Errorf("an ack commits at most %d blobs, this one %d", fsm.MaxIntents, len(m.Blobs))
+	if len(m.Blobs) > wire.MaxIntents {
+		return nil, nil, fmt.Errorf("an ack commits at most %d blobs, this one %d", wire.MaxIntents, len(m.Blobs))
 	}
 	return m, newSizes, nil
 }
 
 // Keys returns n upload slots of the task from the store (POST
-// /v1/jobs/{job}/uploads, at most fsm.MaxIntents per request): keys held
+// /v1/jobs/{job}/uploads, at most wire.MaxIntents per request): keys held
 // by upload intents that the task's next acks commit.
 func (s *System) Keys(ctx context.Context, job, task string, n int) ([]string, error) {
 	c, err := s.client()
@@ -241,11 +241,11 @@ func (s *System) Keys(ctx context.Context, job, task string, n int) ([]string, e
 	return keys, nil
 }
 
-// uploadSlots asks for n slots, fsm.MaxIntents per request.
+// uploadSlots asks for n slots, wire.MaxIntents per request.
 func uploadSlots(ctx context.Context, c *client.Client, job string, gen uint64, task string, n int) ([]client.UploadSlot, error) {
 	out := make([]client.UploadSlot, 0, n)
 	for len(out) < n {
-		count := min(n-len(out), fsm.MaxIntents)
+		count := min(n-len(out), wire.MaxIntents)
 		slots, err := c.UploadSlots(ctx, job, gen, task, count)
 		if err != nil {
 			return nil, fmt.Errorf("mssut: upload slots for %s/%s: %w", job, task, err)
@@ -320,7 +320,7 @@ func (s *System) isRunning(id string) bool {
 // Options.SegmentsPerBlob segments of Options.SegmentBytes at consecutive
 // offsets, committed and acknowledged in as few epochs as the store's
 // limits allow (at most manifests.MaxDeltaRefs references and
-// fsm.MaxIntents blobs per ack, and a body within Options.MaxBodyBytes).
+// wire.MaxIntents blobs per ack, and a body within Options.MaxBodyBytes).
 // It returns the next epoch to begin.
 func (s *System) Preload(ctx context.Context, job, task string, n int) (uint64, error) {
 	c, err := s.client()
@@ -352,7 +352,7 @@ func (s *System) Preload(ctx context.Context, job, task string, n int) (uint64, 
 		for left > 0 {
 			if inBlob == perBlob {
 				if len(keys) == 0 {
-					slots, err := uploadSlots(ctx, c, job, js.gen, task, min(fsm.MaxIntents, (left+perBlob-1)/perBlob))
+					slots, err := uploadSlots(ctx, c, job, js.gen, task, min(wire.MaxIntents, (left+perBlob-1)/perBlob))
 					if err != nil {
 						return 0, err
 					}
@@ -361,7 +361,7 @@ func (s *System) Preload(ctx context.Context, job, task string, n int) (uint64, 
 					}
 				}
 				blobSegs := min(perBlob, left)
-				commit := fsm.BlobCommit{Key: keys[0], Size: uint64(blobSegs) * segLen}
+				commit := wire.BlobCommit{Key: keys[0], Size: uint64(blobSegs) * segLen}
 				if !p.addBlob(commit) {
 					break
 				}
@@ -382,7 +382,7 @@ func (s *System) Preload(ctx context.Context, job, task string, n int) (uint64, 
 			return 0, fmt.Errorf("mssut: Preload: begin epoch %d of %s: %w", epoch, job, err)
 		}
 		js.begun(epoch)
-		m := &fsm.ManifestAck{Blobs: p.blobs, Delta: &manifests.Delta{AddSegments: p.segs}}
+		m := &wire.ManifestAck{Blobs: p.blobs, Delta: &manifests.Delta{AddSegments: p.segs}}
 		if _, err := c.Ack(ctx, job, js.gen, epoch, task, client.AckRequest{Manifest: m}); err != nil {
 			return 0, fmt.Errorf("mssut: Preload: ack of epoch %d of %s (%d blobs, %d segments): %w", epoch, job, len(p.blobs), len(p.segs), err)
 		}
@@ -404,7 +404,7 @@ const bodyMargin = 1024
 type packer struct {
 	budget int64
 	size   int64
-	blobs  []fsm.BlobCommit
+	blobs  []wire.BlobCommit
 	segs   []manifests.Segment
 }
 
@@ -421,9 +421,9 @@ func (p *packer) fits(v any) (int64, bool) {
 	return n, p.size+n <= p.budget
 }
 
-func (p *packer) addBlob(b fsm.BlobCommit) bool {
+func (p *packer) addBlob(b wire.BlobCommit) bool {
 	// A blob is only worth adding with room for its first segment.
-	if len(p.blobs) >= fsm.MaxIntents || len(p.segs) >= manifests.MaxDeltaRefs {
+	if len(p.blobs) >= wire.MaxIntents || len(p.segs) >= manifests.MaxDeltaRefs {
 		return false
 	}
 	n, ok := p.fits(b)

@@ -10,7 +10,7 @@ import (
 	"github.com/metastore/metastore/bench/internal/sut"
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Roles of the Resume workload's tasks.
@@ -22,23 +22,23 @@ const (
 	roleMap                  // stateless map: checkpoints nothing
 )
 
-func (r role) caps() fsm.Caps {
+func (r role) caps() wire.Caps {
 	switch r {
 	case roleStateful:
 		return statefulCaps
 	case roleSource:
-		return mustCaps(fsm.CapInput)
+		return mustCaps(wire.CapInput)
 	}
 	return 0
 }
 
 // kinds is what a task of the role checkpoints.
-func (r role) kinds() []fsm.Kind {
+func (r role) kinds() []wire.Kind {
 	switch r {
 	case roleStateful:
-		return []fsm.Kind{fsm.KindState}
+		return []wire.Kind{wire.KindState}
 	case roleSource:
-		return []fsm.Kind{fsm.KindInput}
+		return []wire.Kind{wire.KindInput}
 	}
 	return nil
 }
@@ -131,7 +131,7 @@ func (s *System) Resume(ctx context.Context, tasks, stateful int) (sut.ResumeRes
 		if err := restoreTask(ctx, c, job, t); err != nil {
 			return res, err
 		}
-		if !t.role.caps().Has(fsm.KindState) {
+		if !t.role.caps().Has(wire.KindState) {
 			res.MetastoreStatelessRequests += int(c.Stats().Sub(st0).ObjectRequests())
 		}
 	}
@@ -143,7 +143,7 @@ func (s *System) Resume(ctx context.Context, tasks, stateful int) (sut.ResumeRes
 
 	before = after
 	for _, t := range next {
-		for _, k := range fsm.Kinds {
+		for _, k := range wire.Kinds {
 			rc, err := s.bucket.Get(ctx, naiveKey(job, t.id, k, last), 0, -1)
 			if errors.Is(err, blobstore.ErrNotFound) {
 				res.NaiveNoSuchKey++
@@ -166,10 +166,10 @@ func (s *System) Resume(ctx context.Context, tasks, stateful int) (sut.ResumeRes
 	return res, nil
 }
 
-func taskSpecs(ts []*resumeTask) []fsm.Task {
-	out := make([]fsm.Task, len(ts))
+func taskSpecs(ts []*resumeTask) []wire.Task {
+	out := make([]wire.Task, len(ts))
 	for i, t := range ts {
-		out[i] = fsm.Task{ID: t.id, Caps: t.role.caps()}
+		out[i] = wire.Task{ID: t.id, Caps: t.role.caps()}
 	}
 	return out
 }
@@ -177,7 +177,7 @@ func taskSpecs(ts []*resumeTask) []fsm.Task {
 // resumeCheckpoint creates the job, starts its first attempt and
 // checkpoints Options.ResumeEpochs epochs; it returns the last epoch.
 func (s *System) resumeCheckpoint(ctx context.Context, c *client.Client, job string, all []*resumeTask) (uint64, error) {
-	if _, err := c.PutJob(ctx, job, fsm.JobConfig{Retained: 1}); err != nil {
+	if _, err := c.PutJob(ctx, job, wire.JobConfig{Retained: 1}); err != nil {
 		return 0, fmt.Errorf("mssut: Resume: create job %s: %w", job, err)
 	}
 	att, err := c.StartAttempt(ctx, job, "resume-1", taskSpecs(all))
@@ -244,7 +244,7 @@ func checkpointTask(ctx context.Context, c *client.Client, job string, gen, epoc
 		t.state = append(t.state, blob...)
 	case roleSource:
 		t.offset = fmt.Appendf(nil, "%s:offset=%d", t.id, 1000*epoch)
-		if _, err := c.Ack(ctx, job, gen, epoch, t.id, client.AckRequest{Payloads: map[fsm.Kind][]byte{fsm.KindInput: t.offset}}); err != nil {
+		if _, err := c.Ack(ctx, job, gen, epoch, t.id, client.AckRequest{Payloads: map[wire.Kind][]byte{wire.KindInput: t.offset}}); err != nil {
 			return fmt.Errorf("ack of %s: %w", t.id, err)
 		}
 	}
@@ -275,7 +275,7 @@ func restoreTask(ctx context.Context, c *client.Client, job string, t *resumeTas
 	if !bytes.Equal(state, t.state) {
 		return fmt.Errorf("mssut: Resume: %s/%s restored %d bytes of state, checkpointed %d", job, t.id, len(state), len(t.state))
 	}
-	if got := r.Payload(fsm.KindInput); !bytes.Equal(got, t.offset) {
+	if got := r.Payload(wire.KindInput); !bytes.Equal(got, t.offset) {
 		return fmt.Errorf("mssut: Resume: %s/%s restored input position %q, checkpointed %q", job, t.id, got, t.offset)
 	}
 	return nil
@@ -288,7 +288,7 @@ func (s *System) writeNaive(ctx context.Context, job string, epoch uint64, all [
 		t := all[i]
 		for _, k := range t.role.kinds() {
 			body := t.offset
-			if k == fsm.KindState {
+			if k == wire.KindState {
 				body = t.state
 			}
 			key := naiveKey(job, t.id, k, epoch)
@@ -300,6 +300,6 @@ func (s *System) writeNaive(ctx context.Context, job string, epoch uint64, all [
 	})
 }
 
-func naiveKey(job, task string, k fsm.Kind, epoch uint64) string {
+func naiveKey(job, task string, k wire.Kind, epoch uint64) string {
 	return fmt.Sprintf("%s/jobs/%s/tasks/%s/%s/epoch-%d", NaivePrefix, job, task, k, epoch)
 }

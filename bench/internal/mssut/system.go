@@ -16,7 +16,7 @@ import (
 	"github.com/metastore/metastore/bench/internal/sut"
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/client"
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Settings of the object store the system runs.
@@ -297,7 +297,7 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 	if err := sut.WaitFor(wctx, 50*time.Millisecond, func() (bool, error) { return s.clusterReady(wctx) }); err != nil {
 		return fmt.Errorf("mssut: waiting for the cluster to elect a leader: %w", err)
 	}
-	if _, err := s.c.PutJob(wctx, "mssut-ready", fsm.JobConfig{}); err != nil {
+	if _, err := s.c.PutJob(wctx, "mssut-ready", wire.JobConfig{}); err != nil {
 		return fmt.Errorf("mssut: the leader does not accept writes: %w", err)
 	}
 	return nil

@@ -1,17 +1,12 @@
-// Package gcapi holds the answers of the garbage collector as the HTTP API
-// gives them (GET /v1/gc, POST /v1/gc/run, GET /v1/jobs/{job}/verify): types
-// only, so that clients can decode them without importing the collector and
-// its object-store dependencies.
-package gcapi
+// The garbage collector's answers (GET /v1/gc, POST /v1/gc/run, GET
+// /v1/jobs/{job}/verify).
 
-import (
-	"time"
+package wire
 
-	"github.com/metastore/metastore/fsm"
-)
+import "time"
 
-// RunOptions modify one cycle started with RunOnce.
-type RunOptions struct {
+// GCRunOptions modify one cycle started with RunOnce.
+type GCRunOptions struct {
 	// DryRun computes what the cycle would do and changes nothing: no
 	// command is proposed, no object deleted.
 	DryRun bool `json:"dry_run"`
@@ -20,16 +15,16 @@ type RunOptions struct {
 	Orphans bool `json:"orphans"`
 }
 
-// Report is what one cycle did. In a dry run the counts are what the cycle
+// GCReport is what one cycle did. In a dry run the counts are what the cycle
 // would have done.
-type Report struct {
+type GCReport struct {
 	DryRun bool `json:"dry_run"`
 	// ResumeOnly marks the pass Run makes when it starts: it only finishes
 	// the deletes a previous leader (or cycle) left deleting.
-	ResumeOnly bool         `json:"resume_only,omitempty"`
-	Started    time.Time    `json:"started"`
-	Finished   time.Time    `json:"finished"`
-	Duration   fsm.Duration `json:"duration"`
+	ResumeOnly bool      `json:"resume_only,omitempty"`
+	Started    time.Time `json:"started"`
+	Finished   time.Time `json:"finished"`
+	Duration   Duration  `json:"duration"`
 	// ExpiredIntents is the number of intents whose lease ended, turned into
 	// candidates.
 	ExpiredIntents int `json:"expired_intents"`
@@ -70,9 +65,9 @@ type Report struct {
 	Truncated  bool     `json:"truncated,omitempty"`
 }
 
-// Totals add up the reports of the cycles run since the collector was
+// GCTotals add up the reports of the cycles run since the collector was
 // created (dry runs excluded).
-type Totals struct {
+type GCTotals struct {
 	Since          time.Time `json:"since"`
 	Cycles         int64     `json:"cycles"`
 	FailedCycles   int64     `json:"failed_cycles"`
@@ -88,25 +83,25 @@ type Totals struct {
 	Errors         int64     `json:"errors"`
 }
 
-// StatusConfig is the configuration in force, for Status.
-type StatusConfig struct {
-	Interval      fsm.Duration `json:"interval"`
-	Grace         fsm.Duration `json:"grace"`
-	BatchSize     int          `json:"batch_size"`
-	Rate          float64      `json:"rate"`
-	TombstoneTTL  fsm.Duration `json:"tombstone_ttl"`
-	OrphanGrace   fsm.Duration `json:"orphan_grace"`
-	OrphanEvery   fsm.Duration `json:"orphan_every"`
-	Prefix        string       `json:"prefix"`
-	DeleteTimeout fsm.Duration `json:"delete_timeout"`
+// GCStatusConfig is the configuration in force, for GCStatus.
+type GCStatusConfig struct {
+	Interval      Duration `json:"interval"`
+	Grace         Duration `json:"grace"`
+	BatchSize     int      `json:"batch_size"`
+	Rate          float64  `json:"rate"`
+	TombstoneTTL  Duration `json:"tombstone_ttl"`
+	OrphanGrace   Duration `json:"orphan_grace"`
+	OrphanEvery   Duration `json:"orphan_every"`
+	Prefix        string   `json:"prefix"`
+	DeleteTimeout Duration `json:"delete_timeout"`
 }
 
-// RecentRuns is the number of cycles Status.RecentRuns keeps.
-const RecentRuns = 60
+// GCRecentRuns is the number of cycles GCStatus.RecentRuns keeps.
+const GCRecentRuns = 60
 
-// RunSample is one finished cycle in Status.RecentRuns: what it did, and
+// GCRunSample is one finished cycle in GCStatus.RecentRuns: what it did, and
 // the counts of candidates and deleting blobs it left (-1: not read).
-type RunSample struct {
+type GCRunSample struct {
 	Finished       time.Time `json:"finished"`
 	Outcome        string    `json:"outcome"`
 	Marked         int       `json:"marked"`
@@ -118,8 +113,8 @@ type RunSample struct {
 	Deleting       int       `json:"deleting"`
 }
 
-// Status is the collector's state, for GET /v1/gc.
-type Status struct {
+// GCStatus is the collector's state, for GET /v1/gc.
+type GCStatus struct {
 	// Enabled is true for every collector (a member without one reports
 	// false itself).
 	Enabled bool `json:"enabled"`
@@ -129,11 +124,11 @@ type Status struct {
 	Leading bool `json:"leading"`
 	// LastRun is the report of the last cycle (nil before the first). Dry
 	// runs are not recorded.
-	LastRun *Report `json:"last_run"`
-	// RecentRuns lists the latest RecentRuns cycles of this member, oldest
+	LastRun *GCReport `json:"last_run"`
+	// RecentRuns lists the latest GCRecentRuns cycles of this member, oldest
 	// first (dry runs are not recorded).
-	RecentRuns []RunSample `json:"recent_runs"`
-	Totals     Totals      `json:"totals"`
+	RecentRuns []GCRunSample `json:"recent_runs"`
+	Totals     GCTotals      `json:"totals"`
 	// PendingCandidates counts the unreferenced blobs waiting for the
 	// collector, grace period not yet over included; Deleting the blobs
 	// marked deleting whose delete is not confirmed. Both read the local
@@ -143,8 +138,8 @@ type Status struct {
 	// LastOrphanSweep is when the last orphan sweep started.
 	LastOrphanSweep *time.Time `json:"last_orphan_sweep,omitempty"`
 	// Store names the object store.
-	Store  string       `json:"store"`
-	Config StatusConfig `json:"config"`
+	Store  string         `json:"store"`
+	Config GCStatusConfig `json:"config"`
 	// StatusError is set when the counts could not be read.
 	StatusError string `json:"status_error,omitempty"`
 }
@@ -204,7 +199,7 @@ type VerifyReport struct {
 	// its ack, or never matched it.
 	Changed  []ChangedBlob `json:"changed"`
 	Errors   []VerifyError `json:"errors"`
-	Duration fsm.Duration  `json:"duration"`
+	Duration Duration      `json:"duration"`
 }
 
 // OK reports whether every referenced blob was found, as its ack committed
