@@ -122,7 +122,7 @@ type System struct {
 	watchCancel context.CancelFunc
 
 	jobsMu sync.Mutex
-	jobs   map[string][]string // job → tasks (immutable once written)
+	jobs   map[string][]string     // job → tasks (immutable once written)
 	coords map[string]*coordinator // job → its coordinator's state (lean design)
 }
 

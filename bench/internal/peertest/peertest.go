@@ -6,8 +6,8 @@ package peertest
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
