@@ -1,9 +1,20 @@
 // Package etcdsut is the etcd baseline of the benchmark: a three-member
 // etcd cluster (the Debian package etcd-server, etcd 3.4) on loopback,
 // driven through go.etcd.io/etcd/client/v3 the way a careful user keeps
-// checkpoint metadata in etcd.
+// checkpoint metadata in etcd, in one of two designs:
 //
-// # Record layout
+//   - lean (New, "etcd"; lean.go): an ack is one transaction guarded by a
+//     compare on the job's generation key, putting the task's ack record
+//     and its segment records; no record is shared between the tasks of a
+//     job, and the coordinator learns that an epoch is complete by
+//     watching the epoch's ack prefix and writes the completion itself;
+//   - compare-and-swap (NewCAS, "etcd-cas"; records.go, described below):
+//     an ack reads and rewrites the epoch record every task of the job
+//     shares, and retries when another task's ack came first.
+//
+// Both read a manifest the same way (ReadManifest, below).
+//
+// # Record layout (compare-and-swap design)
 //
 // Every record is a JSON value under one key:
 //
@@ -16,7 +27,7 @@
 // Numbers in keys are zero-padded so that key order is numeric order: a
 // task's manifest is the key range of its segment prefix, read in pages.
 //
-// # Transactions
+// # Transactions (compare-and-swap design)
 //
 // CreateJob writes the job and its current-epoch record in one transaction
 // that requires the job not to exist. BeginEpoch reads the current-epoch

@@ -1,9 +1,20 @@
 // Package zksut is the ZooKeeper baseline of the benchmark: a three-member
 // ZooKeeper ensemble (the Debian package zookeeper, ZooKeeper 3.8) on
 // loopback, driven through github.com/go-zookeeper/zk the way a careful
-// user keeps checkpoint metadata in ZooKeeper.
+// user keeps checkpoint metadata in ZooKeeper, in one of two designs:
 //
-// # Record layout
+//   - lean (New, "zookeeper"; lean.go): an ack is one multi with a check
+//     of the version of the job's generation znode, creating the task's
+//     ack znode under the epoch znode and its segment znodes; no znode is
+//     written by more than one task of a job, and the coordinator learns
+//     that an epoch is complete from a child watch on the epoch znode and
+//     writes the completion itself;
+//   - compare-and-swap (NewCAS, "zookeeper-cas"; records.go, described
+//     below): an ack reads and rewrites the epoch znode every task of the
+//     job shares, at its version, and retries when another task's ack came
+//     first.
+//
+// # Record layout (compare-and-swap design)
 //
 // Every record is a znode holding JSON:
 //
@@ -21,7 +32,7 @@
 // so a manifest read needs no child listing at all: it gets the task record
 // and then every segment znode, pipelined over one session.
 //
-// # Transactions
+// # Transactions (compare-and-swap design)
 //
 // CreateJob creates the job, current-epoch, epochs and tasks znodes in one
 // multi. BeginEpoch reads the current-epoch znode and, in one multi, sets
