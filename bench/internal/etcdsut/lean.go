@@ -33,8 +33,12 @@ import (
 // watches the epoch's ack prefix from the revision that transaction
 // committed at. When every task's ack record has appeared it writes the
 // completion itself (If the generation is its own, Then put the epoch
-// record completed), and begins the next epoch only after that, as a
-// coordinator that keeps one checkpoint in flight does.
+// record completed). It begins the next epoch once its watch has seen
+// every ack of the previous one, as a coordinator that keeps one
+// checkpoint in flight does; the completion's write and the next begin
+// are then in flight together (neither depends on the other). An epoch
+// whose completion could not be written (the generation was superseded)
+// stops the coordinator at its next begin.
 //
 // The generation, the tasks and the last epoch begun are kept by the
 // System for each job (read from etcd on first use), as a worker and its
@@ -77,12 +81,28 @@ type coordinator struct {
 	cancel context.CancelFunc
 }
 
-// epochWatch is the coordinator's watch of one epoch's acks: done is
-// closed once the completion is written (err nil) or the watch ended
-// without it (err says why).
+// epochWatch is the coordinator's watch of one epoch's acks: seen is
+// closed once it has seen every task's ack (err nil) or the watch ended
+// without (err says why); done once the completion is written (doneErr
+// nil) or could not be.
 type epochWatch struct {
-	done chan struct{}
-	err  error
+	seen    chan struct{}
+	err     error
+	done    chan struct{}
+	doneErr error
+}
+
+// fail ends the watch without its epoch's acks.
+func (w *epochWatch) fail(err error) {
+	w.err, w.doneErr = err, err
+	close(w.seen)
+	close(w.done)
+}
+
+// completed records the outcome of the completion's write.
+func (w *epochWatch) completed(err error) {
+	w.doneErr = err
+	close(w.done)
 }
 
 func (s *System) newCoordinator(generation, begun uint64) *coordinator {
@@ -165,8 +185,8 @@ func (s *System) leanCreateJob(ctx context.Context, job string, tasks []string) 
 	}
 }
 
-// leanBeginEpoch waits until the coordinator has written the completion of
-// the previous epoch (when it began it) and begins epoch at the
+// leanBeginEpoch waits until the coordinator's watch has seen every ack
+// of the previous epoch (when it began it) and begins epoch at the
 // coordinator's generation.
 func (s *System) leanBeginEpoch(ctx context.Context, job string, epoch uint64) error {
 	cli, err := s.client()
@@ -185,12 +205,19 @@ func (s *System) leanBeginEpoch(ctx context.Context, job string, epoch uint64) e
 	}
 	if prev != nil {
 		select {
-		case <-prev.done:
+		case <-prev.seen:
 		case <-ctx.Done():
-			return fmt.Errorf("etcdsut: begin epoch %d of %s: wait for epoch %d to complete: %w", epoch, job, epoch-1, ctx.Err())
+			return fmt.Errorf("etcdsut: begin epoch %d of %s: wait for the acks of epoch %d: %w", epoch, job, epoch-1, ctx.Err())
 		}
 		if prev.err != nil {
 			return fmt.Errorf("etcdsut: begin epoch %d of %s: epoch %d did not complete: %w", epoch, job, epoch-1, prev.err)
+		}
+		select {
+		case <-prev.done:
+			if prev.doneErr != nil {
+				return fmt.Errorf("etcdsut: begin epoch %d of %s: epoch %d did not complete: %w", epoch, job, epoch-1, prev.doneErr)
+			}
+		default: // the completion is being written
 		}
 	}
 	return s.beginAs(ctx, cli, co, job, gen, epoch)
@@ -245,7 +272,7 @@ func (s *System) beginAs(ctx context.Context, cli *clientv3.Client, co *coordina
 		return nil
 	}
 	co.begun = max(co.begun, epoch)
-	w := &epochWatch{done: make(chan struct{})}
+	w := &epochWatch{seen: make(chan struct{}), done: make(chan struct{})}
 	co.pending[epoch] = w
 	for e := range co.pending {
 		if e < epoch-1 {
@@ -262,13 +289,12 @@ func (s *System) beginAs(ctx context.Context, cli *clientv3.Client, co *coordina
 // breaks (its member lost, its history compacted) is opened again from
 // the revision after the last event seen.
 func (s *System) awaitAcks(ctx context.Context, cli *clientv3.Client, w *epochWatch, job string, gen, epoch uint64, tasks int, rev int64) {
-	defer close(w.done)
 	prefix := ackPrefix(job, epoch)
 	seen := map[string]bool{}
 	from := rev + 1
 	for attempt := 0; len(seen) < tasks; attempt++ {
 		if ctx.Err() != nil {
-			w.err = ctx.Err()
+			w.fail(ctx.Err())
 			return
 		}
 		wctx, cancel := context.WithCancel(ctx)
@@ -301,11 +327,12 @@ func (s *System) awaitAcks(ctx context.Context, cli *clientv3.Client, w *epochWa
 		cancel()
 		if len(seen) < tasks {
 			if err := backoff(ctx, attempt); err != nil {
-				w.err = err
+				w.fail(err)
 				return
 			}
 		}
 	}
+	close(w.seen)
 	gk, ek := generationKey(job), epochKey(job, epoch)
 	for attempt := 0; ; attempt++ {
 		r, err := cli.Txn(ctx).
@@ -315,16 +342,17 @@ func (s *System) awaitAcks(ctx context.Context, cli *clientv3.Client, w *epochWa
 		switch {
 		case err != nil && transient(err):
 			if err := backoff(ctx, attempt); err != nil {
-				w.err = err
+				w.completed(err)
 				return
 			}
 			continue
 		case err != nil:
-			w.err = fmt.Errorf("etcdsut: complete epoch %d of %s: %w", epoch, job, err)
+			w.completed(fmt.Errorf("etcdsut: complete epoch %d of %s: %w", epoch, job, err))
 		case !r.Succeeded:
-			w.err = fmt.Errorf("etcdsut: complete epoch %d of %s at generation %d: %w", epoch, job, gen, sut.ErrFenced)
+			w.completed(fmt.Errorf("etcdsut: complete epoch %d of %s at generation %d: %w", epoch, job, gen, sut.ErrFenced))
 		default:
 			s.completions.Add(1)
+			w.completed(nil)
 		}
 		return
 	}

@@ -36,8 +36,12 @@ import (
 // creation of the epoch znode) and sets a child watch on the epoch znode
 // through its session; when the epoch's children are all its tasks it
 // writes the completion itself (a multi of the check and the epoch znode's
-// data), and begins the next epoch only after that, as a coordinator that
-// keeps one checkpoint in flight does.
+// data). It begins the next epoch once its watch has seen every ack of the
+// previous one, as a coordinator that keeps one checkpoint in flight does;
+// the completion's write and the next begin are then in flight together
+// (neither depends on the other). An epoch whose completion could not be
+// written (the generation was superseded) stops the coordinator at its
+// next begin.
 //
 // A manifest read lists the task's bucket znodes and each bucket (after a
 // sync on the leader's session, for a linearizable read), then gets every
@@ -81,12 +85,28 @@ type coordinator struct {
 	cancel context.CancelFunc
 }
 
-// epochWatch is the coordinator's watch of one epoch's acks: done is
-// closed once the completion is written (err nil) or the watch ended
-// without it (err says why).
+// epochWatch is the coordinator's watch of one epoch's acks: seen is
+// closed once it has seen every task's ack (err nil) or the watch ended
+// without (err says why); done once the completion is written (doneErr
+// nil) or could not be.
 type epochWatch struct {
-	done chan struct{}
-	err  error
+	seen    chan struct{}
+	err     error
+	done    chan struct{}
+	doneErr error
+}
+
+// fail ends the watch without its epoch's acks.
+func (w *epochWatch) fail(err error) {
+	w.err, w.doneErr = err, err
+	close(w.seen)
+	close(w.done)
+}
+
+// completed records the outcome of the completion's write.
+func (w *epochWatch) completed(err error) {
+	w.doneErr = err
+	close(w.done)
 }
 
 func (s *System) newCoordinator(generation uint64) *coordinator {
@@ -193,8 +213,8 @@ func (s *System) leanCreateJob(ctx context.Context, job string, tasks []string) 
 	}
 }
 
-// leanBeginEpoch waits until the coordinator has written the completion of
-// the previous epoch (when it began it) and begins epoch at the
+// leanBeginEpoch waits until the coordinator's watch has seen every ack
+// of the previous epoch (when it began it) and begins epoch at the
 // coordinator's generation.
 func (s *System) leanBeginEpoch(ctx context.Context, job string, epoch uint64) error {
 	c, err := s.sessionFor(job)
@@ -213,12 +233,19 @@ func (s *System) leanBeginEpoch(ctx context.Context, job string, epoch uint64) e
 	}
 	if prev != nil {
 		select {
-		case <-prev.done:
+		case <-prev.seen:
 		case <-ctx.Done():
-			return fmt.Errorf("zksut: begin epoch %d of %s: wait for epoch %d to complete: %w", epoch, job, epoch-1, ctx.Err())
+			return fmt.Errorf("zksut: begin epoch %d of %s: wait for the acks of epoch %d: %w", epoch, job, epoch-1, ctx.Err())
 		}
 		if prev.err != nil {
 			return fmt.Errorf("zksut: begin epoch %d of %s: epoch %d did not complete: %w", epoch, job, epoch-1, prev.err)
+		}
+		select {
+		case <-prev.done:
+			if prev.doneErr != nil {
+				return fmt.Errorf("zksut: begin epoch %d of %s: epoch %d did not complete: %w", epoch, job, epoch-1, prev.doneErr)
+			}
+		default: // the completion is being written
 		}
 	}
 	return s.beginAs(ctx, c, co, job, gen, epoch)
@@ -272,7 +299,7 @@ func (s *System) beginAs(ctx context.Context, c *zk.Conn, co *coordinator, job s
 		return nil
 	}
 	co.begun = max(co.begun, epoch)
-	w := &epochWatch{done: make(chan struct{})}
+	w := &epochWatch{seen: make(chan struct{}), done: make(chan struct{})}
 	co.pending[epoch] = w
 	for e := range co.pending {
 		if e < epoch-1 {
@@ -287,17 +314,16 @@ func (s *System) beginAs(ctx context.Context, c *zk.Conn, co *coordinator, job s
 // change, until every task's ack znode is there, then writes the epoch's
 // completion in a multi with the check of generation gen.
 func (s *System) awaitAcks(ctx context.Context, c *zk.Conn, w *epochWatch, job string, gen, epoch uint64, tasks int) {
-	defer close(w.done)
 	path := epochPath(job, epoch)
 	for attempt := 0; ; {
 		children, _, ch, err := c.ChildrenW(path)
 		if err != nil {
 			if !transient(err) {
-				w.err = fmt.Errorf("zksut: watch the acks of epoch %d of %s: %w", epoch, job, err)
+				w.fail(fmt.Errorf("zksut: watch the acks of epoch %d of %s: %w", epoch, job, err))
 				return
 			}
 			if err := backoff(ctx, attempt); err != nil {
-				w.err = err
+				w.fail(err)
 				return
 			}
 			attempt++
@@ -309,10 +335,11 @@ func (s *System) awaitAcks(ctx context.Context, c *zk.Conn, w *epochWatch, job s
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			w.err = ctx.Err()
+			w.fail(ctx.Err())
 			return
 		}
 	}
+	close(w.seen)
 	done := mustJSON(leanEpochRecord{Generation: gen, Completed: true})
 	for attempt := 0; ; attempt++ {
 		res, err := c.Multi(
@@ -322,18 +349,19 @@ func (s *System) awaitAcks(ctx context.Context, c *zk.Conn, w *epochWatch, job s
 		switch {
 		case err != nil && transient(err):
 			if err := backoff(ctx, attempt); err != nil {
-				w.err = err
+				w.completed(err)
 				return
 			}
 			continue
 		case err != nil:
 			if i, cause := firstError(res, err); i == 0 && errors.Is(cause, zk.ErrBadVersion) {
-				w.err = fmt.Errorf("zksut: complete epoch %d of %s at generation %d: %w", epoch, job, gen, sut.ErrFenced)
+				w.completed(fmt.Errorf("zksut: complete epoch %d of %s at generation %d: %w", epoch, job, gen, sut.ErrFenced))
 			} else {
-				w.err = fmt.Errorf("zksut: complete epoch %d of %s: %w", epoch, job, cause)
+				w.completed(fmt.Errorf("zksut: complete epoch %d of %s: %w", epoch, job, cause))
 			}
 		default:
 			s.completions.Add(1)
+			w.completed(nil)
 		}
 		return
 	}
