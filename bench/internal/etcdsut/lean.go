@@ -2,6 +2,7 @@ package etcdsut
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -28,17 +29,17 @@ import (
 // the generation key) is refused: the fence. A repeated ack of an epoch is
 // refused by the ack record's existence.
 //
-// The coordinator begins an epoch with one transaction (If the generation
-// is its own and the epoch record is absent, Then put the epoch record) and
-// watches the epoch's ack prefix from the revision that transaction
-// committed at. When every task's ack record has appeared it writes the
-// completion itself (If the generation is its own, Then put the epoch
-// record completed). It begins the next epoch once its watch has seen
-// every ack of the previous one, as a coordinator that keeps one
-// checkpoint in flight does; the completion's write and the next begin
-// are then in flight together (neither depends on the other). An epoch
-// whose completion could not be written (the generation was superseded)
-// stops the coordinator at its next begin.
+// The coordinator watches the epoch's ack prefix (the watch created, from
+// the current revision, before the epoch begins) and begins the epoch with
+// one transaction (If the generation is its own and the epoch record is
+// absent, Then put the epoch record). When every task's ack record has
+// appeared it writes the completion itself (If the generation is its own,
+// Then put the epoch record completed). It begins the next epoch once its
+// watch has seen every ack of the previous one, as a coordinator that
+// keeps one checkpoint in flight does; the completion's write and the next
+// begin are then in flight together (neither depends on the other). An
+// epoch whose completion could not be written (the generation was
+// superseded) stops the coordinator at its next begin.
 //
 // The generation, the tasks and the last epoch begun are kept by the
 // System for each job (read from etcd on first use), as a worker and its
@@ -231,10 +232,29 @@ func (s *System) beginAs(ctx context.Context, cli *clientv3.Client, co *coordina
 	if err != nil {
 		return err
 	}
+	// The watch of the epoch's acks is set up first, from the current
+	// revision: a watch created from a past revision is caught up by the
+	// server's background sync (every 100 ms), a watch from the present
+	// is sent each event as it commits.
+	co.mu.Lock()
+	coCtx := co.ctx
+	co.mu.Unlock()
+	watchCtx, stop := context.WithCancel(coCtx)
+	wch := cli.Watch(watchCtx, ackPrefix(job, epoch), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	handed := false
+	defer func() {
+		if !handed {
+			stop()
+		}
+	}()
+	from, err := watchCreated(ctx, wch)
+	if err != nil {
+		return fmt.Errorf("etcdsut: begin epoch %d of %s: watch its acks: %w", epoch, job, err)
+	}
+
 	gk, ek := generationKey(job), epochKey(job, epoch)
 	value := mustJSON(leanEpochRecord{Generation: gen})
 	sent := false
-	var rev int64
 	for attempt := 0; ; attempt++ {
 		r, err := cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Value(gk), "=", generationValue(gen)),
@@ -253,7 +273,6 @@ func (s *System) beginAs(ctx context.Context, cli *clientv3.Client, co *coordina
 			continue
 		}
 		if r.Succeeded {
-			rev = r.Header.Revision
 			break
 		}
 		if g := rangeOf(r, 0).Kvs; len(g) == 0 || string(g[0].Value) != generationValue(gen) {
@@ -263,8 +282,7 @@ func (s *System) beginAs(ctx context.Context, cli *clientv3.Client, co *coordina
 		if !sent || len(e) == 0 || string(e[0].Value) != value {
 			return fmt.Errorf("etcdsut: begin epoch %d of %s: the epoch has begun", epoch, job)
 		}
-		rev = e[0].ModRevision // the attempt whose outcome was unknown committed
-		break
+		break // the attempt whose outcome was unknown committed
 	}
 	co.mu.Lock()
 	defer co.mu.Unlock()
@@ -279,26 +297,50 @@ func (s *System) beginAs(ctx context.Context, cli *clientv3.Client, co *coordina
 			delete(co.pending, e)
 		}
 	}
-	go s.awaitAcks(co.ctx, cli, w, job, gen, epoch, len(tasks), rev)
+	handed = true
+	go s.awaitAcks(co.ctx, cli, w, job, gen, epoch, len(tasks), wch, stop, from)
 	return nil
 }
 
-// awaitAcks watches the epoch's ack prefix from the revision after rev
-// (the epoch's begin) until every task's ack record has been put, then
-// writes the epoch's completion guarded by generation gen. A watch that
-// breaks (its member lost, its history compacted) is opened again from
-// the revision after the last event seen.
-func (s *System) awaitAcks(ctx context.Context, cli *clientv3.Client, w *epochWatch, job string, gen, epoch uint64, tasks int, rev int64) {
+// watchCreated waits for the created notification of a watch made with
+// WithCreatedNotify and returns the first revision the watch reports.
+func watchCreated(ctx context.Context, wch clientv3.WatchChan) (int64, error) {
+	select {
+	case resp, ok := <-wch:
+		switch {
+		case !ok:
+			return 0, errors.New("the watch was closed")
+		case resp.Err() != nil:
+			return 0, resp.Err()
+		case !resp.Created:
+			return 0, errors.New("the watch reported before it was created")
+		}
+		return resp.Header.Revision + 1, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// awaitAcks reads the watch wch of the epoch's ack prefix (stop ends it;
+// from is the first revision it reports) until every task's ack record
+// has been put, then writes the epoch's completion guarded by generation
+// gen. A watch that breaks (its member lost, its history compacted) is
+// opened again from the revision after the last event seen.
+func (s *System) awaitAcks(ctx context.Context, cli *clientv3.Client, w *epochWatch, job string, gen, epoch uint64, tasks int, wch clientv3.WatchChan, stop context.CancelFunc, from int64) {
 	prefix := ackPrefix(job, epoch)
 	seen := map[string]bool{}
-	from := rev + 1
 	for attempt := 0; len(seen) < tasks; attempt++ {
 		if ctx.Err() != nil {
+			stop()
 			w.fail(ctx.Err())
 			return
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		for resp := range cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		if wch == nil {
+			var wctx context.Context
+			wctx, stop = context.WithCancel(ctx)
+			wch = cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from))
+		}
+		for resp := range wch {
 			if resp.CompactRevision != 0 {
 				// The history from `from` is gone: what it held is in
 				// the prefix as it is now.
@@ -324,7 +366,8 @@ func (s *System) awaitAcks(ctx context.Context, cli *clientv3.Client, w *epochWa
 				break
 			}
 		}
-		cancel()
+		stop()
+		wch = nil
 		if len(seen) < tasks {
 			if err := backoff(ctx, attempt); err != nil {
 				w.fail(err)
