@@ -205,9 +205,13 @@ func (s *System) leanCreateJob(ctx context.Context, job string, tasks []string) 
 		default:
 			return fmt.Errorf("zksut: create job %s: %w", job, err)
 		}
+		co := s.newCoordinator(1)
+		for _, t := range tasks {
+			co.next[t] = 0 // a new task has no segments
+		}
 		s.jobsMu.Lock()
 		s.jobs[job] = tasks
-		s.coords[job] = s.newCoordinator(1)
+		s.coords[job] = co
 		s.jobsMu.Unlock()
 		return nil
 	}
