@@ -1,7 +1,13 @@
 // Command bench measures the metastore against the stores users would
 // otherwise keep checkpoint metadata in, etcd and ZooKeeper: each started
 // in turn as a three-member cluster on loopback with durable writes, and
-// driven through the same checkpoint cycle (see internal/workload).
+// driven through the same checkpoint cycle (see internal/workload). Each
+// peer is driven in two designs: "etcd" and "zookeeper" the lean one (an
+// ack is one transaction fenced by the job's generation, no record shared
+// between a job's tasks, completion written by the coordinator watching
+// the acks), "etcd-cas" and "zookeeper-cas" a compare-and-swap on the
+// epoch record the tasks share. The metastore is judged against the best
+// variant of each peer.
 //
 //	go -C bench run .                                  # the full run
 //	go -C bench run . --smoke --out /tmp/bench-smoke   # seconds per system, tiny sizes (CI)

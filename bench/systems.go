@@ -16,7 +16,7 @@ import (
 )
 
 // systemNames are the systems the command knows, in run order.
-var systemNames = []string{"metastore", "etcd", "zookeeper"}
+var systemNames = []string{"metastore", "etcd", "etcd-cas", "zookeeper", "zookeeper-cas"}
 
 // systemOptions configure the systems the command builds.
 type systemOptions struct {
@@ -46,17 +46,32 @@ var systemSpecs = map[string]systemSpec{
 			return mssut.New(mssut.Options{ExtraFlags: o.MetastoreFlags}), nil
 		},
 	},
+	// The peers, each in two designs: lean (one fenced transaction per
+	// ack, no record shared between the tasks of a job) and cas (a
+	// compare-and-swap on the epoch record the tasks share).
 	"etcd": {
 		debianPackage: etcdsut.DebianPackage,
 		find:          func() error { _, err := etcdsut.Find(); return err },
 		install:       etcdsut.Install,
 		build:         func(systemOptions) (sut.System, error) { return etcdsut.New(), nil },
 	},
+	"etcd-cas": {
+		debianPackage: etcdsut.DebianPackage,
+		find:          func() error { _, err := etcdsut.Find(); return err },
+		install:       etcdsut.Install,
+		build:         func(systemOptions) (sut.System, error) { return etcdsut.NewCAS(), nil },
+	},
 	"zookeeper": {
 		debianPackage: zksut.DebianPackage,
 		find:          func() error { _, err := zksut.Find(); return err },
 		install:       zksut.Install,
 		build:         func(systemOptions) (sut.System, error) { return zksut.New(), nil },
+	},
+	"zookeeper-cas": {
+		debianPackage: zksut.DebianPackage,
+		find:          func() error { _, err := zksut.Find(); return err },
+		install:       zksut.Install,
+		build:         func(systemOptions) (sut.System, error) { return zksut.NewCAS(), nil },
 	},
 }
 

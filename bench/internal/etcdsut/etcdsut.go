@@ -1,9 +1,20 @@
 // Package etcdsut is the etcd baseline of the benchmark: a three-member
 // etcd cluster (the Debian package etcd-server, etcd 3.4) on loopback,
 // driven through go.etcd.io/etcd/client/v3 the way a careful user keeps
-// checkpoint metadata in etcd.
+// checkpoint metadata in etcd, in one of two designs:
 //
-// # Record layout
+//   - lean (New, "etcd"; lean.go): an ack is one transaction guarded by a
+//     compare on the job's generation key, putting the task's ack record
+//     and its segment records; no record is shared between the tasks of a
+//     job, and the coordinator learns that an epoch is complete by
+//     watching the epoch's ack prefix and writes the completion itself;
+//   - compare-and-swap (NewCAS, "etcd-cas"; records.go, described below):
+//     an ack reads and rewrites the epoch record every task of the job
+//     shares, and retries when another task's ack came first.
+//
+// Both read a manifest the same way (ReadManifest, below).
+//
+// # Record layout (compare-and-swap design)
 //
 // Every record is a JSON value under one key:
 //
@@ -16,7 +27,7 @@
 // Numbers in keys are zero-padded so that key order is numeric order: a
 // task's manifest is the key range of its segment prefix, read in pages.
 //
-// # Transactions
+// # Transactions (compare-and-swap design)
 //
 // CreateJob writes the job and its current-epoch record in one transaction
 // that requires the job not to exist. BeginEpoch reads the current-epoch
@@ -94,9 +105,18 @@ type System struct {
 	// commit (tests use it to force a conflict).
 	beforeCommit func(job, task string)
 
+	// name is the system's name; lean selects the records and
+	// transactions of the lean design (lean.go) over those of the
+	// compare-and-swap design (records.go).
+	name string
+	lean bool
+
 	keyPrefix string
 	keySeq    atomic.Uint64
 	retries   atomic.Uint64
+	// completions counts epochs whose completion a coordinator wrote
+	// after its watch saw every task's ack (lean design).
+	completions atomic.Uint64
 
 	mu       sync.Mutex
 	started  bool
@@ -107,8 +127,14 @@ type System struct {
 	follower *member          // cached follower for stale reads
 	version  string
 
+	// watchCtx bounds the coordinators' watches (lean design); Stop
+	// cancels it.
+	watchCtx    context.Context
+	watchCancel context.CancelFunc
+
 	jobsMu sync.Mutex
-	jobs   map[string][]string // job → tasks (immutable once written)
+	jobs   map[string][]string     // job → tasks (immutable once written)
+	coords map[string]*coordinator // job → its coordinator's state (lean design)
 }
 
 // member is one etcd process and its own client.
@@ -126,17 +152,23 @@ type member struct {
 
 var _ sut.System = (*System)(nil)
 
-// New returns a System that is not started.
-func New() *System {
+// New returns the lean design ("etcd", lean.go), not started.
+func New() *System { return newSystem("etcd", true) }
+
+// NewCAS returns the compare-and-swap design ("etcd-cas", records.go), not
+// started.
+func NewCAS() *System { return newSystem("etcd-cas", false) }
+
+func newSystem(name string, lean bool) *System {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(fmt.Sprintf("etcdsut: random key prefix: %v", err))
 	}
-	return &System{keyPrefix: hex.EncodeToString(b[:]), jobs: map[string][]string{}}
+	return &System{name: name, lean: lean, keyPrefix: hex.EncodeToString(b[:]), jobs: map[string][]string{}, coords: map[string]*coordinator{}}
 }
 
-// Name is "etcd".
-func (s *System) Name() string { return "etcd" }
+// Name is "etcd" (lean design) or "etcd-cas".
+func (s *System) Name() string { return s.name }
 
 // Retries returns how many ack and epoch-begin transactions were retried
 // because a concurrent writer changed a record they were guarded by (a
@@ -145,8 +177,12 @@ func (s *System) Name() string { return "etcd" }
 func (s *System) Retries() uint64 { return s.retries.Load() }
 
 // Counters are the system's counts over its life, for the results:
-// compare-and-swap conflicts retried.
+// compare-and-swap conflicts retried (compare-and-swap design), epochs
+// completed by their coordinator's watch (lean design).
 func (s *System) Counters() map[string]uint64 {
+	if s.lean {
+		return map[string]uint64{"watch_completions": s.completions.Load()}
+	}
 	return map[string]uint64{
 		"cas_retries": s.Retries(),
 	}
@@ -228,7 +264,9 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 	s.members = members
 	s.jobsMu.Lock()
 	s.jobs = map[string][]string{}
+	s.coords = map[string]*coordinator{}
 	s.jobsMu.Unlock()
+	s.watchCtx, s.watchCancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			s.stopLocked()
@@ -318,6 +356,9 @@ func (s *System) Stop() error {
 
 func (s *System) stopLocked() error {
 	var errs []error
+	if s.watchCancel != nil {
+		s.watchCancel()
+	}
 	if s.cli != nil {
 		s.cli.Close()
 		s.cli = nil

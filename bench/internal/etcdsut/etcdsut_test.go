@@ -10,5 +10,12 @@ func TestCluster(t *testing.T) {
 	if _, err := Find(); err != nil {
 		t.Skipf("etcd is missing, so the etcd baseline cannot run: %v", err)
 	}
-	peertest.Run(t, "etcd", func() peertest.Peer { return New() })
+	peertest.Run(t, "etcd", peertest.Lean, func() peertest.Peer { return New() })
+}
+
+func TestClusterCAS(t *testing.T) {
+	if _, err := Find(); err != nil {
+		t.Skipf("etcd is missing, so the etcd baseline cannot run: %v", err)
+	}
+	peertest.Run(t, "etcd-cas", peertest.CAS, func() peertest.Peer { return NewCAS() })
 }

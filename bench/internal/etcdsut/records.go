@@ -71,6 +71,28 @@ func checkName(kind, name string) error {
 	return nil
 }
 
+// checkJob refuses a job name or task list that would break the key
+// layout, an empty task list and a task listed twice.
+func checkJob(job string, tasks []string) error {
+	if err := checkName("job", job); err != nil {
+		return err
+	}
+	if len(tasks) == 0 {
+		return fmt.Errorf("etcdsut: job %s has no tasks", job)
+	}
+	seen := map[string]bool{}
+	for _, t := range tasks {
+		if err := checkName("task", t); err != nil {
+			return err
+		}
+		if seen[t] {
+			return fmt.Errorf("etcdsut: job %s lists task %s twice", job, t)
+		}
+		seen[t] = true
+	}
+	return nil
+}
+
 func mustJSON(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -162,24 +184,11 @@ func (s *System) tasks(ctx context.Context, cli *clientv3.Client, job string) ([
 	return rec.Tasks, nil
 }
 
-// CreateJob writes the job record and its current-epoch record (epoch 0)
+// casCreateJob writes the job record and its current-epoch record (epoch 0)
 // in one transaction that requires the job not to exist.
-func (s *System) CreateJob(ctx context.Context, job string, tasks []string) error {
-	if err := checkName("job", job); err != nil {
+func (s *System) casCreateJob(ctx context.Context, job string, tasks []string) error {
+	if err := checkJob(job, tasks); err != nil {
 		return err
-	}
-	if len(tasks) == 0 {
-		return fmt.Errorf("etcdsut: job %s has no tasks", job)
-	}
-	seen := map[string]bool{}
-	for _, t := range tasks {
-		if err := checkName("task", t); err != nil {
-			return err
-		}
-		if seen[t] {
-			return fmt.Errorf("etcdsut: job %s lists task %s twice", job, t)
-		}
-		seen[t] = true
 	}
 	cli, err := s.client()
 	if err != nil {
@@ -219,10 +228,10 @@ func (s *System) CreateJob(ctx context.Context, job string, tasks []string) erro
 	}
 }
 
-// BeginEpoch writes the epoch record (no acks yet) and the job's
+// casBeginEpoch writes the epoch record (no acks yet) and the job's
 // current-epoch record in one transaction guarded by the current-epoch
 // record's revision and the epoch record's absence.
-func (s *System) BeginEpoch(ctx context.Context, job string, epoch uint64) error {
+func (s *System) casBeginEpoch(ctx context.Context, job string, epoch uint64) error {
 	cli, err := s.client()
 	if err != nil {
 		return err
@@ -280,11 +289,11 @@ func (s *System) BeginEpoch(ctx context.Context, job string, epoch uint64) error
 	}
 }
 
-// Ack commits, in one transaction guarded by the revisions of the epoch
+// casAck commits, in one transaction guarded by the revisions of the epoch
 // and task records it read, the new segment records, the task record and
 // the epoch record; on a conflict it recomputes them from the records the
 // failed transaction returned and tries again.
-func (s *System) Ack(ctx context.Context, job, task string, epoch uint64, add []sut.Segment) error {
+func (s *System) casAck(ctx context.Context, job, task string, epoch uint64, add []sut.Segment) error {
 	if len(add)+2 > maxTxnOps {
 		return fmt.Errorf("etcdsut: ack of %d segments exceeds the %d operations of a transaction", len(add), maxTxnOps)
 	}
@@ -381,7 +390,8 @@ func (s *System) Keys(ctx context.Context, job, task string, n int) ([]string, e
 	return keys, nil
 }
 
-// ReadManifest reads and decodes every segment record of the task: the
+// ReadManifest reads and decodes every segment record of the task (both
+// designs keep them under one prefix): the
 // key range of its segment prefix in pages of pageSize, every page at the
 // first page's revision. Without stale the reads are linearizable, on the
 // leader's own client; with stale they are serializable reads on a
@@ -395,7 +405,7 @@ func (s *System) ReadManifest(ctx context.Context, job, task string, stale bool)
 		return 0, err
 	}
 	for {
-		n, err := readSegments(ctx, cli, segPrefix(job, task), stale)
+		n, err := readSegments(ctx, cli, segPrefix(job, task), stale, nil)
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			continue // the snapshot's revision was compacted between pages
 		}
@@ -406,7 +416,11 @@ func (s *System) ReadManifest(ctx context.Context, job, task string, stale bool)
 	}
 }
 
-func readSegments(ctx context.Context, cli *clientv3.Client, prefix string, serializable bool) (int, error) {
+// readSegments reads the key range of prefix in pages of pageSize, every
+// page at the first page's revision, decodes each record as a segment and
+// hands it to visit (when not nil), in key order. It returns the number of
+// records.
+func readSegments(ctx context.Context, cli *clientv3.Client, prefix string, serializable bool, visit func(segmentRecord)) (int, error) {
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	key, rev, n := prefix, int64(0), 0
 	for attempt := 0; ; {
@@ -436,6 +450,9 @@ func readSegments(ctx context.Context, cli *clientv3.Client, prefix string, seri
 			if err := json.Unmarshal(kv.Value, &sg); err != nil {
 				return 0, fmt.Errorf("decode %s: %w", kv.Key, err)
 			}
+			if visit != nil {
+				visit(sg)
+			}
 			n++
 		}
 		if !r.More || len(r.Kvs) == 0 {
@@ -459,15 +476,10 @@ func (s *System) Preload(ctx context.Context, job, task string, n int) (uint64, 
 	if len(tasks) != 1 || tasks[0] != task {
 		return 0, fmt.Errorf("etcdsut: preload: job %s has tasks %v, not only %s", job, tasks, task)
 	}
-	r, err := read(ctx, cli, clientv3.OpGet(currentKey(job)))
+	next, err := s.nextEpoch(ctx, cli, job)
 	if err != nil {
-		return 0, fmt.Errorf("etcdsut: preload %s: read current epoch: %w", job, err)
-	}
-	var cur currentRecord
-	if _, err := decodeRange(rangeOf(r, 0), currentKey(job), &cur); err != nil {
 		return 0, err
 	}
-	next := cur.Epoch + 1
 	var seq uint64
 	for done := 0; done < n; {
 		b := min(preloadBatch, n-done)
@@ -492,8 +504,21 @@ func (s *System) Preload(ctx context.Context, job, task string, n int) (uint64, 
 	return next, nil
 }
 
-// epochState reads an epoch record (tests check completion with it).
-func (s *System) epochState(ctx context.Context, job string, epoch uint64) (epochRecord, error) {
+// casNextEpoch returns the epoch after the job's current one.
+func (s *System) casNextEpoch(ctx context.Context, cli *clientv3.Client, job string) (uint64, error) {
+	r, err := read(ctx, cli, clientv3.OpGet(currentKey(job)))
+	if err != nil {
+		return 0, fmt.Errorf("etcdsut: read the current epoch of %s: %w", job, err)
+	}
+	var cur currentRecord
+	if _, err := decodeRange(rangeOf(r, 0), currentKey(job), &cur); err != nil {
+		return 0, err
+	}
+	return cur.Epoch + 1, nil
+}
+
+// casEpochState reads an epoch record (tests check completion with it).
+func (s *System) casEpochState(ctx context.Context, job string, epoch uint64) (epochRecord, error) {
 	cli, err := s.client()
 	if err != nil {
 		return epochRecord{}, err

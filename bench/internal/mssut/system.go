@@ -306,7 +306,15 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 // memberFlags are the flags of the serve command lines beyond addresses,
 // blob store and collector.
 func (s *System) memberFlags() []string {
-	var f []string
+	// The store's protective limits default below the rates measured
+	// here: one client (the benchmark, all workers behind one IP) may
+	// make 5,000 requests a second (--rate-limit) and one job 2,000 acks
+	// a second (--quota-ack-rate), while the throughput workload aims at
+	// thousands of acks a second plus their upload-slot calls from one
+	// address. They guard an operator's cluster against one runaway
+	// client; a benchmark of the ack path must not measure them, so they
+	// are off (0). ExtraFlags come after and may set them again.
+	f := []string{"--rate-limit=0", "--quota-ack-rate=0"}
 	if s.opts.MaxBodyBytes != DefaultMaxBodyBytes {
 		f = append(f, "--max-body-bytes", strconv.FormatInt(s.opts.MaxBodyBytes, 10))
 	}

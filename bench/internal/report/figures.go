@@ -12,11 +12,15 @@ import (
 // a peer, measured in the same conditions.
 type RatioFigure struct {
 	// ID is section.variant.figure, e.g. "throughput.w64.acks_per_second".
-	ID        string  `json:"id"`
-	Section   string  `json:"section"`
-	Variant   string  `json:"variant"`
-	Figure    string  `json:"figure"`
+	ID      string `json:"id"`
+	Section string `json:"section"`
+	Variant string `json:"variant"`
+	Figure  string `json:"figure"`
+	// Peer is a peer system, or BestPrefix and a family ("best-etcd"):
+	// the best of the family's variants in the run for this figure (the
+	// highest of a rate, the lowest of a cost), named by Chosen.
 	Peer      string  `json:"peer"`
+	Chosen    string  `json:"chosen,omitempty"`
 	Metastore float64 `json:"metastore"`
 	PeerValue float64 `json:"peer_value"`
 	Ratio     float64 `json:"ratio"`
@@ -50,6 +54,32 @@ type figure struct {
 	get    func(s *System, key int) (float64, bool)
 	// noRatio marks a figure that describes the setup (not a cost).
 	noRatio bool
+	// higher marks a rate, of which more is better; of every other
+	// figure (a cost: time, bytes, CPU, memory) less is better.
+	higher bool
+}
+
+// best returns the best value of figure f at key among the variants of
+// family in r (the highest of a rate, the lowest positive one of a cost)
+// and the variant's name.
+func (f figure) best(r *Results, family string, key int) (float64, string, bool) {
+	var val float64
+	var name string
+	found := false
+	for i := range r.Systems {
+		s := &r.Systems[i]
+		if !InFamily(s.Name, family) {
+			continue
+		}
+		v, ok := f.get(s, key)
+		if !ok || (!f.higher && v <= 0) {
+			continue
+		}
+		if !found || (f.higher && v > val) || (!f.higher && v < val) {
+			val, name, found = v, s.Name, true
+		}
+	}
+	return val, name, found
 }
 
 // Formats of the figures.
@@ -81,8 +111,8 @@ var sections = []section{
 			})
 		},
 		figures: []figure{
-			tp("acks_per_second", "acks/s", count, func(p *ThroughputPoint) (float64, bool) { return p.AcksPerSecond, true }),
-			tp("epochs_per_second", "epochs/s", rate, func(p *ThroughputPoint) (float64, bool) { return p.EpochsPerSecond, true }),
+			higher(tp("acks_per_second", "acks/s", count, func(p *ThroughputPoint) (float64, bool) { return p.AcksPerSecond, true })),
+			higher(tp("epochs_per_second", "epochs/s", rate, func(p *ThroughputPoint) (float64, bool) { return p.EpochsPerSecond, true })),
 			tp("ack_p50_ms", "p50 ms", millis, func(p *ThroughputPoint) (float64, bool) { return p.AckLatency.P50MS, p.AckLatency.Count > 0 }),
 			tp("ack_p99_ms", "p99 ms", millis, func(p *ThroughputPoint) (float64, bool) { return p.AckLatency.P99MS, p.AckLatency.Count > 0 }),
 			tp("ack_p999_ms", "p999 ms", millis, func(p *ThroughputPoint) (float64, bool) { return p.AckLatency.P999MS, p.AckLatency.Count > 0 }),
@@ -175,6 +205,12 @@ func single(has func(*System) bool) func(r *Results) []variant {
 	}
 }
 
+// higher marks f a rate (more is better).
+func higher(f figure) figure {
+	f.higher = true
+	return f
+}
+
 func tp(id, header string, format func(float64) string, f func(*ThroughputPoint) (float64, bool)) figure {
 	return figure{id: id, header: header, format: format, get: func(s *System, w int) (float64, bool) {
 		p := s.Point(w)
@@ -218,7 +254,8 @@ func fo(id, header string, format func(float64) string, f func(*Failover) float6
 }
 
 // ComputeRatios returns, for every figure both the metastore and a peer
-// have, the metastore's value over the peer's. A figure whose peer value
+// have, the metastore's value over the peer's, and over the best value of
+// each peer family's variants (Peer "best-etcd"). A figure whose peer value
 // is zero has no ratio.
 func ComputeRatios(r *Results) []RatioFigure {
 	ms := r.System(Metastore)
@@ -252,6 +289,21 @@ func ComputeRatios(r *Results) []RatioFigure {
 						Metastore: a, PeerValue: b, Ratio: q,
 					})
 				}
+				for _, fam := range PeerFamilies {
+					b, chosen, ok := f.best(r, fam, v.key)
+					if !ok {
+						continue
+					}
+					q, ok := Ratio(a, b)
+					if !ok {
+						continue
+					}
+					out = append(out, RatioFigure{
+						ID:      fmt.Sprintf("%s.%s.%s", sec.id, v.id, f.id),
+						Section: sec.id, Variant: v.id, Figure: f.id, Peer: BestPrefix + fam, Chosen: chosen,
+						Metastore: a, PeerValue: b, Ratio: q,
+					})
+				}
 			}
 		}
 	}
@@ -260,13 +312,16 @@ func ComputeRatios(r *Results) []RatioFigure {
 
 // Finalize derives the comparisons of r from its measurements: each
 // system's manifest time ratio, the ratios to the peers, and the goals.
-// Systems are put in the canonical order (metastore, etcd, zookeeper, then
-// any other), and a non-finite float a system reported (which JSON cannot
+// Systems are put in the canonical order (metastore, the peers in Peers'
+// order, then any other), and a non-finite float a system reported (which JSON cannot
 // encode) becomes zero.
 func Finalize(r *Results) {
 	r.Schema = SchemaVersion
 	zeroNonFinite(reflect.ValueOf(r).Elem())
-	order := map[string]int{Metastore: 0, Etcd: 1, ZooKeeper: 2}
+	order := map[string]int{Metastore: 0}
+	for i, p := range Peers {
+		order[p] = i + 1
+	}
 	rank := func(name string) int {
 		if i, ok := order[name]; ok {
 			return i

@@ -250,6 +250,68 @@ func TestGoals(t *testing.T) {
 	}
 }
 
+// TestBestPeer checks that the metastore is judged against the best of a
+// peer's variants: the highest rate and the lowest cost among them.
+func TestBestPeer(t *testing.T) {
+	r := sample()
+	// A second etcd design: faster than etcd at 64 workers, with a
+	// higher p99; slower at 1 worker, with a lower p99.
+	cas := r.System(Etcd).Throughput
+	cas = slices.Clone(cas)
+	cas[0].AcksPerSecond, cas[0].AckLatency.P99MS = 350, 4
+	cas[1].AcksPerSecond, cas[1].AckLatency.P99MS = 3000, 30
+	r.Systems = append(r.Systems, System{Name: EtcdCAS, Throughput: cas})
+	Finalize(r)
+	if names := []string{r.Systems[1].Name, r.Systems[2].Name, r.Systems[3].Name}; !reflect.DeepEqual(names, []string{Etcd, EtcdCAS, ZooKeeper}) {
+		t.Fatalf("Finalize order: %v", names)
+	}
+	for _, c := range []struct {
+		id, chosen string
+		want       float64
+	}{
+		{"throughput.w64.acks_per_second", EtcdCAS, 12000.0 / 3000},
+		{"throughput.w1.acks_per_second", Etcd, 500.0 / 400},
+		{"throughput.w64.ack_p99_ms", Etcd, 10.0 / 25},
+		{"throughput.w1.ack_p99_ms", EtcdCAS, 3.0 / 4},
+	} {
+		found := false
+		for _, q := range r.Ratios {
+			if q.ID == c.id && q.Peer == BestPrefix+Etcd {
+				found = true
+				if q.Chosen != c.chosen || math.Abs(q.Ratio-c.want) > 1e-9 {
+					t.Errorf("%s against the best etcd: %v of %s, want %v of %s", c.id, q.Ratio, q.Chosen, c.want, c.chosen)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no ratio %s against the best etcd", c.id)
+		}
+	}
+	// 12,000 acks/s is 4x the best etcd variant's 3,000: the goal is
+	// missed although it is 6x etcd's.
+	if g := goalStatus(r)["ack_throughput"]; g != Miss {
+		t.Errorf("throughput goal against a best etcd variant of 3,000 acks/s: %s", g)
+	}
+	r.System(Metastore).Point(64).AcksPerSecond = 15000
+	Finalize(r)
+	if g := goalStatus(r)["ack_throughput"]; g != Pass {
+		t.Errorf("throughput goal at 5x the best etcd variant: %s", g)
+	}
+	// The p99 is judged against the lowest of the variants (etcd's 25 ms).
+	r.System(Metastore).Point(64).AckLatency.P99MS = 27
+	Finalize(r)
+	if g := goalStatus(r)["ack_throughput"]; g != Miss {
+		t.Errorf("throughput goal with a p99 above the lowest etcd variant's: %s", g)
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "metastore/best-etcd") || !strings.Contains(b.String(), "metastore/etcd-cas") {
+		t.Errorf("table without the best-peer and etcd-cas rows:\n%s", b.String())
+	}
+}
+
 // decodeSVG checks that b is well-formed XML whose root is an svg element
 // in the SVG namespace, and returns the count of each element.
 func decodeSVG(t *testing.T, b []byte) map[string]int {

@@ -8,6 +8,7 @@
 package report
 
 import (
+	"strings"
 	"time"
 
 	"github.com/metastore/metastore/bench/internal/sut"
@@ -16,15 +17,33 @@ import (
 // SchemaVersion is the version of the results.json layout.
 const SchemaVersion = 1
 
-// Names of the systems the comparisons are about.
+// Names of the systems the comparisons are about. Each peer is measured
+// in two designs: lean (Etcd, ZooKeeper: one fenced transaction per ack)
+// and compare-and-swap (EtcdCAS, ZooKeeperCAS).
 const (
-	Metastore = "metastore"
-	Etcd      = "etcd"
-	ZooKeeper = "zookeeper"
+	Metastore    = "metastore"
+	Etcd         = "etcd"
+	EtcdCAS      = "etcd-cas"
+	ZooKeeper    = "zookeeper"
+	ZooKeeperCAS = "zookeeper-cas"
 )
 
 // Peers are the systems the metastore is compared with, in table order.
-var Peers = []string{Etcd, ZooKeeper}
+var Peers = []string{Etcd, EtcdCAS, ZooKeeper, ZooKeeperCAS}
+
+// PeerFamilies are the peer servers: a system belongs to a family when
+// it is named after it ("etcd", or "etcd-" and its design). The metastore
+// is judged against the best variant of each family in the run.
+var PeerFamilies = []string{Etcd, ZooKeeper}
+
+// BestPrefix names the comparison with the best variant of a family:
+// "best-etcd".
+const BestPrefix = "best-"
+
+// InFamily reports whether the system name is a variant of family.
+func InFamily(name, family string) bool {
+	return name == family || strings.HasPrefix(name, family+"-")
+}
 
 // Results is everything one run of the benchmark measured and derived.
 type Results struct {

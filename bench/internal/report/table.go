@@ -112,6 +112,25 @@ func writeSection(b *bufio.Writer, r *Results, sec section) {
 				t.rows = append(t.rows, row)
 			}
 		}
+		// Against the best variant of each peer family, figure by figure
+		// (the highest rate, the lowest cost of the family's designs).
+		for _, fam := range PeerFamilies {
+			row := []string{v.label, Metastore + "/" + BestPrefix + fam}
+			filled := false
+			for _, f := range sec.figures {
+				a, okA := f.get(ms, v.key)
+				c, _, okB := f.best(r, fam, v.key)
+				if q, ok := Ratio(a, c); ok && okA && okB && !f.noRatio {
+					row = append(row, fmt.Sprintf("%.2fx", q))
+					filled = true
+				} else {
+					row = append(row, "-")
+				}
+			}
+			if filled {
+				t.rows = append(t.rows, row)
+			}
+		}
 	}
 	if sec.variantHeader == "" {
 		t.header = t.header[1:]

@@ -37,7 +37,8 @@ type Member struct {
 // System is a store under test. Start launches it; every other method
 // requires a started system. Methods are safe for concurrent use.
 type System interface {
-	// Name is "metastore", "etcd" or "zookeeper".
+	// Name is "metastore", "etcd", "etcd-cas", "zookeeper" or
+	// "zookeeper-cas".
 	Name() string
 	// Start launches a three-member cluster with data under dir and waits
 	// until it accepts writes. Writes are durable (fsync on commit).
@@ -135,6 +136,11 @@ type FootprintResult struct {
 	RestoreSecs   float64 `json:"restore_seconds"`
 	RestoreMethod string  `json:"restore_method"`
 }
+
+// ErrFenced is wrapped by the errors of writes a system refused because
+// they were made for a generation of the job that a newer one has
+// superseded (the lean baselines fence their acks and epochs so).
+var ErrFenced = errors.New("sut: fenced: a newer generation of the job has taken over")
 
 // ErrNotSupported is returned by an optional operation a system lacks.
 var ErrNotSupported = errors.New("sut: not supported by this system")

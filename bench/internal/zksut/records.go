@@ -79,6 +79,28 @@ func checkName(kind, name string) error {
 	return nil
 }
 
+// checkJob refuses a job name or task list that would break the znode
+// layout, an empty task list and a task listed twice.
+func checkJob(job string, tasks []string) error {
+	if err := checkName("job", job); err != nil {
+		return err
+	}
+	if len(tasks) == 0 {
+		return fmt.Errorf("zksut: job %s has no tasks", job)
+	}
+	seen := map[string]bool{}
+	for _, t := range tasks {
+		if err := checkName("task", t); err != nil {
+			return err
+		}
+		if seen[t] {
+			return fmt.Errorf("zksut: job %s lists task %s twice", job, t)
+		}
+		seen[t] = true
+	}
+	return nil
+}
+
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -199,24 +221,11 @@ func (s *System) tasks(ctx context.Context, c *zk.Conn, job string) ([]string, e
 	return rec.Tasks, nil
 }
 
-// CreateJob creates the job znode (with the task list), its current-epoch
+// casCreateJob creates the job znode (with the task list), its current-epoch
 // znode (epoch 0) and the parents of its epochs and tasks in one multi.
-func (s *System) CreateJob(ctx context.Context, job string, tasks []string) error {
-	if err := checkName("job", job); err != nil {
+func (s *System) casCreateJob(ctx context.Context, job string, tasks []string) error {
+	if err := checkJob(job, tasks); err != nil {
 		return err
-	}
-	if len(tasks) == 0 {
-		return fmt.Errorf("zksut: job %s has no tasks", job)
-	}
-	seen := map[string]bool{}
-	for _, t := range tasks {
-		if err := checkName("task", t); err != nil {
-			return err
-		}
-		if seen[t] {
-			return fmt.Errorf("zksut: job %s lists task %s twice", job, t)
-		}
-		seen[t] = true
 	}
 	c, err := s.session()
 	if err != nil {
@@ -259,9 +268,9 @@ func (s *System) CreateJob(ctx context.Context, job string, tasks []string) erro
 	}
 }
 
-// BeginEpoch sets the current-epoch znode, at the version read, and
+// casBeginEpoch sets the current-epoch znode, at the version read, and
 // creates the epoch znode (no acks yet) in one multi.
-func (s *System) BeginEpoch(ctx context.Context, job string, epoch uint64) error {
+func (s *System) casBeginEpoch(ctx context.Context, job string, epoch uint64) error {
 	c, err := s.sessionFor(job)
 	if err != nil {
 		return err
@@ -309,10 +318,10 @@ func (s *System) BeginEpoch(ctx context.Context, job string, epoch uint64) error
 	}
 }
 
-// Ack reads the epoch and task znodes and commits, in one multi
+// casAck reads the epoch and task znodes and commits, in one multi
 // conditional on their versions, the new segment znodes, the task znode
 // and the epoch znode; on a conflict it reads again and retries.
-func (s *System) Ack(ctx context.Context, job, task string, epoch uint64, add []sut.Segment) error {
+func (s *System) casAck(ctx context.Context, job, task string, epoch uint64, add []sut.Segment) error {
 	c, err := s.sessionFor(job + "/" + task)
 	if err != nil {
 		return err
@@ -433,9 +442,10 @@ func (s *System) Keys(ctx context.Context, job, task string, n int) ([]string, e
 	return keys, nil
 }
 
-// ReadManifest reads the task znode and then gets and decodes every
-// segment znode it counts, readPipeline requests in flight at a time on
-// one session. Without stale the session is on the leader and a sync
+// ReadManifest finds the task's segment znodes (compare-and-swap design:
+// the count in the task znode; lean design: the listings of its buckets)
+// and then gets and decodes every one, readPipeline requests in flight at
+// a time on one session. Without stale the session is on the leader and a sync
 // precedes the reads; with stale it is on a follower and there is no sync.
 func (s *System) ReadManifest(ctx context.Context, job, task string, stale bool) (int, error) {
 	if _, err := s.session(); err != nil {
@@ -445,35 +455,66 @@ func (s *System) ReadManifest(ctx context.Context, job, task string, stale bool)
 	if err != nil {
 		return 0, err
 	}
-	n, err := readSegments(ctx, c, job, task, !stale)
+	n, err := s.readSegments(ctx, c, job, task, !stale, nil)
 	if err != nil {
 		return 0, fmt.Errorf("zksut: read manifest of %s/%s: %w", job, task, err)
 	}
 	return n, nil
 }
 
-func readSegments(ctx context.Context, c *zk.Conn, job, task string, linearizable bool) (int, error) {
+// casSegmentPaths returns the paths of the task's segment znodes, in
+// order, from the count in its task znode, after a sync when linearizable.
+func casSegmentPaths(ctx context.Context, c *zk.Conn, job, task string, linearizable bool) ([]string, error) {
 	if linearizable {
 		if err := syncPath(ctx, c, taskPath(job, task)); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	var tr taskRecord
 	if _, _, err := getJSON(ctx, c, taskPath(job, task), &tr); err != nil {
+		return nil, err
+	}
+	paths := make([]string, tr.Segments)
+	for i := range paths {
+		paths[i] = segPath(job, task, uint64(i))
+	}
+	return paths, nil
+}
+
+// readSegments reads the task's segment znodes (from the task znode's
+// count, or with lean from the bucket listings) and decodes them.
+func (s *System) readSegments(ctx context.Context, c *zk.Conn, job, task string, linearizable bool, visit func(int, segmentRecord)) (int, error) {
+	list := casSegmentPaths
+	if s.lean {
+		list = leanSegmentPaths
+	}
+	paths, err := list(ctx, c, job, task, linearizable)
+	if err != nil {
 		return 0, err
 	}
+	if err := getSegments(ctx, c, paths, visit); err != nil {
+		return 0, err
+	}
+	return len(paths), nil
+}
+
+// getSegments gets and decodes the segment znodes at paths, readPipeline
+// requests in flight at a time on session c, and hands each to visit (when
+// not nil) with its position in paths.
+func getSegments(ctx context.Context, c *zk.Conn, paths []string, visit func(int, segmentRecord)) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	var mu sync.Mutex
 	var next atomic.Uint64
 	var wg sync.WaitGroup
-	for range min(readPipeline, tr.Segments) {
+	for range min(readPipeline, len(paths)) {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := next.Add(1) - 1
-				if i >= tr.Segments {
+				if i >= uint64(len(paths)) {
 					return
 				}
-				path := segPath(job, task, i)
+				path := paths[i]
 				var sg segmentRecord
 				_, absent, err := getJSON(ctx, c, path, &sg)
 				if err == nil && absent {
@@ -483,14 +524,16 @@ func readSegments(ctx context.Context, c *zk.Conn, job, task string, linearizabl
 					cancel(err)
 					return
 				}
+				if visit != nil {
+					mu.Lock()
+					visit(int(i), sg)
+					mu.Unlock()
+				}
 			}
 		})
 	}
 	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return 0, err
-	}
-	return int(tr.Segments), nil
+	return context.Cause(ctx)
 }
 
 // Preload gives the job's only task n segments in acks of preloadBatch
@@ -507,11 +550,10 @@ func (s *System) Preload(ctx context.Context, job, task string, n int) (uint64, 
 	if len(tasks) != 1 || tasks[0] != task {
 		return 0, fmt.Errorf("zksut: preload: job %s has tasks %v, not only %s", job, tasks, task)
 	}
-	var cur currentRecord
-	if _, _, err := getJSON(ctx, c, currentPath(job), &cur); err != nil {
+	next, err := s.nextEpoch(ctx, c, job)
+	if err != nil {
 		return 0, fmt.Errorf("zksut: preload %s: %w", job, err)
 	}
-	next := cur.Epoch + 1
 	var seq uint64
 	for done := 0; done < n; {
 		b := min(preloadBatch, n-done)
@@ -536,8 +578,17 @@ func (s *System) Preload(ctx context.Context, job, task string, n int) (uint64, 
 	return next, nil
 }
 
-// epochState reads an epoch znode (tests check completion with it).
-func (s *System) epochState(ctx context.Context, job string, epoch uint64) (epochRecord, error) {
+// casNextEpoch returns the epoch after the job's current one.
+func (s *System) casNextEpoch(ctx context.Context, c *zk.Conn, job string) (uint64, error) {
+	var cur currentRecord
+	if _, _, err := getJSON(ctx, c, currentPath(job), &cur); err != nil {
+		return 0, err
+	}
+	return cur.Epoch + 1, nil
+}
+
+// casEpochState reads an epoch znode (tests check completion with it).
+func (s *System) casEpochState(ctx context.Context, job string, epoch uint64) (epochRecord, error) {
 	c, err := s.session()
 	if err != nil {
 		return epochRecord{}, err

@@ -1,9 +1,20 @@
 // Package zksut is the ZooKeeper baseline of the benchmark: a three-member
 // ZooKeeper ensemble (the Debian package zookeeper, ZooKeeper 3.8) on
 // loopback, driven through github.com/go-zookeeper/zk the way a careful
-// user keeps checkpoint metadata in ZooKeeper.
+// user keeps checkpoint metadata in ZooKeeper, in one of two designs:
 //
-// # Record layout
+//   - lean (New, "zookeeper"; lean.go): an ack is one multi with a check
+//     of the version of the job's generation znode, creating the task's
+//     ack znode under the epoch znode and its segment znodes; no znode is
+//     written by more than one task of a job, and the coordinator learns
+//     that an epoch is complete from a child watch on the epoch znode and
+//     writes the completion itself;
+//   - compare-and-swap (NewCAS, "zookeeper-cas"; records.go, described
+//     below): an ack reads and rewrites the epoch znode every task of the
+//     job shares, at its version, and retries when another task's ack came
+//     first.
+//
+// # Record layout (compare-and-swap design)
 //
 // Every record is a znode holding JSON:
 //
@@ -21,7 +32,7 @@
 // so a manifest read needs no child listing at all: it gets the task record
 // and then every segment znode, pipelined over one session.
 //
-// # Transactions
+// # Transactions (compare-and-swap design)
 //
 // CreateJob creates the job, current-epoch, epochs and tasks znodes in one
 // multi. BeginEpoch reads the current-epoch znode and, in one multi, sets
@@ -114,9 +125,18 @@ type System struct {
 	// multi (tests use it to force a conflict).
 	beforeCommit func(job, task string)
 
+	// name is the system's name; lean selects the znodes and multis of
+	// the lean design (lean.go) over those of the compare-and-swap design
+	// (records.go).
+	name string
+	lean bool
+
 	keyPrefix string
 	keySeq    atomic.Uint64
 	retries   atomic.Uint64
+	// completions counts epochs whose completion a coordinator wrote
+	// after its child watch saw every task's ack (lean design).
+	completions atomic.Uint64
 	// absentRetries counts the extra sync-and-read rounds of acks that
 	// found their epoch znode missing after a sync.
 	absentRetries atomic.Uint64
@@ -133,8 +153,14 @@ type System struct {
 	follower *member             // cached follower for stale reads
 	version  string
 
+	// watchCtx bounds the coordinators' watches (lean design); Stop
+	// cancels it.
+	watchCtx    context.Context
+	watchCancel context.CancelFunc
+
 	jobsMu sync.Mutex
-	jobs   map[string][]string // job → tasks (immutable once written)
+	jobs   map[string][]string     // job → tasks (immutable once written)
+	coords map[string]*coordinator // job → its coordinator's state (lean design)
 }
 
 // member is one ZooKeeper process and a session of its own.
@@ -152,17 +178,23 @@ type member struct {
 
 var _ sut.System = (*System)(nil)
 
-// New returns a System that is not started.
-func New() *System {
+// New returns the lean design ("zookeeper", lean.go), not started.
+func New() *System { return newSystem("zookeeper", true) }
+
+// NewCAS returns the compare-and-swap design ("zookeeper-cas",
+// records.go), not started.
+func NewCAS() *System { return newSystem("zookeeper-cas", false) }
+
+func newSystem(name string, lean bool) *System {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(fmt.Sprintf("zksut: random key prefix: %v", err))
 	}
-	return &System{keyPrefix: hex.EncodeToString(b[:]), jobs: map[string][]string{}}
+	return &System{name: name, lean: lean, keyPrefix: hex.EncodeToString(b[:]), jobs: map[string][]string{}, coords: map[string]*coordinator{}}
 }
 
-// Name is "zookeeper".
-func (s *System) Name() string { return "zookeeper" }
+// Name is "zookeeper" (lean design) or "zookeeper-cas".
+func (s *System) Name() string { return s.name }
 
 // Retries returns how many ack and epoch-begin multis were retried because
 // a concurrent writer changed a znode they were conditional on (a bad
@@ -171,8 +203,13 @@ func (s *System) Name() string { return "zookeeper" }
 func (s *System) Retries() uint64 { return s.retries.Load() }
 
 // Counters are the system's counts over its life, for the results:
-// compare-and-swap conflicts retried and extra sync-and-read rounds of acks.
+// compare-and-swap conflicts retried and extra sync-and-read rounds of acks
+// (compare-and-swap design), epochs completed by their coordinator's watch
+// (lean design).
 func (s *System) Counters() map[string]uint64 {
+	if s.lean {
+		return map[string]uint64{"watch_completions": s.completions.Load()}
+	}
 	return map[string]uint64{
 		"cas_retries":          s.Retries(),
 		"absent_epoch_rereads": s.AbsentRetries(),
@@ -244,7 +281,9 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 	s.members = members
 	s.jobsMu.Lock()
 	s.jobs = map[string][]string{}
+	s.coords = map[string]*coordinator{}
 	s.jobsMu.Unlock()
+	s.watchCtx, s.watchCancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			s.stopLocked()
@@ -391,6 +430,9 @@ func (s *System) Stop() error {
 
 func (s *System) stopLocked() error {
 	var errs []error
+	if s.watchCancel != nil {
+		s.watchCancel()
+	}
 	if s.conn != nil {
 		s.conn.Close()
 		s.conn = nil
