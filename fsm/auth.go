@@ -20,10 +20,6 @@ import (
 // hash (bcrypt, argon2) buys nothing for such a secret and would cost every
 // request a deliberately slow computation.
 
-// bucketAuth: "token\0" accessor -> Token; "hash\0" hash -> accessor;
-// "url_key" -> the object-URL signing key.
-var bucketAuth = bucket("auth")
-
 var (
 	authTokenPrefix = []byte("token\x00")
 	authHashPrefix  = []byte("hash\x00")
@@ -31,7 +27,6 @@ var (
 )
 
 func init() {
-	allBuckets = append(allBuckets, bucketAuth)
 	register(CmdTokenCreate, "token-create", 1, applyTokenCreate)
 	register(CmdTokenRevoke, "token-revoke", 1, applyTokenRevoke)
 	register(CmdURLKeyInit, "url-key-init", 1, applyURLKeyInit)

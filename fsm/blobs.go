@@ -9,24 +9,7 @@ import (
 	"github.com/metastore/metastore/manifests"
 )
 
-// Buckets of the object-store side of the model.
-var (
-	// blobs: blob key -> Blob.
-	bucketBlobs = bucket("blobs")
-	// blobLeases: lease end(8) key -> empty: intents by lease end.
-	bucketBlobLeases = bucket("blob_leases")
-	// gcCandidates: unreferenced since(8) key -> empty: blobs the collector
-	// may delete once the grace period has passed.
-	bucketGCCandidates = bucket("gc_candidates")
-	// gcDeleting: key -> empty: blobs marked deleting, whose object-store
-	// delete has not been confirmed.
-	bucketGCDeleting = bucket("gc_deleting")
-	// gcGone: gone at(8) key -> empty: tombstones, purged after a while.
-	bucketGCGone = bucket("gc_gone")
-)
-
 func init() {
-	allBuckets = append(allBuckets, bucketBlobs, bucketBlobLeases, bucketGCCandidates, bucketGCDeleting, bucketGCGone)
 	// Version 2 records the attempt generation in each intent.
 	register(CmdIntentCreate, "intent-create", 2, applyIntentCreate)
 	register(CmdIntentsExpire, "intents-expire", 1, applyIntentsExpire)

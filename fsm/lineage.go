@@ -24,28 +24,8 @@ import (
 // A record lives while a live epoch of its lineage (pending, retained or
 // pinned, in Lineage.Epochs) lies in [added, dropped), or while it is in the
 // lineage's current manifest. Each record holds one reference to its blob;
-// when a record dies the reference is dropped.
-var (
-	// lineages: id(8) -> Lineage.
-	bucketLineages = bucket("lineages")
-	// heads: job \0 task -> lineage id(8): the lineage a task's next ack
-	// extends.
-	bucketHeads = bucket("heads")
-	// records: id(8) kind(1) key \0 offset(8) -> record.
-	bucketRecords = bucket("records")
-	// recChanges: id(8) epoch(8) op(1) kind(1) key \0 offset(8) -> empty:
-	// records by the epoch that added ('a') or dropped ('d') them.
-	bucketRecChanges = bucket("rec_changes")
-	// recSeq: id(8) last seq(8) key \0 offset(8) -> empty: present segments
-	// by last sequence number, for materializations that truncate.
-	bucketRecSeq = bucket("rec_seq")
-)
-
-var metaNextLineage = []byte("next_lineage")
-
-func init() {
-	allBuckets = append(allBuckets, bucketLineages, bucketHeads, bucketRecords, bucketRecChanges, bucketRecSeq)
-}
+// when a record dies the reference is dropped. The buckets are declared in
+// schema.go.
 
 const (
 	kindBase    byte = 'b'

@@ -14,14 +14,7 @@ import (
 // ETag is what `verify` later compares against, so a blob rewritten after
 // its ack (a replayed upload URL) is reported even at the same size.
 
-var (
-	// blobUnobserved: key -> empty: live blobs committed by an ack whose
-	// object the leader has not looked at yet.
-	bucketBlobUnobserved = bucket("blob_unobserved")
-)
-
 func init() {
-	allBuckets = append(allBuckets, bucketBlobUnobserved)
 	register(CmdBlobsObserved, "blobs-observed", 1, applyBlobsObserved)
 }
 
