@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -101,6 +102,17 @@ var (
 	hashPattern      = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	jobPrefixPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 )
+
+// NewAccessor returns a random accessor of the form TokenCreate requires
+// (16 lowercase hex digits), for the proposer to choose. (Never called in
+// Apply: the accessor travels in the command.)
+func NewAccessor() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
 
 // TokenCreate creates a token. The proposer chooses the accessor and hashes
 // the secret; the secret never enters the log.
