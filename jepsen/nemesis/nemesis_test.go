@@ -11,7 +11,7 @@ import (
 
 	"github.com/metastore/metastore/jepsen/checker"
 	"github.com/metastore/metastore/jepsen/cluster"
-	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/internal/faultpoint"
 	"github.com/metastore/metastore/jepsen/lossyfs"
 	"github.com/metastore/metastore/jepsen/s3proxy"
 )

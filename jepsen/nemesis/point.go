@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/metastore/metastore/jepsen/cluster"
-	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/internal/faultpoint"
 )
 
 type pointFault struct {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/jepsen/cluster"
-	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/internal/faultpoint"
 )
 
 // InstalledSnapshotLog is what hashicorp/raft logs on a follower that
