@@ -69,7 +69,7 @@ func (op *ackOp) check(t *txn) (*AckResult, error) {
 	if op.e.State != EpochPending {
 		return nil, ruleErr(CodeEpochNotPending, "epoch", "epoch %d is %s", p.Epoch, op.e.State)
 	}
-	return nil, op.planManifest(t)
+	return nil, op.decideManifest(t)
 }
 
 // ackingTask is the task of the ack's generation that acks: it must be in
@@ -129,12 +129,12 @@ func checkAckRetry(t *txn, p *TaskAck, e *Epoch, hash string) (*AckResult, error
 	return &AckResult{Ack: prev, Epoch: e}, nil
 }
 
-// planManifest decides the manifest change of a state task's ack
+// decideManifest decides the manifest change of a state task's ack
 // (planManifest in lineage_plan.go checks its rules). A state task without
 // a manifest in this ack keeps its manifest unchanged, if this attempt has
 // one. A manifest of an earlier attempt that this attempt does not continue
 // is abandoned: it lives on only in the checkpoints that hold it.
-func (op *ackOp) planManifest(t *txn) error {
+func (op *ackOp) decideManifest(t *txn) error {
 	p := op.p
 	m := p.Manifest
 	if m == nil && !op.tk.Caps.Has(KindState) {
