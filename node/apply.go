@@ -114,7 +114,7 @@ func (n *Node) mapRaftError(err error) error {
 	return mapRaftError(err)
 }
 
-// mapRaftError maps the error of a future that was handed to Raft (Apply,
+// mapRaftError maps the error of a future that was handed to Raft (commands,
 // Barrier, membership changes) to the node's sentinels.
 func mapRaftError(err error) error {
 	switch {
