@@ -2,16 +2,13 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -22,7 +19,6 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/internal/clock"
 	"github.com/metastore/metastore/node"
 	"github.com/metastore/metastore/wire"
 )
@@ -140,14 +136,6 @@ func CheckTokenFormat(secret string) error {
 		return fmt.Errorf("a token is %q followed by 43 base64url characters (32 random bytes)", TokenPrefix)
 	}
 	return nil
-}
-
-func newAccessor() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("crypto/rand: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
 }
 
 func unauthenticated(w http.ResponseWriter, format string, args ...any) {
@@ -359,7 +347,7 @@ func (s *Server) tokensCreate(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	secret := GenerateToken()
-	p := fsm.TokenCreate{Accessor: newAccessor(), Hash: wire.TokenHash(secret), Role: fsm.Role(b.Role), Job: b.Job, JobPrefix: b.JobPrefix, Description: b.Description}
+	p := fsm.TokenCreate{Accessor: fsm.NewAccessor(), Hash: wire.TokenHash(secret), Role: fsm.Role(b.Role), Job: b.Job, JobPrefix: b.JobPrefix, Description: b.Description}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
@@ -464,83 +452,4 @@ func (s *Server) grantReads(plan *wire.RestorePlan) (*wire.RestoreAnswer, error)
 		}
 	}
 	return out, nil
-}
-
-// ---- bootstrap ----
-
-// AuthBootstrapTask is the leader task that prepares authentication: it
-// sets the object-URL signing key when none is set and, given a bootstrap
-// token, creates it as an operator token when the cluster has no token.
-// Both commands are conditional in the state machine, so every member may
-// run this on every start: the first proposal wins and the rest change
-// nothing. The secret is never logged.
-func AuthBootstrapTask(f *fsm.FSM, apply func(context.Context, []byte) (*fsm.Result, error), logger *slog.Logger, bootstrapToken string) func(context.Context) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	propose := func(ctx context.Context, t fsm.CommandType, p any) (*fsm.Result, error) {
-		cmd, err := fsm.Encode(t, clock.Now(), p)
-		if err != nil {
-			return nil, err
-		}
-		return apply(ctx, cmd)
-	}
-	return func(ctx context.Context) {
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-			err := authBootstrapOnce(ctx, f, propose, logger, bootstrapToken)
-			if err == nil || ctx.Err() != nil {
-				return
-			}
-			logger.Warn("auth bootstrap failed; retrying", "err", err, "backoff", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-		}
-	}
-}
-
-func authBootstrapOnce(ctx context.Context, f *fsm.FSM, propose func(context.Context, fsm.CommandType, any) (*fsm.Result, error), logger *slog.Logger, bootstrapToken string) error {
-	if key, err := f.URLKey(); err != nil {
-		return err
-	} else if key == nil {
-		k := make([]byte, fsm.URLKeyLen)
-		if _, err := rand.Read(k); err != nil {
-			return err
-		}
-		res, err := propose(ctx, fsm.CmdURLKeyInit, fsm.URLKeyInit{Key: k})
-		if err != nil {
-			return err
-		}
-		if res.Err != nil {
-			return res.Err
-		}
-		if set, _ := res.Value.(bool); set {
-			logger.Info("object-URL signing key set")
-		}
-	}
-	if bootstrapToken == "" {
-		return nil
-	}
-	toks, _, err := f.Tokens()
-	if err != nil {
-		return err
-	}
-	if len(toks) > 0 {
-		return nil
-	}
-	p := fsm.TokenCreate{Accessor: newAccessor(), Hash: wire.TokenHash(bootstrapToken), Role: fsm.RoleOperator,
-		Description: "bootstrap", Bootstrap: true}
-	res, err := propose(ctx, fsm.CmdTokenCreate, &p)
-	if err != nil {
-		return err
-	}
-	if res.Err != nil {
-		return res.Err
-	}
-	if c, _ := res.Value.(*fsm.TokenCreated); c != nil && c.Created {
-		logger.Info("bootstrap operator token created", "accessor", c.Token.Accessor)
-	}
-	return nil
 }

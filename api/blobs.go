@@ -58,16 +58,9 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	if err := s.quotas.admitIntents(job, b.Count, now); err != nil {
 		return nil, 0, err
 	}
-	cmd, err := fsm.Encode(fsm.CmdIntentCreate, now, &p)
+	_, index, err := s.node.Propose(r.Context(), fsm.CmdIntentCreate, &p)
 	if err != nil {
-		return nil, 0, err
-	}
-	res, err := s.node.Apply(r.Context(), cmd)
-	if err != nil {
-		return nil, 0, err
-	}
-	if res.Err != nil {
-		return nil, res.Index, res.Err
+		return nil, index, err
 	}
 	out := make([]wire.Upload, 0, len(p.Keys))
 	for _, key := range p.Keys {
@@ -82,16 +75,16 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 				// Scoped to this key and method, valid for the lease.
 				q, err := s.signObject(http.MethodPut, key, p.LeaseUntil)
 				if err != nil {
-					return nil, res.Index, err
+					return nil, index, err
 				}
 				u.URL += "?" + q.Encode()
 			}
 		default:
-			return nil, res.Index, storeError(err)
+			return nil, index, storeError(err)
 		}
 		out = append(out, u)
 	}
-	return wire.Uploads{LeaseUntil: p.LeaseUntil, Uploads: out}, res.Index, nil
+	return wire.Uploads{LeaseUntil: p.LeaseUntil, Uploads: out}, index, nil
 }
 
 // randomID is 16 random bytes in hex: upload keys never collide and cannot

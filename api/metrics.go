@@ -9,6 +9,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/buildinfo"
+	"github.com/metastore/metastore/leader"
 )
 
 type metrics struct {
@@ -23,13 +24,6 @@ type metrics struct {
 	// rejections counts requests refused by a limit (limits.go).
 	rejections *prometheus.CounterVec
 }
-
-// epochsTimedOut is counted by the leader task, which runs before a Server
-// exists; it is registered with every Server's registry.
-var epochsTimedOut = prometheus.NewCounter(prometheus.CounterOpts{
-	Name: "metastore_epochs_timed_out_total",
-	Help: "Epochs aborted by this member, as leader, because their ack timeout passed.",
-})
 
 func newMetrics(reg prometheus.Registerer, build buildinfo.Info) *metrics {
 	m := &metrics{
@@ -66,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, build buildinfo.Info) *metrics {
 	m.rejections = newRejections()
 	if reg != nil {
 		reg.MustRegister(m.requests, m.latency, m.forwarded, m.completed, m.ackDelay, m.epochDuration,
-			epochsTimedOut, m.rejections, buildinfo.Collector(build))
+			leader.EpochsTimedOut, m.rejections, buildinfo.Collector(build))
 	}
 	return m
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/internal/buildinfo"
-	"github.com/metastore/metastore/internal/clock"
 	"github.com/metastore/metastore/internal/mtls"
 	"github.com/metastore/metastore/node"
 	"github.com/metastore/metastore/wire"
@@ -76,8 +75,6 @@ type Server struct {
 	metrics *metrics
 	fwd     *forwarder
 	router  *mux.Router
-	// now is the leader's clock, stamped into commands.
-	now func() time.Time
 
 	// Per-client limits (limits.go); clients is nil when off.
 	clients *clientLimits
@@ -105,14 +102,13 @@ func New(d Deps) *Server {
 		gc:     d.GC,
 		logger: logger,
 		build:  d.Build,
-		now:    clock.Now,
 	}
 	if s.build.Version == "" {
 		s.build = buildinfo.Read("")
 	}
 	s.metrics = newMetrics(d.Registry, s.build)
 	if d.Registry != nil && d.FSM != nil {
-		d.Registry.MustRegister(newPendingCollector(d.FSM, clock.Now))
+		d.Registry.MustRegister(newPendingCollector(d.FSM, s.now))
 	}
 	if d.Registry != nil && d.FSM != nil {
 		d.Registry.MustRegister(newLateCollector(d.FSM), newChangelogCollector(d.FSM))
@@ -440,19 +436,11 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "applied_index": s.fsm.AppliedIndex()})
 }
 
-// apply proposes a command stamped with the leader's clock and returns the
-// command's value, or its rule violation.
+// apply proposes a command (node.Propose) and returns the command's
+// value, or its rule violation.
 func (s *Server) apply(ctx context.Context, t fsm.CommandType, payload any) (any, uint64, error) {
-	cmd, err := fsm.Encode(t, s.now(), payload)
-	if err != nil {
-		return nil, 0, err
-	}
-	res, err := s.node.Apply(ctx, cmd)
-	if err != nil {
-		return nil, 0, err
-	}
-	if res.Err != nil {
-		return nil, res.Index, res.Err
-	}
-	return res.Value, res.Index, nil
+	return s.node.Propose(ctx, t, payload)
 }
+
+// now is the clock the member stamps into its commands (node.Now).
+func (s *Server) now() time.Time { return s.node.Now() }

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -20,10 +22,6 @@ import (
 // hash (bcrypt, argon2) buys nothing for such a secret and would cost every
 // request a deliberately slow computation.
 
-// bucketAuth: "token\0" accessor -> Token; "hash\0" hash -> accessor;
-// "url_key" -> the object-URL signing key.
-var bucketAuth = bucket("auth")
-
 var (
 	authTokenPrefix = []byte("token\x00")
 	authHashPrefix  = []byte("hash\x00")
@@ -31,7 +29,6 @@ var (
 )
 
 func init() {
-	allBuckets = append(allBuckets, bucketAuth)
 	register(CmdTokenCreate, "token-create", 1, applyTokenCreate)
 	register(CmdTokenRevoke, "token-revoke", 1, applyTokenRevoke)
 	register(CmdURLKeyInit, "url-key-init", 1, applyURLKeyInit)
@@ -100,6 +97,17 @@ var (
 	hashPattern      = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	jobPrefixPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 )
+
+// NewAccessor returns a random accessor of the form TokenCreate requires
+// (16 lowercase hex digits), for the proposer to choose. (Never called in
+// Apply: the accessor travels in the command.)
+func NewAccessor() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
 
 // TokenCreate creates a token. The proposer chooses the accessor and hashes
 // the secret; the secret never enters the log.

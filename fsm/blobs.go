@@ -10,24 +10,7 @@ import (
 	"github.com/metastore/metastore/wire"
 )
 
-// Buckets of the object-store side of the model.
-var (
-	// blobs: blob key -> Blob.
-	bucketBlobs = bucket("blobs")
-	// blobLeases: lease end(8) key -> empty: intents by lease end.
-	bucketBlobLeases = bucket("blob_leases")
-	// gcCandidates: unreferenced since(8) key -> empty: blobs the collector
-	// may delete once the grace period has passed.
-	bucketGCCandidates = bucket("gc_candidates")
-	// gcDeleting: key -> empty: blobs marked deleting, whose object-store
-	// delete has not been confirmed.
-	bucketGCDeleting = bucket("gc_deleting")
-	// gcGone: gone at(8) key -> empty: tombstones, purged after a while.
-	bucketGCGone = bucket("gc_gone")
-)
-
 func init() {
-	allBuckets = append(allBuckets, bucketBlobs, bucketBlobLeases, bucketGCCandidates, bucketGCDeleting, bucketGCGone)
 	// Version 2 records the attempt generation in each intent.
 	register(CmdIntentCreate, "intent-create", 2, applyIntentCreate)
 	register(CmdIntentsExpire, "intents-expire", 1, applyIntentsExpire)
@@ -83,72 +66,6 @@ type Blob struct {
 	DeletingAt     *time.Time `json:"deleting_at,omitempty"`
 	GoneAt         *time.Time `json:"gone_at,omitempty"`
 	ModifyIndex    uint64     `json:"modify_index"`
-}
-
-func (t *txn) blob(key string) (*Blob, error) {
-	var b Blob
-	ok, err := t.getJSON(bucketBlobs, []byte(key), &b)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &b, nil
-}
-
-func (t *txn) putBlob(b *Blob) error {
-	b.ModifyIndex = t.index
-	return t.putJSON(bucketBlobs, []byte(b.Key), b)
-}
-
-func timeKey(at time.Time, key string) []byte { return append(u64(uint64(at.UnixNano())), key...) }
-
-// unreference marks a blob whose count fell to zero as a GC candidate.
-func (t *txn) unreference(b *Blob, now time.Time) error {
-	b.UnreferencedAt = &now
-	return t.b(bucketGCCandidates).Put(timeKey(now, b.Key), nil)
-}
-
-// addRef and dropRef move a blob's reference count.
-func (t *txn) addRef(key string) error {
-	b, err := t.blob(key)
-	if err != nil {
-		return err
-	}
-	if b == nil || b.State != BlobLive {
-		return errCorruptRef(key, b)
-	}
-	if b.Refs == 0 && b.UnreferencedAt != nil {
-		if err := t.del(bucketGCCandidates, timeKey(*b.UnreferencedAt, key)); err != nil {
-			return err
-		}
-		b.UnreferencedAt = nil
-	}
-	b.Refs++
-	return t.putBlob(b)
-}
-
-func (t *txn) dropRef(key string, now time.Time) error {
-	b, err := t.blob(key)
-	if err != nil {
-		return err
-	}
-	if b == nil || b.State != BlobLive || b.Refs == 0 {
-		return errCorruptRef(key, b)
-	}
-	b.Refs--
-	if b.Refs == 0 {
-		if err := t.unreference(b, now); err != nil {
-			return err
-		}
-	}
-	return t.putBlob(b)
-}
-
-func errCorruptRef(key string, b *Blob) error {
-	state := "missing"
-	if b != nil {
-		state = string(b.State)
-	}
-	return &corruptError{"reference count of blob " + key + " moved while it is " + state}
 }
 
 // corruptError is an inconsistency in the stored state: fatal.

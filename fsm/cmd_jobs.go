@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"time"
 
 	"github.com/metastore/metastore/wire"
 )
@@ -265,110 +264,4 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	return a, t.putJob(j)
-}
-
-// applyRetention subsumes the completed epochs beyond the job's retention:
-// the newest Retained unpinned completed epochs stay, pinned ones always
-// stay, the rest become subsumed and lose their payloads.
-func applyRetention(t *txn, j *Job, now time.Time) error {
-	keep := make([]uint64, 0, len(j.Retained))
-	unpinned := 0
-	var subsume []uint64
-	for i := len(j.Retained) - 1; i >= 0; i-- {
-		n := j.Retained[i]
-		e, err := t.epochRef(j.ID, n)
-		if err != nil {
-			return err
-		}
-		if e.Pinned || unpinned < j.Config.Retained {
-			if !e.Pinned {
-				unpinned++
-			}
-			keep = append(keep, n)
-			continue
-		}
-		e.State = EpochSubsumed
-		e.EndedAt = &now
-		e.ModifyIndex = t.index
-		if err := t.putEpoch(e); err != nil {
-			return err
-		}
-		if err := t.deletePrefix(bucketPayloads, jobNumKey(j.ID, n)); err != nil {
-			return err
-		}
-		if err := epochLeft(t, j.ID, n, now); err != nil {
-			return err
-		}
-		subsume = append(subsume, n)
-	}
-	if len(subsume) == 0 {
-		return nil
-	}
-	// keep was built newest first.
-	for l, r := 0, len(keep)-1; l < r; l, r = l+1, r-1 {
-		keep[l], keep[r] = keep[r], keep[l]
-	}
-	j.Retained = keep
-	for i := len(subsume) - 1; i >= 0; i-- {
-		j.Ended = append(j.Ended, subsume[i])
-	}
-	return nil
-}
-
-// pruneAttempts deletes the attempts (and their task sets) of old
-// generations that no retained epoch references: no restore can name them
-// any more. Only referenced attempts remain, so the scan is short. Attempt
-// ids are kept, so a retried start of an old attempt is still fenced.
-func pruneAttempts(t *txn, j *Job) error {
-	keep := map[uint64]bool{j.Generation: true}
-	for _, n := range j.Retained {
-		e, err := t.epochRef(j.ID, n)
-		if err != nil {
-			return err
-		}
-		keep[e.Generation] = true
-	}
-	var drop []uint64
-	prefix := jobPrefix(j.ID)
-	err := t.scan(bucketAttempts, prefix, func(k, _ []byte) (bool, error) {
-		if len(k) != len(prefix)+8 {
-			return false, &corruptError{fmt.Sprintf("attempt key %q", k)}
-		}
-		if gen := binary.BigEndian.Uint64(k[len(prefix):]); !keep[gen] {
-			drop = append(drop, gen)
-		}
-		return true, nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, g := range drop {
-		if err := t.del(bucketAttempts, jobNumKey(j.ID, g)); err != nil {
-			return err
-		}
-		if err := t.deletePrefix(bucketTasks, jobNumKey(j.ID, g)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// trimHistory forgets the oldest ended epochs beyond the job's history
-// limit: their records and acks are deleted.
-func trimHistory(t *txn, j *Job) error {
-	for len(j.Ended) > j.Config.History {
-		n := j.Ended[0]
-		j.Ended = j.Ended[1:]
-		prefix := jobNumKey(j.ID, n)
-		if err := t.del(bucketEpochs, prefix); err != nil {
-			return err
-		}
-		if err := t.deletePrefix(bucketAcks, prefix); err != nil {
-			return err
-		}
-		if err := t.deletePrefix(bucketPayloads, prefix); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -5,7 +5,7 @@ package fsm
 // faultInject is false in production builds, so the compiler removes every
 // call it guards and the binary holds no fault-injection code. The
 // faultinject build (faultinject_on.go) sets it and routes the hooks to
-// jepsen/faultpoint.
+// internal/faultpoint.
 const faultInject = false
 
 // unsafeKeepUnsynced is a positive control of the faultinject build
@@ -13,7 +13,7 @@ const faultInject = false
 // after a crash of the machine.
 const unsafeKeepUnsynced = false
 
-// Names of the restore fault points (jepsen/faultpoint declares the same
+// Names of the restore fault points (internal/faultpoint declares the same
 // names for the faultinject build).
 const (
 	faultRestoreWritten = "fsm.restore-written"

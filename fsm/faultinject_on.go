@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/internal/faultpoint"
 )
 
 // unsafeKeepUnsynced is a positive control of the consistency suite: with

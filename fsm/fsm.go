@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -550,79 +550,24 @@ func readSnapshotHeader(r io.Reader) ([]byte, error) {
 }
 
 // checkSnapshotFile checks that path holds a whole state machine file
-// before anything opens it for writing: bbolt turns an empty file into a
-// new, empty database, and maps the missing pages of a truncated one and
-// faults (SIGBUS, fatal) when it walks them, and panics in a goroutine of
-// its own on a damaged page when it opens a file for writing. The pages
-// are checked first by plain reads (checkPages); then a read-only open
-// reads every bucket, key and value (walkFile).
-//
-// bbolt trusts its pages: a damaged one makes it panic (an invalid page
-// id, type or count) or read outside the mapped file (a fault). The check
-// turns both into errors. It reads a file no one else uses through a
-// read-only mapping, which such a failure leaves unharmed.
-func checkSnapshotFile(path string) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("damaged file: %v", p)
-		}
-	}()
-	info, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if info.Size() == 0 {
-		return errors.New("empty snapshot body")
-	}
-	if err := checkPages(path); err != nil {
-		return err
-	}
-	opts := boltOptions()
-	opts.ReadOnly = true
-	db, err := bolt.Open(path, 0o600, opts)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	return db.View(func(tx *bolt.Tx) error {
-		if tx.Size() > info.Size() {
-			return fmt.Errorf("truncated: %d bytes of %d", info.Size(), tx.Size())
-		}
-		if m := tx.Bucket(bucketMeta); m == nil || m.Get(metaSchema) == nil {
-			return errors.New("not a metastore state machine file")
-		}
-		return walkFile(tx)
-	})
-}
-
-// walkFile reads every bucket, key and value of the file.
-func walkFile(tx *bolt.Tx) error {
-	var walk func(b *bolt.Bucket, depth int) error
-	walk = func(b *bolt.Bucket, depth int) error {
-		if depth > 8 {
-			return errors.New("damaged file: buckets nested too deep")
-		}
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if v == nil {
-				sub := b.Bucket(k)
-				if sub == nil {
-					return fmt.Errorf("damaged file: key %q has no value and is not a bucket", k)
-				}
-				if err := walk(sub, depth+1); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-		if err := walk(b, 0); err != nil {
-			return fmt.Errorf("bucket %q: %w", name, err)
+// before anything opens it for writing (boltcheck.Check: whole, its pages
+// well formed, every bucket, key and value readable): bbolt turns an empty
+// file into a new, empty database, faults (SIGBUS, fatal) on the missing
+// pages of a truncated one, and panics in a goroutine of its own on a
+// damaged page when it opens a file for writing. The file must also be a
+// state machine's: its meta bucket records a schema version.
+func checkSnapshotFile(path string) error {
+	ours := false
+	err := boltcheck.Check(path, func(name []byte, b *bolt.Bucket) error {
+		if bytes.Equal(name, bucketMeta) && b.Get(metaSchema) != nil {
+			ours = true
 		}
 		return nil
 	})
+	if err == nil && !ours {
+		err = errors.New("not a metastore state machine file")
+	}
+	return err
 }
 
 func writeSynced(path string, r io.Reader) error {

@@ -16,14 +16,7 @@ import (
 // ETag is what `verify` later compares against, so a blob rewritten after
 // its ack (a replayed upload URL) is reported even at the same size.
 
-var (
-	// blobUnobserved: key -> empty: live blobs committed by an ack whose
-	// object the leader has not looked at yet.
-	bucketBlobUnobserved = bucket("blob_unobserved")
-)
-
 func init() {
-	allBuckets = append(allBuckets, bucketBlobUnobserved)
 	register(CmdBlobsObserved, "blobs-observed", 1, applyBlobsObserved)
 }
 
@@ -70,16 +63,6 @@ func (p *BlobsObserved) Validate() error {
 		}
 	}
 	return nil
-}
-
-// markUnobserved queues a blob that an ack just committed for the leader's
-// look at the object store. The value is not empty on purpose: bbolt's Get
-// answers nil for a key put with a nil value in the same transaction and
-// an empty value in later ones, so a test of Get against nil would depend
-// on how entries were batched into transactions, which differs between
-// members. Presence is tested with has all the same.
-func (t *txn) markUnobserved(key string) error {
-	return t.b(bucketBlobUnobserved).Put([]byte(key), []byte{1})
 }
 
 // applyBlobsObserved records observations of live blobs still waiting for

@@ -17,8 +17,9 @@ const SchemaVersion = 1
 // here once; nothing else names buckets.
 type bucket []byte
 
+// Jobs, attempts, epochs and acks.
 var (
-	// meta: applied index and schema version.
+	// meta: applied index, schema version, next lineage id.
 	bucketMeta = bucket("meta")
 	// members: member id -> Member.
 	bucketMembers = bucket("members")
@@ -41,14 +42,82 @@ var (
 	bucketDeadlines = bucket("deadlines")
 )
 
+// Access tokens and the object-URL signing key (auth.go).
+var (
+	// auth: "token\0" accessor -> Token; "hash\0" hash -> accessor;
+	// "url_key" -> the object-URL signing key.
+	bucketAuth = bucket("auth")
+)
+
+// The object-store side of the model (blobs.go, observe.go).
+var (
+	// blobs: blob key -> Blob.
+	bucketBlobs = bucket("blobs")
+	// blobLeases: lease end(8) key -> empty: intents by lease end.
+	bucketBlobLeases = bucket("blob_leases")
+	// gcCandidates: unreferenced since(8) key -> empty: blobs the collector
+	// may delete once the grace period has passed.
+	bucketGCCandidates = bucket("gc_candidates")
+	// gcDeleting: key -> empty: blobs marked deleting, whose object-store
+	// delete has not been confirmed.
+	bucketGCDeleting = bucket("gc_deleting")
+	// gcGone: gone at(8) key -> empty: tombstones, purged after a while.
+	bucketGCGone = bucket("gc_gone")
+	// blobUnobserved: key -> empty: live blobs committed by an ack whose
+	// object the leader has not looked at yet.
+	bucketBlobUnobserved = bucket("blob_unobserved")
+)
+
+// Manifests stored structurally as lineages of records (lineage.go).
+var (
+	// lineages: id(8) -> Lineage.
+	bucketLineages = bucket("lineages")
+	// heads: job \0 task -> lineage id(8): the lineage a task's next ack
+	// extends.
+	bucketHeads = bucket("heads")
+	// records: id(8) kind(1) key \0 offset(8) -> record.
+	bucketRecords = bucket("records")
+	// recChanges: id(8) epoch(8) op(1) kind(1) key \0 offset(8) -> empty:
+	// records by the epoch that added ('a') or dropped ('d') them.
+	bucketRecChanges = bucket("rec_changes")
+	// recSeq: id(8) last seq(8) key \0 offset(8) -> empty: present segments
+	// by last sequence number, for materializations that truncate.
+	bucketRecSeq = bucket("rec_seq")
+)
+
+// allBuckets is every bucket, in the order the state hash digests them
+// (stateHash). Members compare the hash, so the order is part of the
+// format: a new bucket goes at the end, and none moves.
 var allBuckets = []bucket{
-	bucketMeta, bucketMembers, bucketJobs, bucketAttempts, bucketAttemptIDs,
-	bucketTasks, bucketEpochs, bucketAcks, bucketPayloads, bucketDeadlines,
+	bucketMeta,
+	bucketMembers,
+	bucketJobs,
+	bucketAttempts,
+	bucketAttemptIDs,
+	bucketTasks,
+	bucketEpochs,
+	bucketAcks,
+	bucketPayloads,
+	bucketDeadlines,
+	bucketAuth,
+	bucketBlobs,
+	bucketBlobLeases,
+	bucketGCCandidates,
+	bucketGCDeleting,
+	bucketGCGone,
+	bucketLineages,
+	bucketHeads,
+	bucketRecords,
+	bucketRecChanges,
+	bucketRecSeq,
+	bucketBlobUnobserved,
 }
 
+// Keys of the meta bucket.
 var (
 	metaAppliedIndex = []byte("applied_index")
 	metaSchema       = []byte("schema_version")
+	metaNextLineage  = []byte("next_lineage")
 )
 
 func u64(v uint64) []byte {

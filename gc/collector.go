@@ -15,7 +15,7 @@ import (
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/internal/clock"
+	"github.com/metastore/metastore/wire"
 )
 
 // Bounds of the lists the collector holds in memory.
@@ -41,7 +41,7 @@ type Collector struct {
 	cfg          Config
 	f            *fsm.FSM
 	store        blobstore.Store
-	apply        func(ctx context.Context, cmd []byte) (*fsm.Result, error)
+	proposeCmd   func(ctx context.Context, t fsm.CommandType, payload any) (any, uint64, error)
 	verifyLeader func(ctx context.Context) error
 	log          *slog.Logger
 	now          func() time.Time
@@ -87,8 +87,10 @@ func New(cfg Config, d Deps) (*Collector, error) {
 		return nil, errors.New("gc: Deps.FSM is required")
 	case d.Store == nil:
 		return nil, errors.New("gc: Deps.Store is required")
-	case d.Apply == nil:
-		return nil, errors.New("gc: Deps.Apply is required")
+	case d.Propose == nil:
+		return nil, errors.New("gc: Deps.Propose is required")
+	case d.Now == nil:
+		return nil, errors.New("gc: Deps.Now is required")
 	case d.VerifyLeader == nil:
 		return nil, errors.New("gc: Deps.VerifyLeader is required")
 	}
@@ -96,7 +98,7 @@ func New(cfg Config, d Deps) (*Collector, error) {
 		cfg:          cfg,
 		f:            d.FSM,
 		store:        d.Store,
-		apply:        d.Apply,
+		proposeCmd:   d.Propose,
 		verifyLeader: d.VerifyLeader,
 		log:          d.Logger,
 		now:          d.Now,
@@ -108,9 +110,6 @@ func New(cfg Config, d Deps) (*Collector, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("component", "gc")
-	if c.now == nil {
-		c.now = clock.Now
-	}
 	if cfg.Rate > 0 {
 		// Spread deletions: a call carries at most one second's worth.
 		c.deleteChunk = max(1, min(cfg.BatchSize, int(cfg.Rate)))
@@ -332,26 +331,30 @@ func (c *Collector) sweepDue(now time.Time) bool {
 	return c.lastSweep.IsZero() || !now.Before(c.lastSweep.Add(c.cfg.OrphanEvery))
 }
 
-// propose encodes a collector command stamped now, applies it through Raft
-// and returns the keys it changed.
-func (c *Collector) propose(ctx context.Context, typ fsm.CommandType, now time.Time, p fsm.BlobKeys) ([]string, error) {
-	cmd, err := fsm.Encode(typ, now, p)
+// propose proposes a collector command (Deps.Propose) and returns its
+// value and index; the error says whether the command was refused.
+func (c *Collector) propose(ctx context.Context, typ fsm.CommandType, p any) (any, uint64, error) {
+	v, index, err := c.proposeCmd(ctx, typ, p)
+	var rule *wire.RuleError
+	switch {
+	case errors.As(err, &rule):
+		return nil, index, fmt.Errorf("gc: %s refused at index %d: %w", typ, index, err)
+	case err != nil:
+		return nil, index, fmt.Errorf("gc: propose %s: %w", typ, err)
+	}
+	return v, index, nil
+}
+
+// proposeKeys proposes a command on blob keys and returns the keys it
+// changed.
+func (c *Collector) proposeKeys(ctx context.Context, typ fsm.CommandType, p fsm.BlobKeys) ([]string, error) {
+	v, index, err := c.propose(ctx, typ, p)
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.apply(ctx, cmd)
-	if err != nil {
-		return nil, fmt.Errorf("gc: propose %s: %w", typ, err)
-	}
-	if res == nil {
-		return nil, fmt.Errorf("gc: propose %s: no result", typ)
-	}
-	if res.Err != nil {
-		return nil, fmt.Errorf("gc: %s refused at index %d: %w", typ, res.Index, res.Err)
-	}
-	keys, ok := res.Value.([]string)
+	keys, ok := v.([]string)
 	if !ok {
-		return nil, fmt.Errorf("gc: %s at index %d answered %T, want []string", typ, res.Index, res.Value)
+		return nil, fmt.Errorf("gc: %s at index %d answered %T, want []string", typ, index, v)
 	}
 	return keys, nil
 }
@@ -424,7 +427,7 @@ func (cy *cycle) expireIntents() error {
 		if err != nil || len(keys) == 0 {
 			return err
 		}
-		expired, err := c.propose(cy.ctx, fsm.CmdIntentsExpire, now, fsm.BlobKeys{Keys: keys})
+		expired, err := c.proposeKeys(cy.ctx, fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: keys})
 		if err != nil {
 			return err
 		}
@@ -496,11 +499,10 @@ func (cy *cycle) markAndDelete() error {
 			if keys, err = cy.unsafeDeleteBeforeMark(keys); err != nil {
 				return err
 			}
-			now = c.now() // the batch grew while it waited
 		}
 		cy.rep.MarksProposed += len(keys)
 		c.m.marksProposed.Add(float64(len(keys)))
-		marked, err := c.propose(cy.ctx, fsm.CmdBlobsDeleting, now, fsm.BlobKeys{Keys: keys, Grace: fsm.Duration(c.cfg.Grace)})
+		marked, err := c.proposeKeys(cy.ctx, fsm.CmdBlobsDeleting, fsm.BlobKeys{Keys: keys, Grace: fsm.Duration(c.cfg.Grace)})
 		if err != nil {
 			return err
 		}
@@ -548,7 +550,7 @@ func (cy *cycle) deleteAndRecord(keys []string, resumed bool) (map[string]bool, 
 	if len(confirmed) == 0 {
 		return gone, cy.ctx.Err()
 	}
-	keysGone, err := c.propose(cy.ctx, fsm.CmdBlobsGone, c.now(), fsm.BlobKeys{Keys: confirmed})
+	keysGone, err := c.proposeKeys(cy.ctx, fsm.CmdBlobsGone, fsm.BlobKeys{Keys: confirmed})
 	if err != nil {
 		return nil, err
 	}
@@ -636,7 +638,7 @@ func (cy *cycle) purge() error {
 		if err != nil || len(keys) == 0 {
 			return err
 		}
-		purged, err := c.propose(cy.ctx, fsm.CmdBlobsPurge, now, fsm.BlobKeys{Keys: keys})
+		purged, err := c.proposeKeys(cy.ctx, fsm.CmdBlobsPurge, fsm.BlobKeys{Keys: keys})
 		if err != nil {
 			return err
 		}

@@ -116,9 +116,10 @@ type Deps struct {
 	FSM *fsm.FSM
 	// Store is the object store holding the blobs.
 	Store blobstore.Store
-	// Apply proposes a command built with fsm.Encode and returns its result
-	// once applied on this (leader) member: node.Apply.
-	Apply func(ctx context.Context, cmd []byte) (*fsm.Result, error)
+	// Propose proposes a command, stamped with Now, and returns its value
+	// and index once applied on this (leader) member, or its rule
+	// violation: node.Node.Propose.
+	Propose func(ctx context.Context, t fsm.CommandType, payload any) (any, uint64, error)
 	// VerifyLeader confirms leadership with a quorum and that the local FSM
 	// reflects every committed write: node.LinearizableRead.
 	VerifyLeader func(ctx context.Context) error
@@ -126,6 +127,7 @@ type Deps struct {
 	Logger *slog.Logger
 	// Registerer, when not nil, gets the metastore_gc_* metrics.
 	Registerer prometheus.Registerer
-	// Now is the clock (nil: time.Now). Commands are stamped with it.
+	// Now is the clock Propose stamps into commands, which the collector
+	// compares the state with (grace, leases, tombstones): node.Node.Now.
 	Now func() time.Time
 }

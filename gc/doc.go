@@ -90,9 +90,11 @@
 //
 // # Clock
 //
-// Commands are stamped with the collector's clock (Deps.Now). Grace,
-// tombstone and lease checks in the state machine use that stamp, never the
-// applier's clock, so every member decides alike. A leader whose clock is
+// Commands are proposed through Deps.Propose (node.Node.Propose), which
+// stamps them with the member's clock; the collector chooses its candidates
+// by the same clock (Deps.Now, node.Node.Now), read before the stamp.
+// Grace, tombstone and lease checks in the state machine use the stamp,
+// never the applier's clock, so every member decides alike. A leader whose clock is
 // behind only delays collection.
 //
 // # Counting

@@ -5,7 +5,7 @@ package gc
 import (
 	"strings"
 
-	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/internal/faultpoint"
 )
 
 // faultInject enables the fault points of this package (see

@@ -694,7 +694,7 @@ func TestStatusAndMetrics(t *testing.T) {
 	_, _, unreferenced := fill(e)
 	reg := prometheus.NewRegistry()
 	c := e.collector(baseConfig(), func(d *Deps) { d.Registerer = reg })
-	if _, err := New(baseConfig(), Deps{FSM: e.f, Store: e.store, Apply: e.apply, VerifyLeader: e.verifyLeader, Registerer: reg}); err == nil {
+	if _, err := New(baseConfig(), Deps{FSM: e.f, Store: e.store, Propose: e.propose, VerifyLeader: e.verifyLeader, Now: e.clock.Now, Registerer: reg}); err == nil {
 		t.Fatal("a second collector registered the same metrics")
 	}
 	st := c.Status()
@@ -761,7 +761,7 @@ func TestStatusAndMetrics(t *testing.T) {
 		}
 	}
 	c.Close()
-	if _, err := New(baseConfig(), Deps{FSM: e.f, Store: e.store, Apply: e.apply, VerifyLeader: e.verifyLeader, Registerer: reg}); err != nil {
+	if _, err := New(baseConfig(), Deps{FSM: e.f, Store: e.store, Propose: e.propose, VerifyLeader: e.verifyLeader, Now: e.clock.Now, Registerer: reg}); err != nil {
 		t.Fatalf("register after Close: %v", err)
 	}
 }
@@ -792,7 +792,7 @@ func TestRecentRunsBounded(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	e := newEnv(t)
-	deps := Deps{FSM: e.f, Store: e.store, Apply: e.apply, VerifyLeader: e.verifyLeader}
+	deps := Deps{FSM: e.f, Store: e.store, Propose: e.propose, VerifyLeader: e.verifyLeader, Now: e.clock.Now}
 	c, err := New(Config{}, deps)
 	if err != nil {
 		t.Fatal(err)
@@ -808,8 +808,14 @@ func TestConfig(t *testing.T) {
 			t.Errorf("config %+v accepted", bad)
 		}
 	}
-	if _, err := New(Config{}, Deps{FSM: e.f, Store: e.store, Apply: e.apply}); err == nil {
-		t.Error("collector without VerifyLeader accepted")
+	for name, d := range map[string]Deps{
+		"VerifyLeader": {FSM: e.f, Store: e.store, Propose: e.propose, Now: e.clock.Now},
+		"Propose":      {FSM: e.f, Store: e.store, VerifyLeader: e.verifyLeader, Now: e.clock.Now},
+		"Now":          {FSM: e.f, Store: e.store, Propose: e.propose, VerifyLeader: e.verifyLeader},
+	} {
+		if _, err := New(Config{}, d); err == nil {
+			t.Errorf("collector without %s accepted", name)
+		}
 	}
 	if _, err := New(Config{Prefix: "jobs/"}, deps); err != nil {
 		t.Errorf("prefix jobs/: %v", err)

@@ -110,14 +110,19 @@ func (e *env) applyLocked(cmd []byte) *fsm.Result {
 	return res
 }
 
-// apply is the collector's Deps.Apply.
-func (e *env) apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+// propose is the collector's Deps.Propose: it stamps the command with the
+// test's clock, as node.Node.Propose stamps the member's.
+func (e *env) propose(ctx context.Context, typ fsm.CommandType, payload any) (any, uint64, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	cmd, err := fsm.Encode(typ, e.clock.Now(), payload)
+	if err != nil {
+		return nil, 0, err
 	}
 	c, err := fsm.Decode(cmd)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -125,7 +130,11 @@ func (e *env) apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	if e.beforeApply != nil {
 		e.beforeApply(c)
 	}
-	return e.applyLocked(cmd), nil
+	res := e.applyLocked(cmd)
+	if res.Err != nil {
+		return nil, res.Index, res.Err
+	}
+	return res.Value, res.Index, nil
 }
 
 func (e *env) verifyLeader(ctx context.Context) error {
@@ -191,7 +200,7 @@ func (e *env) collector(cfg Config, mod ...func(*Deps)) *Collector {
 
 func (e *env) collectorWith(cfg Config, store blobstore.Store, mod ...func(*Deps)) *Collector {
 	e.t.Helper()
-	d := Deps{FSM: e.f, Store: store, Apply: e.apply, VerifyLeader: e.verifyLeader, Now: e.clock.Now}
+	d := Deps{FSM: e.f, Store: store, Propose: e.propose, VerifyLeader: e.verifyLeader, Now: e.clock.Now}
 	for _, m := range mod {
 		m(&d)
 	}

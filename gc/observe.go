@@ -55,20 +55,13 @@ func (c *Collector) Observe(ctx context.Context) (ObserveReport, error) {
 		if len(obs) == 0 {
 			return rep, fmt.Errorf("gc: observe: no HEAD of %d new blobs succeeded", len(keys))
 		}
-		cmd, err := fsm.Encode(fsm.CmdBlobsObserved, c.now(), fsm.BlobsObserved{Blobs: obs})
+		v, index, err := c.propose(ctx, fsm.CmdBlobsObserved, fsm.BlobsObserved{Blobs: obs})
 		if err != nil {
 			return rep, err
 		}
-		res, err := c.apply(ctx, cmd)
-		if err != nil {
-			return rep, fmt.Errorf("gc: propose blobs-observed: %w", err)
-		}
-		if res.Err != nil {
-			return rep, fmt.Errorf("gc: blobs-observed refused at index %d: %w", res.Index, res.Err)
-		}
-		out, ok := res.Value.(*fsm.ObservedResult)
+		out, ok := v.(*fsm.ObservedResult)
 		if !ok {
-			return rep, fmt.Errorf("gc: blobs-observed at index %d answered %T", res.Index, res.Value)
+			return rep, fmt.Errorf("gc: blobs-observed at index %d answered %T", index, v)
 		}
 		rep.Observed += len(out.Observed)
 		rep.Flagged += len(out.Flagged)

@@ -10,17 +10,25 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/clock"
 )
 
-// Apply proposes cmd (built with fsm.Encode) and waits until the leader has
-// applied it, for at most cfg.ApplyTimeout or until ctx is done.
+// Now is the clock this member stamps into the commands it proposes, and
+// the one its leader tasks compare the state with (upload leases, ack
+// deadlines, GC grace): internal/clock, the wall clock (skewed at run time
+// in faultinject builds).
+func (n *Node) Now() time.Time { return clock.Now() }
+
+// Propose is the one way a member changes the state. It encodes payload
+// as a command of type t stamped with Now, proposes it, waits until the
+// leader has applied it (for at most cfg.ApplyTimeout or until ctx is
+// done) and returns the command's value and the index it was applied at.
 //
-// A nil error means the command committed and was applied: the returned
-// *fsm.Result carries its index and either a value or, in Result.Err, a rule
-// violation (the same on every member; the command changed nothing). The
-// caller must check Result.Err.
-//
-// Errors:
+// A rule violation is returned as a *wire.RuleError (the same on every
+// member; the command changed nothing), with the index it was applied at.
+// The other errors leave the index 0:
+//   - an error from fsm.Encode: the payload cannot be encoded; nothing was
+//     proposed.
 //   - ErrNotLeader: this node is not the leader; nothing was proposed.
 //   - ErrTryAgain (wrapped): nothing was applied; retry shortly.
 //   - ErrShutdown: the node is shutting down; nothing was proposed.
@@ -31,7 +39,25 @@ import (
 //     cancellation after it was enqueued).
 //   - ctx.Err() if ctx was done before anything was proposed.
 //   - an error from the FSM that is fatal (corrupt or unknown command).
-func (n *Node) Apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
+func (n *Node) Propose(ctx context.Context, t fsm.CommandType, payload any) (any, uint64, error) {
+	cmd, err := fsm.Encode(t, n.Now(), payload)
+	if err != nil {
+		return nil, 0, err
+	}
+	res, err := n.applyCommand(ctx, cmd)
+	if err != nil {
+		return nil, 0, err
+	}
+	if res.Err != nil {
+		return nil, res.Index, res.Err
+	}
+	return res.Value, res.Index, nil
+}
+
+// applyCommand proposes an encoded command and waits for its result
+// (Propose's errors; a rule violation is in Result.Err), counting the
+// outcome in the node's metrics.
+func (n *Node) applyCommand(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	start := time.Now()
 	res, err := n.apply(ctx, cmd)
 	n.metrics.observeApply(start, applyOutcome(res, err))
@@ -88,7 +114,7 @@ func (n *Node) mapRaftError(err error) error {
 	return mapRaftError(err)
 }
 
-// mapRaftError maps the error of a future that was handed to Raft (Apply,
+// mapRaftError maps the error of a future that was handed to Raft (commands,
 // Barrier, membership changes) to the node's sentinels.
 func mapRaftError(err error) error {
 	switch {

@@ -24,7 +24,7 @@ var (
 	ErrUnknownOutcome = errors.New("node: outcome unknown: the write may or may not have been committed")
 
 	// ErrShutdown means the node is shutting down or has shut down. When it
-	// is returned by Apply alone (not wrapped in ErrUnknownOutcome), nothing
+	// is returned by Propose alone (not wrapped in ErrUnknownOutcome), nothing
 	// was proposed.
 	ErrShutdown = errors.New("node: shut down")
 

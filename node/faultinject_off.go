@@ -11,7 +11,7 @@ import (
 // faultInject is false in production builds, so the compiler removes every
 // call it guards and the binary holds no fault-injection code. The
 // faultinject build (faultinject_on.go) sets it and routes the hooks to
-// jepsen/faultpoint.
+// internal/faultpoint.
 const faultInject = false
 
 // faultFSM returns the state machine Raft is given; the faultinject build

@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/internal/faultpoint"
 )
 
 // faultInject enables the fault points of this package (see

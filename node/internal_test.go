@@ -103,6 +103,7 @@ func TestReadsAfterUserRestoreDoNotWaitForOldEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	n.Lead(nil)
 	t.Cleanup(func() {
 		if err := n.Shutdown(context.Background()); err != nil {
 			t.Error(err)
@@ -118,9 +119,8 @@ func TestReadsAfterUserRestoreDoNotWaitForOldEntries(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling, not synchronisation
 	}
 	for _, id := range []string{"a", "b", "c"} {
-		cmd, _ := fsm.Encode(fsm.CmdMemberUpsert, time.Now(), fsm.MemberUpsert{ID: id, RaftAddr: id + ":1", HTTPAddr: id + ":2"})
-		if res, err := n.Apply(ctx, cmd); err != nil || res.Err != nil {
-			t.Fatalf("apply: %v %v", err, res)
+		if _, _, err := n.Propose(ctx, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: id, RaftAddr: id + ":1", HTTPAddr: id + ":2"}); err != nil {
+			t.Fatalf("propose: %v", err)
 		}
 	}
 	before := f.AppliedIndex()

@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/internal/clock"
+	"github.com/metastore/metastore/wire"
 )
 
 // leaderSession is one term of leadership on this node: the barrier, the
@@ -20,6 +20,28 @@ type leaderSession struct {
 	term   uint64
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// Lead starts following leadership. For every term in which this node is
+// leader it waits for the leader's barrier (everything from earlier terms
+// is then applied), writes its member record, and runs each of tasks in its
+// own goroutine with a context cancelled on leadership loss or shutdown. A
+// task must return promptly once its context is cancelled: the next term
+// does not start tasks until the previous ones have returned.
+//
+// Call Lead once, right after New: the tasks may then be built on the node
+// (they propose with Propose). Until Lead is called the node may win an
+// election but serves no linearizable read. A second call panics.
+func (n *Node) Lead(tasks map[string]func(ctx context.Context)) {
+	if !n.leading.CompareAndSwap(false, true) {
+		panic("node: Lead called twice")
+	}
+	if n.closing.Load() {
+		return
+	}
+	n.tasks = tasks
+	n.wg.Add(1)
+	go n.runLeadership()
 }
 
 // runLeadership follows Raft's state. Observations (delivered without ever
@@ -164,18 +186,14 @@ func (n *Node) ensureOwnRecord(ctx context.Context, log *slog.Logger) {
 		if ok, err := n.hasRecord(want); err == nil && ok {
 			return
 		}
-		cmd, err := fsm.Encode(fsm.CmdMemberUpsert, clock.Now(), fsm.MemberUpsert{ID: want.ID, RaftAddr: want.RaftAddr, HTTPAddr: want.HTTPAddr})
-		if err != nil {
-			log.Error("encode own member record", "err", err)
-			return
-		}
-		res, err := n.Apply(ctx, cmd)
+		_, index, err := n.Propose(ctx, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: want.ID, RaftAddr: want.RaftAddr, HTTPAddr: want.HTTPAddr})
+		var rule *wire.RuleError
 		switch {
-		case err == nil && res.Err != nil:
-			log.Error("state machine refused this node's member record", "err", res.Err)
+		case errors.As(err, &rule):
+			log.Error("state machine refused this node's member record", "err", err)
 			return
 		case err == nil:
-			log.Info("member record written", "raft_addr", want.RaftAddr, "http_addr", want.HTTPAddr, "index", res.Index)
+			log.Info("member record written", "raft_addr", want.RaftAddr, "http_addr", want.HTTPAddr, "index", index)
 			return
 		case errors.Is(err, ErrNotLeader), errors.Is(err, ErrShutdown), ctx.Err() != nil:
 			return

@@ -21,7 +21,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/internal/clock"
 )
 
 // AddVoter adds (or confirms) server id at raftAddr as a voter, and records
@@ -35,7 +34,7 @@ import (
 //
 // Invalid arguments are refused before anything is proposed, with the
 // state machine's *wire.RuleError (MemberUpsert.Validate). Other errors are
-// those of Apply (ErrNotLeader, ErrTryAgain, ErrUnknownOutcome, ...).
+// those of Propose (ErrNotLeader, ErrTryAgain, ErrUnknownOutcome, ...).
 func (n *Node) AddVoter(ctx context.Context, id, raftAddr, httpAddr string) error {
 	upsert := fsm.MemberUpsert{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr}
 	if err := upsert.Validate(); err != nil {
@@ -73,7 +72,7 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, httpAddr string) erro
 
 	want := fsm.Member{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr}
 	if ok, err := n.hasRecord(want); err != nil || !ok {
-		if err := n.applyMember(ctx, fsm.CmdMemberUpsert, upsert); err != nil {
+		if _, _, err := n.Propose(ctx, fsm.CmdMemberUpsert, upsert); err != nil {
 			return err
 		}
 	}
@@ -135,7 +134,8 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 		if !hasRecord {
 			return nil
 		}
-		return n.applyMember(ctx, fsm.CmdMemberRemove, fsm.MemberRemove{ID: id})
+		_, _, err := n.Propose(ctx, fsm.CmdMemberRemove, fsm.MemberRemove{ID: id})
+		return err
 	}
 	removeServer := func() error {
 		if !inConfig {
@@ -237,20 +237,6 @@ func (n *Node) probeRaft(ctx context.Context, addr string) error {
 		return err
 	}
 	return conn.Close()
-}
-
-// applyMember applies a member command and turns a rule violation into an
-// error.
-func (n *Node) applyMember(ctx context.Context, t fsm.CommandType, payload any) error {
-	cmd, err := fsm.Encode(t, clock.Now(), payload)
-	if err != nil {
-		return err
-	}
-	res, err := n.Apply(ctx, cmd)
-	if err != nil {
-		return err
-	}
-	return res.Err
 }
 
 // TransferLeadership hands leadership to the most up-to-date other voter

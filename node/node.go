@@ -63,12 +63,6 @@ type Deps struct {
 	// Registerer receives the node's metrics and, for the first node of the
 	// process, hashicorp/raft's go-metrics. May be nil.
 	Registerer prometheus.Registerer
-	// LeaderTasks run in their own goroutine while this node is leader
-	// (after the leader's barrier has applied everything from earlier
-	// terms), cancelled on leadership loss/shutdown. A task must return
-	// promptly once its context is cancelled: the next leadership term does
-	// not start tasks until the previous ones have returned.
-	LeaderTasks map[string]func(ctx context.Context)
 	// JoinToken is the operator token a joining node sends with its join
 	// request when the cluster requires tokens; "" sends none. It is never
 	// logged.
@@ -89,10 +83,12 @@ type Node struct {
 	leaderMu      sync.Mutex
 	leaderChanges []LeaderChange
 
-	cfg   config.Config
-	log   *slog.Logger
-	fsm   *fsm.FSM
-	tasks map[string]func(ctx context.Context)
+	cfg config.Config
+	log *slog.Logger
+	fsm *fsm.FSM
+	// tasks are the leader tasks (Lead); leading is set once Lead ran.
+	tasks   map[string]func(ctx context.Context)
+	leading atomic.Bool
 
 	raft      *raft.Raft
 	trans     serialHeartbeats
@@ -175,7 +171,6 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		cfg:        cfg,
 		log:        logger.With("component", "node"),
 		fsm:        deps.FSM,
-		tasks:      deps.LeaderTasks,
 		joinToken:  deps.JoinToken,
 		obsCh:      make(chan raft.Observation, 64),
 		kickCh:     make(chan struct{}, 1),
@@ -309,8 +304,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.proposals = make(chan *proposal, 4*n.cfg.ApplyBatch)
-	n.wg.Add(3)
-	go n.runLeadership()
+	n.wg.Add(2)
 	go n.runMemberCheck()
 	go n.runProposer()
 

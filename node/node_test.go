@@ -160,19 +160,19 @@ func (tn *testNode) start() error {
 		Logger:     tn.log.With("node", tn.cfg.NodeID),
 		FSM:        f,
 		Registerer: tn.reg,
-		LeaderTasks: map[string]func(context.Context){
-			"probe": func(ctx context.Context) {
-				tn.started.Add(1)
-				tn.tasks.Add(1)
-				defer tn.tasks.Add(-1)
-				<-ctx.Done()
-			},
-		},
 	})
 	if err != nil {
 		f.Close()
 		return err
 	}
+	n.Lead(map[string]func(context.Context){
+		"probe": func(ctx context.Context) {
+			tn.started.Add(1)
+			tn.tasks.Add(1)
+			defer tn.tasks.Add(-1)
+			<-ctx.Done()
+		},
+	})
 	tn.fsm, tn.node, tn.stopped = f, n, false
 	tn.ptr.Store(n)
 	tn.t.Cleanup(tn.stop)
@@ -259,26 +259,15 @@ func membersHandler(ptr *atomic.Pointer[node.Node]) http.Handler {
 	})
 }
 
-func mustEncode(t *testing.T, typ fsm.CommandType, payload any) []byte {
-	t.Helper()
-	b, err := fsm.Encode(typ, time.Now(), payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func upsert(t *testing.T, n *node.Node, id string) *fsm.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := n.Apply(ctx, mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: id, RaftAddr: id + ".example:7071", HTTPAddr: id + ".example:7070"}))
+	v, index, err := n.Propose(ctx, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: id, RaftAddr: id + ".example:7071", HTTPAddr: id + ".example:7070"})
 	if err != nil {
-		t.Fatalf("apply upsert %s: %v", id, err)
+		t.Fatalf("propose upsert %s: %v", id, err)
 	}
-	if res.Err != nil {
-		t.Fatalf("apply upsert %s: rule error %v", id, res.Err)
-	}
+	res := &fsm.Result{Index: index, Value: v}
 	return res
 }
 
@@ -384,23 +373,24 @@ func TestSingleNodeBootstrapApplyAndRead(t *testing.T) {
 	}
 
 	// A rule violation is a result, not a Raft error.
-	bad, err := n.Apply(ctxT(t), mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "bad id!", RaftAddr: "x:1", HTTPAddr: "x:2"}))
-	if err != nil {
-		t.Fatalf("apply invalid: %v", err)
+	_, badIndex, err := n.Propose(ctxT(t), fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "bad id!", RaftAddr: "x:1", HTTPAddr: "x:2"})
+	var rule *wire.RuleError
+	if !errors.As(err, &rule) || !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("want invalid rule error, got %v", err)
 	}
-	if !errors.Is(bad.Err, wire.ErrInvalid) {
-		t.Fatalf("want invalid rule error, got %v", bad.Err)
+	if badIndex == 0 {
+		t.Fatal("a rule violation answered without the index it was applied at")
 	}
 
-	if idx := linRead(t, n); idx < bad.Index {
-		t.Fatalf("read index %d < last write %d", idx, bad.Index)
+	if idx := linRead(t, n); idx < badIndex {
+		t.Fatalf("read index %d < last write %d", idx, badIndex)
 	}
 
 	if addr, err := n.LeaderHTTPAddr(); err != nil || addr != tn.cfg.HTTPAdvertiseAddr() {
 		t.Fatalf("LeaderHTTPAddr = %q, %v", addr, err)
 	}
 	st := n.Status()
-	if st.State != "leader" || st.LeaderID != "n1" || st.Term == 0 || st.CommitIndex < bad.Index || st.AppliedIndex < bad.Index || st.LeaderHTTPAddr != tn.cfg.HTTPAdvertiseAddr() {
+	if st.State != "leader" || st.LeaderID != "n1" || st.Term == 0 || st.CommitIndex < badIndex || st.AppliedIndex < badIndex || st.LeaderHTTPAddr != tn.cfg.HTTPAdvertiseAddr() {
 		t.Fatalf("status %+v", st)
 	}
 	if len(st.Members) != 2 || st.Members[0].ID != "n1" || st.Members[0].Suffrage != "voter" || !st.Members[0].Leader ||
@@ -419,7 +409,7 @@ func TestSingleNodeBootstrapApplyAndRead(t *testing.T) {
 	if err := n.Shutdown(context.Background()); err != nil {
 		t.Fatalf("second shutdown: %v", err)
 	}
-	if _, err := n.Apply(context.Background(), mustEncode(t, fsm.CmdMemberRemove, fsm.MemberRemove{ID: "x"})); !errors.Is(err, node.ErrShutdown) {
+	if _, _, err := n.Propose(context.Background(), fsm.CmdMemberRemove, fsm.MemberRemove{ID: "x"}); !errors.Is(err, node.ErrShutdown) {
 		t.Fatalf("apply after shutdown: %v", err)
 	}
 	if err := n.Ready(); !errors.Is(err, node.ErrShutdown) {
@@ -622,23 +612,23 @@ func TestThreeNodeCluster(t *testing.T) {
 	})
 
 	// Writes and linearizable reads go to the leader only.
-	cmd := mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "x", RaftAddr: "x:1", HTTPAddr: "x:2"})
-	if _, err := follower.node.Apply(ctxT(t), cmd); !errors.Is(err, node.ErrNotLeader) {
+	x := fsm.MemberUpsert{ID: "x", RaftAddr: "x:1", HTTPAddr: "x:2"}
+	if _, _, err := follower.node.Propose(ctxT(t), fsm.CmdMemberUpsert, x); !errors.Is(err, node.ErrNotLeader) {
 		t.Fatalf("apply on follower: %v", err)
 	}
 	if _, err := follower.node.LinearizableRead(ctxT(t)); !errors.Is(err, node.ErrNotLeader) {
 		t.Fatalf("read on follower: %v", err)
 	}
-	var last *fsm.Result
+	var lastIndex uint64
 	onLeader(t, nodes, "write", func(l *testNode) (err error) {
-		last, err = l.node.Apply(ctxT(t), cmd)
+		_, lastIndex, err = l.node.Propose(ctxT(t), fsm.CmdMemberUpsert, x)
 		return err
 	})
 	// A read on any leader, even a newer one, reflects the write.
 	onLeader(t, nodes, "linearizable read", func(l *testNode) error {
 		idx, err := l.node.LinearizableRead(ctxT(t))
-		if err == nil && idx < last.Index {
-			t.Fatalf("read index %d < write index %d", idx, last.Index)
+		if err == nil && idx < lastIndex {
+			t.Fatalf("read index %d < write index %d", idx, lastIndex)
 		}
 		return err
 	})
@@ -792,7 +782,7 @@ func TestThreeNodeCluster(t *testing.T) {
 	})
 	// The two remaining voters still commit.
 	onLeader(t, rest, "write after remove", func(l *testNode) error {
-		_, err := l.node.Apply(ctxT(t), mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "after-remove", RaftAddr: "y:1", HTTPAddr: "y:2"}))
+		_, _, err := l.node.Propose(ctxT(t), fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "after-remove", RaftAddr: "y:1", HTTPAddr: "y:2"})
 		return err
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/internal/clock"
 )
 
 // Group commit. Commands proposed while the leader is busy writing the
@@ -41,7 +40,7 @@ type proposalDone struct {
 }
 
 // propose hands cmd to the proposer and waits for its result. ctx bounds
-// the wait; see Apply for the errors.
+// the wait; see Propose for the errors.
 func (n *Node) propose(ctx context.Context, cmd []byte) (*fsm.Result, error) {
 	p := &proposal{cmd: cmd, done: make(chan proposalDone, 1)}
 	select {
@@ -135,7 +134,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 			cmds[i] = p.cmd
 		}
 		var err error
-		if data, err = fsm.EncodeBatch(clock.Now(), cmds); err != nil {
+		if data, err = fsm.EncodeBatch(n.Now(), cmds); err != nil {
 			failAll(batch, fmt.Errorf("node: %w", err))
 			return
 		}

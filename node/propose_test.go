@@ -30,23 +30,24 @@ func TestConcurrentAppliesGetTheirOwnResults(t *testing.T) {
 				if i%4 == 3 {
 					id = fmt.Sprintf("bad id %d-%d!", w, i) // a rule violation
 				}
-				cmd := mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: id, RaftAddr: "x.example:1", HTTPAddr: "x.example:2"})
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				res, err := n.Apply(ctx, cmd)
+				v, index, err := n.Propose(ctx, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: id, RaftAddr: "x.example:1", HTTPAddr: "x.example:2"})
 				cancel()
-				if err != nil {
-					t.Errorf("apply %s: %v", id, err)
-					return
-				}
-				indexes <- res.Index
 				if i%4 == 3 {
-					if !errors.Is(res.Err, wire.ErrInvalid) {
-						t.Errorf("%s: %v, want its own rule violation", id, res.Err)
+					if !errors.Is(err, wire.ErrInvalid) || index == 0 {
+						t.Errorf("%s: %v at index %d, want its own rule violation", id, err, index)
+						return
 					}
+					indexes <- index
 					continue
 				}
-				if m, ok := res.Value.(*fsm.Member); res.Err != nil || !ok || m.ID != id {
-					t.Errorf("%s: answered %#v (%v), want its own member", id, res.Value, res.Err)
+				if err != nil {
+					t.Errorf("propose %s: %v", id, err)
+					return
+				}
+				indexes <- index
+				if m, ok := v.(*fsm.Member); !ok || m.ID != id {
+					t.Errorf("%s: answered %#v, want its own member", id, v)
 				}
 			}
 		})
@@ -73,9 +74,9 @@ func TestApplyCancelledBeforeProposing(t *testing.T) {
 	tn := startSingle(t, testLogger(t), "n1", t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := tn.node.Apply(ctx, mustEncode(t, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "late", RaftAddr: "x.example:1", HTTPAddr: "x.example:2"}))
+	_, _, err := tn.node.Propose(ctx, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "late", RaftAddr: "x.example:1", HTTPAddr: "x.example:2"})
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Apply with a done context: %v, want context.Canceled", err)
+		t.Fatalf("Propose with a done context: %v, want context.Canceled", err)
 	}
 	if hasMember(t, tn.fsm, "late") {
 		t.Fatal("a command whose caller gave up first was applied")

@@ -16,7 +16,7 @@ import (
 )
 
 // faultBinary is the metastore command built with -tags faultinject (its
-// fault points, jepsen/faultpoint, are armed by the FAULTPOINTS variable),
+// fault points, internal/faultpoint, are armed by the FAULTPOINTS variable),
 // built once, beside the default binary, by the first test that needs it.
 var (
 	faultBinaryOnce sync.Once

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/internal/datadir"
 	"github.com/metastore/metastore/internal/logx"
+	"github.com/metastore/metastore/leader"
 	"github.com/metastore/metastore/node"
 	"github.com/metastore/metastore/ui"
 )
@@ -117,52 +117,13 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		return exitFailure
 	}
 
-	// Leader tasks are handed to node.New, before the node exists; they
-	// reach it through current, which is set as soon as New returns.
-	var current atomic.Pointer[node.Node]
-	apply := func(ctx context.Context, cmd []byte) (*fsm.Result, error) {
-		n := current.Load()
-		if n == nil {
-			return nil, fmt.Errorf("%w: the node is starting", node.ErrTryAgain)
-		}
-		return n.Apply(ctx, cmd)
-	}
-	collector, err := gc.New(gcConfig(cfg), gc.Deps{
-		FSM:   f,
-		Store: store,
-		Apply: apply,
-		VerifyLeader: func(ctx context.Context) error {
-			n := current.Load()
-			if n == nil {
-				return fmt.Errorf("%w: the node is starting", node.ErrTryAgain)
-			}
-			_, err := n.LinearizableRead(ctx)
-			return err
-		},
-		Logger:     logger,
-		Registerer: reg,
-	})
-	if err != nil {
-		ln.Close()
-		f.Close()
-		log.Error("cannot configure the garbage collector", "err", err)
-		return exitFailure
-	}
-	deps := node.Deps{
+	n, err := node.New(cfg, node.Deps{
 		Logger:     logger, // the node names its components (node, raft)
 		FSM:        f,
 		Registerer: reg,
-		LeaderTasks: map[string]func(ctx context.Context){
-			"epoch-timeout": api.EpochTimeoutTask(f, apply, logger.With("component", "epoch-timeout")),
-			"gc":            collector.Run,
-		},
-		JoinToken: joinToken,
-		TLS:       material,
-	}
-	if cfg.Auth {
-		deps.LeaderTasks["auth-bootstrap"] = api.AuthBootstrapTask(f, apply, logger.With("component", "auth"), bootstrapToken)
-	}
-	n, err := node.New(cfg, deps)
+		JoinToken:  joinToken,
+		TLS:        material,
+	})
 	if err != nil {
 		ln.Close()
 		if cerr := f.Close(); cerr != nil {
@@ -171,7 +132,35 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		log.Error("cannot start node", "err", err)
 		return exitFailure
 	}
-	current.Store(n)
+	collector, err := gc.New(gcConfig(cfg), gc.Deps{
+		FSM:     f,
+		Store:   store,
+		Propose: n.Propose,
+		VerifyLeader: func(ctx context.Context) error {
+			_, err := n.LinearizableRead(ctx)
+			return err
+		},
+		Now:        n.Now,
+		Logger:     logger,
+		Registerer: reg,
+	})
+	if err != nil {
+		ln.Close()
+		if serr := n.Shutdown(context.Background()); serr != nil {
+			log.Error("cannot stop node", "err", serr)
+		}
+		f.Close()
+		log.Error("cannot configure the garbage collector", "err", err)
+		return exitFailure
+	}
+	tasks := map[string]func(ctx context.Context){
+		"epoch-timeout": leader.EpochTimeouts(n, f, logger.With("component", "epoch-timeout")),
+		"gc":            collector.Run,
+	}
+	if cfg.Auth {
+		tasks["auth-bootstrap"] = leader.AuthBootstrap(n, f, logger.With("component", "auth"), bootstrapToken)
+	}
+	n.Lead(tasks)
 
 	// The console (/ui/) in front of the API; every other path is the API's.
 	handler := ui.Mount(api.New(api.Deps{

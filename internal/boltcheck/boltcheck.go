@@ -1,14 +1,17 @@
 // Package boltcheck checks that a bbolt file is whole and readable before a
-// process opens it for writing.
+// process opens it for writing. Every bbolt file of a member goes through
+// it: the Raft log (node), the state machine's file at open, and every
+// snapshot or backup before it is restored (fsm).
 //
 // bbolt trusts its file: it maps it and follows page ids without bounds
 // checks. A truncated file makes it fault (SIGBUS) on the missing pages, a
 // page overwritten with garbage makes it panic, in a goroutine of its own
 // when the freelist is rebuilt at open (NoFreelistSync), and the process
-// dies with a stack trace instead of an error naming the file. Check reads
-// the file read-only, compares its length with the length its meta page
-// records, and reads every page reachable from the root, turning a fault
-// or a panic into an error.
+// dies with a stack trace instead of an error naming the file. Check opens
+// the file read-only (which builds no free list), compares its length with
+// the length its meta page records, checks the page structure by plain
+// reads (checkPages), and reads every bucket, key and value, turning a
+// fault or a panic into an error.
 package boltcheck
 
 import (
@@ -41,7 +44,7 @@ type BucketFunc func(name []byte, b *bolt.Bucket) error
 // Check checks the bbolt file at path. A file that does not exist, or that
 // another process holds locked, is not checked (nil): opening it reports
 // those. verify, if not nil, is called for every top-level bucket.
-func Check(path string, verify BucketFunc) error {
+func Check(path string, verify BucketFunc) (err error) {
 	info, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -52,18 +55,6 @@ func Check(path string, verify BucketFunc) error {
 	if info.Size() == 0 {
 		return &Error{path, "the file is empty"}
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil
-	}
-	if err != nil {
-		return &Error{path, fmt.Sprintf("cannot be opened: %v", err)}
-	}
-	defer db.Close()
-	return walk(path, info.Size(), db, verify)
-}
-
-func walk(path string, size int64, db *bolt.DB, verify BucketFunc) (err error) {
 	// A fault on a mapped page (a file shorter than its pages say) becomes
 	// a panic in this goroutine, recovered below.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -72,9 +63,22 @@ func walk(path string, size int64, db *bolt.DB, verify BucketFunc) (err error) {
 			err = &Error{path, fmt.Sprintf("unreadable: %v", r)}
 		}
 	}()
+	// The read-only open takes the file's shared lock, so no writer
+	// changes it while its pages are read.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil
+	}
+	if err != nil {
+		return &Error{path, fmt.Sprintf("cannot be opened: %v", err)}
+	}
+	defer db.Close()
 	return db.View(func(tx *bolt.Tx) error {
-		if tx.Size() > size {
-			return &Error{path, fmt.Sprintf("truncated: %d bytes, its meta page says %d", size, tx.Size())}
+		if tx.Size() > info.Size() {
+			return &Error{path, fmt.Sprintf("truncated: %d bytes, its meta page says %d", info.Size(), tx.Size())}
+		}
+		if err := checkPages(path); err != nil {
+			return &Error{path, err.Error()}
 		}
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 			if err := readAll(b); err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/internal/datadir"
+	"github.com/metastore/metastore/leader"
 	"github.com/metastore/metastore/node"
 )
 
@@ -107,7 +108,6 @@ func start(t testing.TB, cfg config.Config, l net.Listener, blobDir string, stor
 		t.Fatal(err)
 	}
 	m := &Member{ID: cfg.NodeID, Cfg: cfg, FSM: f, URL: "http://" + cfg.HTTPAddr}
-	ref := newNodeRef()
 	if blobDir == "" {
 		blobDir = filepath.Join(cfg.DataDir, "blobs")
 	}
@@ -116,23 +116,22 @@ func start(t testing.TB, cfg config.Config, l net.Listener, blobDir string, stor
 			t.Fatal(err)
 		}
 	}
+	m.Node, err = node.New(cfg, node.Deps{FSM: f, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m.GC, err = gc.New(gc.Config{Interval: time.Hour, Grace: time.Nanosecond, OrphanGrace: time.Nanosecond}, gc.Deps{
-		FSM: f, Store: m.Store, Apply: ref.apply,
+		FSM: f, Store: m.Store, Propose: m.Node.Propose, Now: m.Node.Now,
 		VerifyLeader: func(ctx context.Context) error {
-			select {
-			case <-ref.ready:
-				_, err := ref.n.LinearizableRead(ctx)
-				return err
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			_, err := m.Node.LinearizableRead(ctx)
+			return err
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tasks := map[string]func(context.Context){
-		"epoch-timeouts": api.EpochTimeoutTask(f, ref.apply, logger),
+		"epoch-timeouts": leader.EpochTimeouts(m.Node, f, logger),
 		"gc":             m.GC.Run,
 	}
 	if cfg.Auth {
@@ -145,16 +144,12 @@ func start(t testing.TB, cfg config.Config, l net.Listener, blobDir string, stor
 			}
 			boot = strings.TrimSpace(string(raw))
 		}
-		tasks["auth-bootstrap"] = api.AuthBootstrapTask(f, ref.apply, logger, boot)
+		tasks["auth-bootstrap"] = leader.AuthBootstrap(m.Node, f, logger, boot)
 	}
 	if !leaderTasks {
 		tasks = nil
 	}
-	m.Node, err = node.New(cfg, node.Deps{FSM: f, LeaderTasks: tasks, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref.set(m.Node)
+	m.Node.Lead(tasks)
 	srv := api.New(api.Deps{Config: cfg, Node: m.Node, FSM: f, Store: m.Store, GC: m.GC, Registry: prometheus.NewRegistry(), Logger: logger})
 	m.Handler = srv.Handler
 	m.srv = api.NewHTTPServer(cfg, srv.Handler(), nil)
@@ -323,28 +318,5 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		<-tick.C
-	}
-}
-
-// nodeRef hands the node to leader tasks, which may start while node.New
-// is still returning.
-type nodeRef struct {
-	ready chan struct{}
-	n     *node.Node
-}
-
-func newNodeRef() *nodeRef { return &nodeRef{ready: make(chan struct{})} }
-
-func (r *nodeRef) set(n *node.Node) {
-	r.n = n
-	close(r.ready)
-}
-
-func (r *nodeRef) apply(ctx context.Context, cmd []byte) (*fsm.Result, error) {
-	select {
-	case <-r.ready:
-		return r.n.Apply(ctx, cmd)
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }

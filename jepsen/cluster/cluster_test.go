@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/internal/faultpoint"
 	"github.com/metastore/metastore/jepsen/s3proxy"
 	"github.com/metastore/metastore/jepsen/tcpproxy"
 )
@@ -38,13 +38,13 @@ func TestDefaultBuildHasNoFaultPoints(t *testing.T) {
 	// Small hooks may be inlined; the faultpoint package and the sink
 	// wrapper's methods are always there when compiled in.
 	def := symbols(nil)
-	for _, m := range []string{"jepsen/faultpoint", "gc.faultAfterMark", "node.faultFSM", "node.faulting"} {
+	for _, m := range []string{"internal/faultpoint", "gc.faultAfterMark", "node.faultFSM", "node.faulting"} {
 		if strings.Contains(def, m) {
 			t.Errorf("the default build contains %s", m)
 		}
 	}
 	fi := symbols([]string{FaultInjectTag})
-	for _, m := range []string{"jepsen/faultpoint.Hit", "node.faultingSink.Close", "node.faultingFSM.Snapshot"} {
+	for _, m := range []string{"internal/faultpoint.Hit", "node.faultingSink.Close", "node.faultingFSM.Snapshot"} {
 		if !strings.Contains(fi, m) {
 			t.Errorf("the faultinject build lacks %s", m)
 		}

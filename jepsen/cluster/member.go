@@ -17,7 +17,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/clock"
-	"github.com/metastore/metastore/jepsen/faultpoint"
+	"github.com/metastore/metastore/internal/faultpoint"
 	"github.com/metastore/metastore/jepsen/lossyfs"
 	"github.com/metastore/metastore/jepsen/tcpproxy"
 )

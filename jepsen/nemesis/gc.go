@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/blobstore"
+	"github.com/metastore/metastore/internal/faultpoint"
 	"github.com/metastore/metastore/jepsen/cluster"
-	"github.com/metastore/metastore/jepsen/faultpoint"
 	"github.com/metastore/metastore/jepsen/s3proxy"
 )
 

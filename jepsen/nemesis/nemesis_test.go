@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metastore/metastore/internal/faultpoint"
 	"github.com/metastore/metastore/jepsen/checker"
 	"github.com/metastore/metastore/jepsen/cluster"
-	"github.com/metastore/metastore/jepsen/faultpoint"
 	"github.com/metastore/metastore/jepsen/lossyfs"
 	"github.com/metastore/metastore/jepsen/s3proxy"
 )

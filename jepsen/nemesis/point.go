@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/metastore/metastore/internal/faultpoint"
 	"github.com/metastore/metastore/jepsen/cluster"
-	"github.com/metastore/metastore/jepsen/faultpoint"
 )
 
 type pointFault struct {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metastore/metastore/internal/faultpoint"
 	"github.com/metastore/metastore/jepsen/cluster"
-	"github.com/metastore/metastore/jepsen/faultpoint"
 )
 
 // InstalledSnapshotLog is what hashicorp/raft logs on a follower that

@@ -1,7 +1,9 @@
 // Package faultpoint is the fault-injection switchboard of metastore test
 // builds: named points in the code (Hit) whose behaviour a test sets at run
 // time, from outside the process, to pause or crash the process exactly
-// there.
+// there. It lives under internal/ because the core packages (fsm, gc, node)
+// carry the points; the consistency suite (jepsen/) sets them through
+// Client.
 //
 // # Production builds pay nothing
 //

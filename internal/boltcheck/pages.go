@@ -1,4 +1,4 @@
-package fsm
+package boltcheck
 
 import (
 	"bytes"
@@ -14,8 +14,7 @@ import (
 // it for writing. bbolt trusts its pages: opening a file for writing walks
 // every reachable page to rebuild the free list, and on a page out of
 // order, out of range or reached twice it panics in a goroutine of its
-// own, which stops the process. A snapshot or backup comes from elsewhere
-// (a leader, an operator), so its file is checked here first, by plain
+// own, which stops the process. The file is checked here first, by plain
 // reads with bounds checks: the rules bbolt's walk enforces, and the one
 // its writes rely on (a branch element's key is its child's first key), as
 // errors.

@@ -1,0 +1,133 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"encoding/json"
+
+	"github.com/metastore/metastore/manifests"
+)
+
+// Reading a lineage: the manifest of a lineage at an epoch, as the
+// manifests package plans against it and as queries return it.
+
+// lineageView is the manifest of a lineage at an epoch (0: its current
+// manifest), as a manifests.View.
+type lineageView struct {
+	t   *txn
+	lid uint64 // 0: the empty manifest
+	at  uint64
+}
+
+func (v lineageView) present(r *record) bool {
+	if v.at == 0 {
+		return r.Dropped == 0
+	}
+	return r.presentAt(v.at)
+}
+
+func (v lineageView) HasSegment(ref manifests.Ref) (bool, error) {
+	if v.lid == 0 {
+		return false, nil
+	}
+	r, err := v.t.record(v.lid, kindSegment, ref)
+	if err != nil || r == nil {
+		return false, err
+	}
+	return v.present(r), nil
+}
+
+func (v lineageView) SegmentsBefore(seq uint64, fn func(manifests.Segment) error) error {
+	if v.lid == 0 {
+		return nil
+	}
+	if v.at == 0 {
+		// Present segments are indexed by last sequence number.
+		var refs []manifests.Ref
+		err := v.t.scan(bucketRecSeq, u64(v.lid), func(k, _ []byte) (bool, error) {
+			if len(k) < 16 {
+				return false, &corruptError{"rec_seq key"}
+			}
+			if binary.BigEndian.Uint64(k[8:16]) >= seq {
+				return false, nil
+			}
+			ref, ok := parseRefSuffix(k[16:])
+			if !ok {
+				return false, &corruptError{"rec_seq key"}
+			}
+			refs = append(refs, ref)
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, ref := range refs {
+			r, err := v.t.record(v.lid, kindSegment, ref)
+			if err != nil {
+				return err
+			}
+			if r == nil {
+				return &corruptError{"rec_seq names a missing record " + ref.String()}
+			}
+			if err := fn(segmentOf(ref, r)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return v.each(kindSegment, func(ref manifests.Ref, r *record) error {
+		if r.LastSeq < seq {
+			return fn(segmentOf(ref, r))
+		}
+		return nil
+	})
+}
+
+func (v lineageView) Bases(fn func(manifests.Base) error) error {
+	if v.lid == 0 {
+		return nil
+	}
+	return v.each(kindBase, func(ref manifests.Ref, r *record) error {
+		return fn(manifests.Base{Key: ref.Key, Offset: ref.Offset, Length: r.Length, CRC32C: r.CRC32C})
+	})
+}
+
+// each calls fn for every present record of a kind, in key order.
+func (v lineageView) each(kind byte, fn func(manifests.Ref, *record) error) error {
+	prefix := append(u64(v.lid), kind)
+	return v.t.scan(bucketRecords, prefix, func(k, val []byte) (bool, error) {
+		var r record
+		if err := json.Unmarshal(val, &r); err != nil {
+			return false, err
+		}
+		if !v.present(&r) {
+			return true, nil
+		}
+		ref, ok := parseRecordKey(k)
+		if !ok {
+			return false, &corruptError{"record key"}
+		}
+		return true, fn(ref, &r)
+	})
+}
+
+// manifest reads the whole manifest of the view.
+func (v lineageView) manifest() (*manifests.Manifest, error) {
+	m := &manifests.Manifest{Bases: []manifests.Base{}, Segments: []manifests.Segment{}}
+	if err := v.Bases(func(b manifests.Base) error { m.Bases = append(m.Bases, b); return nil }); err != nil {
+		return nil, err
+	}
+	err := v.each(kindSegment, func(ref manifests.Ref, r *record) error {
+		m.Segments = append(m.Segments, segmentOf(ref, r))
+		return nil
+	})
+	return m, err
+}
+
+func segmentOf(ref manifests.Ref, r *record) manifests.Segment {
+	return manifests.Segment{Key: ref.Key, Offset: ref.Offset, Length: r.Length, FirstSeq: r.FirstSeq, LastSeq: r.LastSeq, CRC32C: r.CRC32C}
+}
+
+// readManifest returns the manifest a task acknowledged in an epoch.
+func readManifest(t *txn, lid, epoch uint64) (*manifests.Manifest, error) {
+	return lineageView{t: t, lid: lid, at: epoch}.manifest()
+}
