@@ -393,11 +393,18 @@
     };
     const kept = epochs.filter((e) => e.state === 'completed').slice(-5);
     const keptDetails = await Promise.all(kept.map((e) => detail(e.epoch)));
-    const manifests = await Promise.all(keptDetails.map(async (e) => {
+    // A running job can subsume a kept epoch between the listing and these
+    // reads: its manifests then answer 409 and the epoch leaves the table.
+    const manifests = (await Promise.all(keptDetails.map(async (e) => {
       const withManifest = e.acks.filter((a) => a.lineage).slice(0, 50);
-      const ms = await Promise.all(withManifest.map((a) => getBody(epochsPath + '/' + e.epoch + '/manifests/' + enc(a.task), signal)));
-      return { epoch: e.epoch, byTask: new Map(ms.map((m) => [m.task, m])) };
-    }));
+      try {
+        const ms = await Promise.all(withManifest.map((a) => getBody(epochsPath + '/' + e.epoch + '/manifests/' + enc(a.task), signal)));
+        return { epoch: e.epoch, byTask: new Map(ms.map((m) => [m.task, m])) };
+      } catch (err) {
+        if (err instanceof APIError && err.status === 409) return null;
+        throw err;
+      }
+    }))).filter((m) => m !== null);
 
     const recent = done.slice(-10);
     const details = await Promise.all(recent.map((e) => detail(e.epoch)));
