@@ -225,23 +225,15 @@ func (s *Server) fsck(_ *http.Request) (any, uint64, error) {
 }
 
 func (s *Server) manifestGet(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	t, err := routeTarget(r)
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := pathEpoch(r)
-	if err != nil {
-		return nil, 0, err
-	}
-	task, err := pathID(r, "task")
-	if err != nil {
-		return nil, 0, err
-	}
-	m, idx, err := s.fsm.Manifest(job, n, task)
+	m, idx, err := s.fsm.Manifest(t.Job, t.Epoch, t.Task)
 	if err != nil {
 		return nil, idx, err
 	}
-	return wire.ManifestAnswer{Bytes: m.Bytes(), Epoch: n, Job: job, Manifest: m, Task: task}, idx, nil
+	return wire.ManifestAnswer{Bytes: m.Bytes(), Epoch: t.Epoch, Job: t.Job, Manifest: m, Task: t.Task}, idx, nil
 }
 
 // errNoGC answers the collector's routes on a member built without one.

@@ -17,6 +17,64 @@ import (
 
 // Path and query parameters.
 
+// target is what a route's path names, each checked: the job and task ids,
+// the epoch (1 to wire.MaxEpoch) and the attempt's generation (0 for
+// "current"). A route has the fields its path template has.
+type target struct {
+	Job, Task  string
+	Epoch, Gen uint64
+}
+
+// routeTarget reads and checks the path variables of r's route, in the order
+// job, epoch, task, generation: the first bad one is the answer.
+func routeTarget(r *http.Request) (target, error) {
+	var t target
+	var err error
+	vars := mux.Vars(r)
+	if _, ok := vars["job"]; ok {
+		if t.Job, err = pathID(r, "job"); err != nil {
+			return t, err
+		}
+	}
+	if _, ok := vars["epoch"]; ok {
+		if t.Epoch, err = pathEpoch(r); err != nil {
+			return t, err
+		}
+	}
+	if _, ok := vars["task"]; ok {
+		if t.Task, err = pathID(r, "task"); err != nil {
+			return t, err
+		}
+	}
+	if raw, ok := vars["generation"]; ok && raw != "current" {
+		if t.Gen, err = pathUint(r, "generation"); err != nil {
+			return t, err
+		}
+	}
+	return t, nil
+}
+
+// decodeCommand is the first half of every write route: the path's target
+// and the JSON body (emptyOK: an empty body is the zero B) build the
+// command's payload, which is then checked on its own (its Validate), before
+// any state is read.
+func decodeCommand[B any, P interface{ Validate() error }](r *http.Request, emptyOK bool, build func(target, *B) (P, error)) (P, error) {
+	var zero P
+	t, err := routeTarget(r)
+	if err != nil {
+		return zero, err
+	}
+	var b B
+	if err := decodeBody(r, &b, emptyOK); err != nil {
+		return zero, err
+	}
+	p, err := build(t, &b)
+	if err != nil {
+		return zero, err
+	}
+	return p, p.Validate()
+}
+
 func pathID(r *http.Request, name string) (string, error) {
 	v := mux.Vars(r)[name]
 	if err := wire.CheckID(name, v); err != nil {
@@ -171,19 +229,13 @@ func (s *Server) jobsList(r *http.Request) (any, uint64, error) {
 }
 
 func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	p, err := decodeCommand(r, true, func(t target, b *wire.JobPutRequest) (*fsm.JobPut, error) {
+		return &fsm.JobPut{Job: t.Job, Config: fsmJobConfig(b.Config)}, nil
+	})
 	if err != nil {
 		return nil, 0, err
 	}
-	var b wire.JobPutRequest
-	if err := decodeBody(r, &b, true); err != nil {
-		return nil, 0, err
-	}
-	p := fsm.JobPut{Job: job, Config: fsmJobConfig(b.Config)}
-	if err := p.Validate(); err != nil {
-		return nil, 0, err
-	}
-	return answer(s.apply(r.Context(), fsm.CmdJobPut, &p))
+	return answer(s.apply(r.Context(), fsm.CmdJobPut, p))
 }
 
 // jobGet reads a job. With ?index=N it is a blocking query: it answers when
@@ -191,7 +243,7 @@ func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
 // attempt started, the config changed), or when ?wait (default and cap 5m)
 // elapses, with the job at that time.
 func (s *Server) jobGet(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	t, err := routeTarget(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -200,7 +252,7 @@ func (s *Server) jobGet(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	return answer(blockingRead(r, s.fsm.Changes, wait, func() (*fsm.Job, uint64, bool, error) {
-		j, idx, err := s.fsm.Job(job)
+		j, idx, err := s.fsm.Job(t.Job)
 		return j, idx, err != nil || after == 0 || j.ModifyIndex > after, err
 	}))
 }
@@ -250,29 +302,24 @@ func blockingRead[T any](r *http.Request, changes func() <-chan struct{}, wait t
 }
 
 func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	p, err := decodeCommand(r, false, func(t target, b *wire.AttemptStartRequest) (*fsm.AttemptStart, error) {
+		// capabilities is required (docs/openapi.json): a task that
+		// checkpoints nothing says so with [], so a forgotten field is not
+		// taken for it.
+		tasks := make([]fsm.Task, len(b.Tasks))
+		for i, tk := range b.Tasks {
+			if tk.Caps == nil {
+				return nil, apiErr(http.StatusBadRequest, wire.CodeInvalid, fmt.Sprintf("tasks[%d].capabilities", i),
+					"task %q has no capabilities; a task that checkpoints nothing has []", tk.ID)
+			}
+			tasks[i] = fsm.Task{ID: tk.ID, Caps: *tk.Caps}
+		}
+		return &fsm.AttemptStart{Job: t.Job, AttemptID: b.AttemptID, Tasks: tasks}, nil
+	})
 	if err != nil {
 		return nil, 0, err
 	}
-	// capabilities is required (docs/openapi.json): a task that checkpoints
-	// nothing says so with [], so a forgotten field is not taken for it.
-	var b wire.AttemptStartRequest
-	if err := decodeBody(r, &b, false); err != nil {
-		return nil, 0, err
-	}
-	tasks := make([]fsm.Task, len(b.Tasks))
-	for i, tk := range b.Tasks {
-		if tk.Caps == nil {
-			return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, fmt.Sprintf("tasks[%d].capabilities", i),
-				"task %q has no capabilities; a task that checkpoints nothing has []", tk.ID)
-		}
-		tasks[i] = fsm.Task{ID: tk.ID, Caps: *tk.Caps}
-	}
-	p := fsm.AttemptStart{Job: job, AttemptID: b.AttemptID, Tasks: tasks}
-	if err := p.Validate(); err != nil {
-		return nil, 0, err
-	}
-	return answer(s.apply(r.Context(), fsm.CmdAttemptStart, &p))
+	return answer(s.apply(r.Context(), fsm.CmdAttemptStart, p))
 }
 
 // attemptsList lists the attempts of a job the store keeps, newest first:
@@ -280,7 +327,7 @@ func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
 // ?limit=N keeps the newest N; ?tasks=true adds each one's task set, read
 // with the list in one transaction.
 func (s *Server) attemptsList(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	t, err := routeTarget(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -300,7 +347,7 @@ func (s *Server) attemptsList(r *http.Request) (any, uint64, error) {
 	if tasks && limit == 0 {
 		limit = DefaultAttemptsWithTasks
 	}
-	return answer(s.fsm.Attempts(job, int(limit), tasks))
+	return answer(s.fsm.Attempts(t.Job, int(limit), tasks))
 }
 
 // MaxAttemptsListed bounds ?limit of attempts.list; DefaultAttemptsWithTasks
@@ -312,39 +359,27 @@ const (
 )
 
 func (s *Server) attemptGet(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	t, err := routeTarget(r)
 	if err != nil {
 		return nil, 0, err
 	}
-	var gen uint64
-	if raw := mux.Vars(r)["generation"]; raw != "current" {
-		if gen, err = pathUint(r, "generation"); err != nil {
-			return nil, 0, err
-		}
-	}
-	return answer(s.fsm.Attempt(job, gen))
+	return answer(s.fsm.Attempt(t.Job, t.Gen))
 }
 
 // Epochs.
 
 func (s *Server) epochBegin(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	p, err := decodeCommand(r, false, func(t target, b *wire.EpochBeginRequest) (*fsm.EpochBegin, error) {
+		return &fsm.EpochBegin{Job: t.Job, Generation: b.Generation, Epoch: b.Epoch}, nil
+	})
 	if err != nil {
 		return nil, 0, err
 	}
-	var b wire.EpochBeginRequest
-	if err := decodeBody(r, &b, false); err != nil {
-		return nil, 0, err
-	}
-	p := fsm.EpochBegin{Job: job, Generation: b.Generation, Epoch: b.Epoch}
-	if err := p.Validate(); err != nil {
-		return nil, 0, err
-	}
-	return answer(s.apply(r.Context(), fsm.CmdEpochBegin, &p))
+	return answer(s.apply(r.Context(), fsm.CmdEpochBegin, p))
 }
 
 func (s *Server) epochsList(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	t, err := routeTarget(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -354,7 +389,7 @@ func (s *Server) epochsList(r *http.Request) (any, uint64, error) {
 	default:
 		return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "state", "%q is not one of pending, completed, aborted, subsumed", state)
 	}
-	epochs, idx, err := s.fsm.Epochs(job, state)
+	epochs, idx, err := s.fsm.Epochs(t.Job, state)
 	if err != nil {
 		return nil, idx, err
 	}
@@ -365,11 +400,7 @@ func (s *Server) epochsList(r *http.Request) (any, uint64, error) {
 // blocking query: it answers when the epoch's modify index passes N, or
 // when ?wait (default and cap 5m) elapses, with the state at that time.
 func (s *Server) epochGet(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
-	if err != nil {
-		return nil, 0, err
-	}
-	n, err := pathEpoch(r)
+	t, err := routeTarget(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -378,47 +409,33 @@ func (s *Server) epochGet(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	return answer(blockingRead(r, s.fsm.Changes, wait, func() (*fsm.EpochDetail, uint64, bool, error) {
-		e, idx, err := s.fsm.Epoch(job, n)
+		e, idx, err := s.fsm.Epoch(t.Job, t.Epoch)
 		return e, idx, err != nil || after == 0 || e.ModifyIndex > after, err
 	}))
 }
 
 func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	p, err := decodeCommand(r, false, func(t target, b *wire.TaskAckRequest) (*fsm.TaskAck, error) {
+		return &fsm.TaskAck{Job: t.Job, Generation: b.Generation, Epoch: t.Epoch, Task: t.Task, Payloads: b.Payloads, Manifest: fsmManifestAck(b.Manifest)}, nil
+	})
 	if err != nil {
-		return nil, 0, err
-	}
-	n, err := pathEpoch(r)
-	if err != nil {
-		return nil, 0, err
-	}
-	task, err := pathID(r, "task")
-	if err != nil {
-		return nil, 0, err
-	}
-	var b wire.TaskAckRequest
-	if err := decodeBody(r, &b, false); err != nil {
-		return nil, 0, err
-	}
-	p := fsm.TaskAck{Job: job, Generation: b.Generation, Epoch: n, Task: task, Payloads: b.Payloads, Manifest: fsmManifestAck(b.Manifest)}
-	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
 	// References to another job are refused before anything is proposed,
 	// with the answer the state machine gives at apply (fsm/crossjob.go),
 	// which checks them again.
-	if err := s.fsm.CheckCrossJob(&p); err != nil {
+	if err := s.fsm.CheckCrossJob(p); err != nil {
 		return nil, s.fsm.AppliedIndex(), err
 	}
-	if err := s.quotas.admitAck(job, p.Manifest, s.now()); err != nil {
+	if err := s.quotas.admitAck(p.Job, p.Manifest, s.now()); err != nil {
 		return nil, 0, err
 	}
 	if unsafeDropAcks {
-		if res, idx, ok := s.unsafeDropAck(&p); ok {
+		if res, idx, ok := s.unsafeDropAck(p); ok {
 			return toWire(res), idx, nil
 		}
 	}
-	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, &p)
+	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, p)
 	if res, ok := v.(*fsm.AckResult); ok && err == nil {
 		s.metrics.observeAck(res)
 		if p.Manifest != nil && len(p.Manifest.Blobs) > 0 && s.gc != nil {
@@ -431,46 +448,19 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 }
 
 func (s *Server) epochAbort(r *http.Request) (any, uint64, error) {
-	job, err := pathID(r, "job")
+	p, err := decodeCommand(r, false, func(t target, b *wire.EpochAbortRequest) (*fsm.EpochAbort, error) {
+		return &fsm.EpochAbort{Job: t.Job, Generation: b.Generation, Epoch: t.Epoch, Reason: b.Reason}, nil
+	})
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := pathEpoch(r)
-	if err != nil {
-		return nil, 0, err
-	}
-	var b wire.EpochAbortRequest
-	if err := decodeBody(r, &b, false); err != nil {
-		return nil, 0, err
-	}
-	p := fsm.EpochAbort{Job: job, Generation: b.Generation, Epoch: n, Reason: b.Reason}
-	if err := p.Validate(); err != nil {
-		return nil, 0, err
-	}
-	return answer(s.apply(r.Context(), fsm.CmdEpochAbort, &p))
-}
-
-func (s *Server) pinRequest(r *http.Request, withBody bool) (*fsm.EpochPin, error) {
-	job, err := pathID(r, "job")
-	if err != nil {
-		return nil, err
-	}
-	n, err := pathEpoch(r)
-	if err != nil {
-		return nil, err
-	}
-	var b wire.PinRequest
-	if withBody {
-		if err := decodeBody(r, &b, true); err != nil {
-			return nil, err
-		}
-	}
-	p := &fsm.EpochPin{Job: job, Epoch: n, Name: b.Name}
-	return p, p.Validate()
+	return answer(s.apply(r.Context(), fsm.CmdEpochAbort, p))
 }
 
 func (s *Server) epochPin(r *http.Request) (any, uint64, error) {
-	p, err := s.pinRequest(r, true)
+	p, err := decodeCommand(r, true, func(t target, b *wire.PinRequest) (*fsm.EpochPin, error) {
+		return &fsm.EpochPin{Job: t.Job, Epoch: t.Epoch, Name: b.Name}, nil
+	})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -479,8 +469,12 @@ func (s *Server) epochPin(r *http.Request) (any, uint64, error) {
 }
 
 func (s *Server) epochUnpin(r *http.Request) (any, uint64, error) {
-	p, err := s.pinRequest(r, false)
+	t, err := routeTarget(r)
 	if err != nil {
+		return nil, 0, err
+	}
+	p := &fsm.EpochPin{Job: t.Job, Epoch: t.Epoch}
+	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
 	return answer(s.apply(r.Context(), fsm.CmdEpochUnpin, p))
@@ -490,14 +484,11 @@ func (s *Server) epochUnpin(r *http.Request) (any, uint64, error) {
 // checkpoint (default: the latest completed), ?source_job and ?source_task
 // map the restore onto another job's or task's checkpoint.
 func (s *Server) taskRestore(r *http.Request) (any, uint64, error) {
-	var req fsm.RestoreRequest
-	var err error
-	if req.Job, err = pathID(r, "job"); err != nil {
+	t, err := routeTarget(r)
+	if err != nil {
 		return nil, 0, err
 	}
-	if req.Task, err = pathID(r, "task"); err != nil {
-		return nil, 0, err
-	}
+	req := fsm.RestoreRequest{Job: t.Job, Task: t.Task}
 	if req.Epoch, err = queryEpoch(r); err != nil {
 		return nil, 0, err
 	}
