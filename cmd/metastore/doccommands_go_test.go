@@ -62,7 +62,7 @@ func (g *goChecker) check(c docCommand) {
 	}
 	switch words[0] {
 	case "test", "build":
-		g.checkTest(c, dir, env, words[1:])
+		g.checkTest(c, dir, words[0], env, words[1:])
 	case "run":
 		if len(env) > 0 {
 			t.Errorf("%s: the checker does not check environment variables of go run", c)
@@ -96,7 +96,7 @@ func (g *goChecker) knownGoFlags() map[string]bool {
 	return g.goFlags
 }
 
-func (g *goChecker) checkTest(c docCommand, dir string, env, args []string) {
+func (g *goChecker) checkTest(c docCommand, dir, sub string, env, args []string) {
 	t := g.t
 	t.Helper()
 	known := g.knownGoFlags()
@@ -110,8 +110,8 @@ func (g *goChecker) checkTest(c docCommand, dir string, env, args []string) {
 		}
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if !known[name] {
-			t.Errorf("%s: go test has no flag -%s", c, name)
-			continue
+			t.Errorf("%s: go %s has no flag -%s", c, sub, name)
+			return // its value, if any, would be read as a package
 		}
 		if !goTestBoolFlags[name] && !hasValue {
 			if i+1 == len(args) {
@@ -248,7 +248,7 @@ func (g *goChecker) checkRun(c docCommand, dir string, args []string) {
 				where = "its " + command + " command"
 			}
 			t.Errorf("%s: %s has no flag --%s", c, where, name)
-			continue
+			return // its value, if any, would be read as a command
 		}
 		if takesValue && !hasValue {
 			if i+1 == len(args) {
