@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -49,29 +50,10 @@ import (
 // docRoot is the repository root, seen from cmd/metastore.
 const docRoot = "../.."
 
-const readmeCluster = "a command of README.md's three-node walk-through, against the members its serve lines start on fixed ports; not run by a test yet"
-
 // docNotRunnable lists the printed commands a test cannot run, with the
 // reason. The key is the command without its comment, its words separated
 // by single spaces.
 var docNotRunnable = map[string]string{
-	// README.md, "Three nodes on one machine" and "The same three nodes
-	// with TLS": their serve lines are checked; the client commands need
-	// the three (and four) members those serve lines start, on the fixed
-	// ports 7070-7101, which no test starts yet (TestClusterTLS and
-	// TestClusterLeaderKillAndMembership run the same commands on their own
-	// addresses).
-	"./metastore members list":                                                         readmeCluster,
-	"./metastore status --addr 127.0.0.1:7090":                                         readmeCluster,
-	"./metastore members add n4 --raft-addr 127.0.0.1:7101 --http-addr 127.0.0.1:7100": readmeCluster,
-	"./metastore members remove n4":                                                    readmeCluster,
-	"kill %4":                                                                          "job control of the reader's shell (the fourth node started with &)",
-	"rm -rf /tmp/ms4":                                                                  readmeCluster,
-	"./metastore certs ca --out /tmp/ms-certs":                                         readmeCluster,
-	"for n in n1 n2 n3; do ./metastore certs member --ca-dir /tmp/ms-certs --name $n --ip 127.0.0.1 --dns localhost done": readmeCluster,
-	"export METASTORE_CA_FILE=/tmp/ms-certs/ca.crt":                                                                       readmeCluster,
-	"./metastore status --addr https://127.0.0.1:7090":                                                                    readmeCluster,
-	"curl --cacert /tmp/ms-certs/ca.crt https://127.0.0.1:7070/v1/status":                                                 readmeCluster,
 	// docs/operations.md, "Corrupted files and rebuilding a member".
 	"metastore rebuild <the member's usual serve flags> --join ms1.internal:7070,ms2.internal:7070": "a template: <the member's usual serve flags> stands for a member's own flags; the concrete example after it is checked",
 	// docs/operations.md, "Upgrades": the steps that act on a host.
@@ -118,6 +100,19 @@ type docGroup struct {
 	subst []docSubst
 	// env is added to the environment of every command.
 	env func(n *docNode) []string
+	// programs are run besides docRunPrograms.
+	programs map[string]bool
+	// actions are what the test does for a printed command a shell of
+	// its own cannot run, by the command's key.
+	actions map[string]docAction
+	// then are commands the prose after a printed command describes
+	// without printing them, run after it (and substituted the same way).
+	then map[string][]string
+}
+
+type docAction struct {
+	why string
+	do  func(t *testing.T, n *docNode)
 }
 
 type docSubst struct {
@@ -127,10 +122,12 @@ type docSubst struct {
 
 // docNode is a member started for a group.
 type docNode struct {
-	dir    string // the group's working directory
-	proc   *clProc
-	scheme string
-	caFile string
+	dir     string  // the group's working directory
+	proc    *clProc // the node of an auth or tls group
+	scheme  string
+	caFile  string
+	procs   map[string]*docProc // by node id, the nodes started
+	pending []*docProc          // started, not yet seen ready
 }
 
 func (n *docNode) url() string { return n.scheme + "://" + n.proc.httpAddr }
@@ -175,6 +172,38 @@ var docRunGroups = []docGroup{
 		},
 		env: func(n *docNode) []string {
 			return []string{"METASTORE_CA_FILE=" + n.caFile, "CURL_CA_BUNDLE=" + n.caFile}
+		},
+	},
+	{
+		file: "README.md",
+		blocks: []string{
+			"go build -o metastore ./cmd/metastore",
+			"./metastore serve --node-id n4 --data-dir /tmp/ms4 --blob-store file:///tmp/ms-blobs \\",
+			"./metastore members add n4 --raft-addr 127.0.0.1:7101 --http-addr 127.0.0.1:7100",
+			"./metastore members remove n4",
+			"./metastore certs ca --out /tmp/ms-certs                       # ca.crt, ca.key",
+			"export METASTORE_CA_FILE=/tmp/ms-certs/ca.crt",
+		},
+		node: "readme",
+		subst: []docSubst{
+			{"/tmp/", "the README's directories: in the test's directory",
+				func(n *docNode, _ string) string { return n.dir + "/tmp/" }},
+		},
+		programs: map[string]bool{"for": true, "rm": true},
+		actions: map[string]docAction{
+			"kill %4": {"stop the fourth node (started in the background of the reader's shell) with SIGTERM",
+				func(t *testing.T, n *docNode) {
+					if code := n.procs["n4"].p.terminate(t); code != 0 {
+						t.Fatalf("n4 exited with status %d on SIGTERM\n%s", code, n.logs())
+					}
+				}},
+		},
+		then: map[string][]string{
+			// "(n2 and n3 as above, each with its own nN.crt and nN.key.)"
+			"./metastore serve --node-id n1 --data-dir /tmp/ms1 --blob-store file:///tmp/ms-blobs --http-addr 127.0.0.1:7070 --raft-addr 127.0.0.1:7071 --initial-cluster n1=127.0.0.1:7071,n2=127.0.0.1:7081,n3=127.0.0.1:7091 --tls-cert-file /tmp/ms-certs/n1.crt --tls-key-file /tmp/ms-certs/n1.key --tls-ca-file /tmp/ms-certs/ca.crt": {
+				"./metastore serve --node-id n2 --data-dir /tmp/ms2 --blob-store file:///tmp/ms-blobs --http-addr 127.0.0.1:7080 --raft-addr 127.0.0.1:7081 --initial-cluster n1=127.0.0.1:7071,n2=127.0.0.1:7081,n3=127.0.0.1:7091 --tls-cert-file /tmp/ms-certs/n2.crt --tls-key-file /tmp/ms-certs/n2.key --tls-ca-file /tmp/ms-certs/ca.crt",
+				"./metastore serve --node-id n3 --data-dir /tmp/ms3 --blob-store file:///tmp/ms-blobs --http-addr 127.0.0.1:7090 --raft-addr 127.0.0.1:7091 --initial-cluster n1=127.0.0.1:7071,n2=127.0.0.1:7081,n3=127.0.0.1:7091 --tls-cert-file /tmp/ms-certs/n3.crt --tls-key-file /tmp/ms-certs/n3.key --tls-ca-file /tmp/ms-certs/ca.crt",
+			},
 		},
 	},
 }
@@ -383,7 +412,7 @@ func planDocCommands(t *testing.T) *docPlan {
 				case docNotRunnable[c.key()] != "":
 					usedNotRun[c.key()] = true
 					p.notRun = append(p.notRun, c)
-				case inGroup && docRunPrograms[prog]:
+				case inGroup && (docRunPrograms[prog] || docRunGroups[gi].programs[prog] || docRunGroups[gi].actions[c.key()].do != nil):
 					p.groups[gi] = append(p.groups[gi], c)
 					if prog == "metastore" && len(words) > 1 && (words[1] == "serve" || words[1] == "rebuild") {
 						p.serveArgs = append(p.serveArgs, c)
@@ -488,7 +517,7 @@ func checkServeLine(t *testing.T, c docCommand) {
 
 // runDocGroup starts the group's node and runs its commands in order.
 func runDocGroup(t *testing.T, g *docGroup, cmds []docCommand) {
-	n := &docNode{dir: t.TempDir(), scheme: "http"}
+	n := &docNode{dir: t.TempDir(), scheme: "http", procs: map[string]*docProc{}}
 	n.proc = &clProc{id: "d1", httpAddr: freeAddr(t), raftAddr: freeAddr(t), dataDir: filepath.Join(n.dir, "data")}
 	copyFile(t, binary, filepath.Join(n.dir, "metastore"))
 	if err := os.MkdirAll(filepath.Join(n.dir, "etc", "metastore"), 0o700); err != nil {
@@ -498,6 +527,17 @@ func runDocGroup(t *testing.T, g *docGroup, cmds []docCommand) {
 		"--http-addr", n.proc.httpAddr, "--raft-addr", n.proc.raftAddr}
 	switch g.node {
 	case "auth": // the group's serve line starts it
+	case "readme":
+		for _, addr := range readmePorts {
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Skipf("README.md's three nodes use %s, which is taken: %v", addr, err)
+			}
+			l.Close()
+		}
+		if err := os.MkdirAll(filepath.Join(n.dir, "tmp"), 0o700); err != nil {
+			t.Fatal(err)
+		}
 	case "tls":
 		certs := filepath.Join(n.dir, "certs")
 		for _, args := range [][]string{
@@ -509,72 +549,151 @@ func runDocGroup(t *testing.T, g *docGroup, cmds []docCommand) {
 			}
 		}
 		n.scheme, n.caFile = "https", filepath.Join(certs, "ca.crt")
-		startDocNode(t, n, append(baseArgs, "--tls-cert-file", filepath.Join(certs, "d1.crt"),
+		startServe(t, n, n.proc, append(baseArgs, "--tls-cert-file", filepath.Join(certs, "d1.crt"),
 			"--tls-key-file", filepath.Join(certs, "d1.key"), "--tls-ca-file", n.caFile))
 	default:
-		t.Fatalf("docGroup.node %q: the test knows auth and tls", g.node)
+		t.Fatalf("docGroup.node %q: the test knows auth, readme and tls", g.node)
 	}
 	for _, s := range g.subst {
 		t.Logf("substitution: %q -> %q (%s)", s.old, s.new(n, ""), s.why)
 	}
 	var exports []string
 	var outputs strings.Builder
-	for _, c := range cmds {
-		cmd := c.cmd
+	var run func(c docCommand, printed string, top bool)
+	run = func(c docCommand, printed string, top bool) {
+		cmd := printed
 		for _, s := range g.subst {
 			cmd = strings.ReplaceAll(cmd, s.old, s.new(n, outputs.String()))
 		}
 		words := strings.Fields(cmd)
-		if strings.TrimPrefix(words[0], "./") == "metastore" && words[1] == "serve" {
-			if n.proc.cmd != nil {
-				t.Fatalf("%s: a second serve line in one group", c)
-			}
+		switch {
+		case g.actions[c.key()].do != nil:
+			waitReady(t, n)
+			g.actions[c.key()].do(t, n)
+			t.Logf("did what %q says: %s", c.key(), g.actions[c.key()].why)
+		case strings.TrimPrefix(words[0], "./") == "metastore" && words[1] == "serve":
 			if strings.ContainsAny(cmd, `'"$\`) {
 				t.Fatalf("%s: the test starts serve lines without a shell and cannot take quotes or expansions", c)
 			}
-			startDocNode(t, n, words[1:])
+			proc := n.proc
+			if g.node != "auth" {
+				proc = &clProc{id: flagValue(words, "--node-id"), httpAddr: flagValue(words, "--http-addr")}
+			}
+			startServe(t, n, proc, words[1:])
 			t.Logf("started: %s", cmd)
-			continue
+		default:
+			waitReady(t, n)
+			if strings.HasPrefix(cmd, "export ") {
+				exports = append(exports, cmd)
+			}
+			out, err := runDocShell(t, n, g, strings.Join(exports, "\n")+"\n"+cmd)
+			outputs.WriteString(out)
+			if err != nil {
+				t.Fatalf("%s\n  ran: %s\n  failed: %v\n%s\n%s", c, cmd, err, out, n.logs())
+			}
+			t.Logf("ran %s\n%s", cmd, out)
 		}
-		if strings.HasPrefix(cmd, "export ") {
-			exports = append(exports, cmd)
+		if !top {
+			return
 		}
-		out, err := runDocShell(t, n, g, strings.Join(exports, "\n")+"\n"+cmd)
-		outputs.WriteString(out)
-		if err != nil {
-			t.Fatalf("%s\n  ran: %s\n  failed: %v\n%s\n--- node log (last 4 KiB) ---\n%s", c, cmd, err, out, tail(n.proc.stderr.String(), 4096))
+		for _, more := range g.then[c.key()] {
+			t.Logf("what the prose after %q says: %s", c.key(), more)
+			run(c, more, false)
 		}
-		t.Logf("ran %s\n%s", cmd, out)
 	}
+	for _, c := range cmds {
+		run(c, c.cmd, true)
+	}
+	waitReady(t, n)
 }
 
-func startDocNode(t *testing.T, n *docNode, args []string) {
-	t.Helper()
-	n.proc.args = args
-	n.proc.start(t)
-	t.Cleanup(func() {
-		if code := n.proc.terminate(t); code != 0 {
-			t.Errorf("the node exited with status %d\n%s", code, tail(n.proc.stderr.String(), 4096))
+// readmePorts are the addresses of README.md's three (and four) nodes.
+var readmePorts = []string{"127.0.0.1:7070", "127.0.0.1:7071", "127.0.0.1:7080", "127.0.0.1:7081",
+	"127.0.0.1:7090", "127.0.0.1:7091", "127.0.0.1:7100", "127.0.0.1:7101"}
+
+// docProc is a node a serve line started.
+type docProc struct {
+	p      *clProc
+	url    string
+	caFile string
+}
+
+func flagValue(words []string, name string) string {
+	for i, w := range words {
+		if w == name && i+1 < len(words) {
+			return words[i+1]
 		}
-	})
-	hc := http.DefaultClient
-	if n.caFile != "" {
-		hc = httpsClient(t, n.caFile)
+		if v, ok := strings.CutPrefix(w, name+"="); ok {
+			return v
+		}
 	}
-	waitFor(t, 30*time.Second, func() error {
-		if !n.proc.running() {
-			t.Fatalf("the node exited: %v\n%s", n.proc.err, n.proc.stderr)
+	return ""
+}
+
+// startServe starts a node with args; a node of the same id that runs is
+// stopped first (a reader stops it in its terminal before starting it
+// again). waitReady waits for it.
+func startServe(t *testing.T, n *docNode, p *clProc, args []string) {
+	t.Helper()
+	if old := n.procs[p.id]; old != nil && old.p.running() {
+		if code := old.p.terminate(t); code != 0 {
+			t.Fatalf("%s exited with status %d on SIGTERM\n%s", p.id, code, tail(old.p.stderr.String(), 4096))
 		}
-		resp, err := hc.Get(n.url() + "/readyz")
-		if err != nil {
-			return err
+	}
+	p.args = args
+	p.start(t)
+	t.Cleanup(func() {
+		if code := p.terminate(t); code != 0 {
+			t.Errorf("%s exited with status %d\n%s", p.id, code, tail(p.stderr.String(), 4096))
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz answered %d", resp.StatusCode)
-		}
-		return nil
 	})
+	dp := &docProc{p: p, url: "http://" + p.httpAddr, caFile: flagValue(args, "--tls-ca-file")}
+	if dp.caFile != "" {
+		dp.url = "https://" + p.httpAddr
+	}
+	n.procs[p.id] = dp
+	n.pending = append(n.pending, dp)
+}
+
+// waitReady waits until every node started since the last call answers
+// /readyz with 200.
+func waitReady(t *testing.T, n *docNode) {
+	t.Helper()
+	for _, dp := range n.pending {
+		hc := http.DefaultClient
+		if dp.caFile != "" {
+			hc = httpsClient(t, dp.caFile)
+		}
+		waitFor(t, 60*time.Second, func() error {
+			if !dp.p.running() {
+				t.Fatalf("%s exited: %v\n%s", dp.p.id, dp.p.err, n.logs())
+			}
+			resp, err := hc.Get(dp.url + "/readyz")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: /readyz answered %d", dp.p.id, resp.StatusCode)
+			}
+			return nil
+		})
+	}
+	n.pending = nil
+}
+
+// logs returns the end of each node's log.
+func (n *docNode) logs() string {
+	var b strings.Builder
+	ids := make([]string, 0, len(n.procs))
+	for id := range n.procs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		fmt.Fprintf(&b, "--- %s log (last 4 KiB) ---\n%s\n", id, tail(n.procs[id].p.stderr.String(), 4096))
+	}
+	return b.String()
 }
 
 // docPreamble stops a script at its first failing command and, as
