@@ -102,6 +102,9 @@ type docGroup struct {
 	env func(n *docNode) []string
 	// programs are run besides docRunPrograms.
 	programs map[string]bool
+	// goRun runs the group's `go run` commands (in the repository, where
+	// the reader runs them) instead of only checking them.
+	goRun bool
 	// actions are what the test does for a printed command a shell of
 	// its own cannot run, by the command's key.
 	actions map[string]docAction
@@ -190,6 +193,7 @@ var docRunGroups = []docGroup{
 				func(n *docNode, _ string) string { return n.dir + "/tmp/" }},
 		},
 		programs: map[string]bool{"for": true, "rm": true},
+		goRun:    true,
 		actions: map[string]docAction{
 			"kill %4": {"stop the fourth node (started in the background of the reader's shell) with SIGTERM",
 				func(t *testing.T, n *docNode) {
@@ -205,6 +209,12 @@ var docRunGroups = []docGroup{
 				"./metastore serve --node-id n3 --data-dir /tmp/ms3 --blob-store file:///tmp/ms-blobs --http-addr 127.0.0.1:7090 --raft-addr 127.0.0.1:7091 --initial-cluster n1=127.0.0.1:7071,n2=127.0.0.1:7081,n3=127.0.0.1:7091 --tls-cert-file /tmp/ms-certs/n3.crt --tls-key-file /tmp/ms-certs/n3.key --tls-ca-file /tmp/ms-certs/ca.crt",
 			},
 		},
+	},
+	{
+		file:   "README.md",
+		blocks: []string{"go run ./examples/streamjob --addr http://127.0.0.1:7070 run --epochs 30"},
+		node:   "readme-run-it",
+		goRun:  true,
 	},
 }
 
@@ -412,7 +422,8 @@ func planDocCommands(t *testing.T) *docPlan {
 				case docNotRunnable[c.key()] != "":
 					usedNotRun[c.key()] = true
 					p.notRun = append(p.notRun, c)
-				case inGroup && (docRunPrograms[prog] || docRunGroups[gi].programs[prog] || docRunGroups[gi].actions[c.key()].do != nil):
+				case inGroup && (docRunPrograms[prog] || docRunGroups[gi].programs[prog] || docRunGroups[gi].actions[c.key()].do != nil ||
+					docRunGroups[gi].goRun && strings.HasPrefix(c.key(), "go run ")):
 					p.groups[gi] = append(p.groups[gi], c)
 					if prog == "metastore" && len(words) > 1 && (words[1] == "serve" || words[1] == "rebuild") {
 						p.serveArgs = append(p.serveArgs, c)
@@ -538,6 +549,18 @@ func runDocGroup(t *testing.T, g *docGroup, cmds []docCommand) {
 		if err := os.MkdirAll(filepath.Join(n.dir, "tmp"), 0o700); err != nil {
 			t.Fatal(err)
 		}
+	case "readme-run-it":
+		// "Against the store started above": README.md's "Run it" node,
+		// started as TestREADMEWalkThroughs starts it.
+		for _, addr := range readmePorts[:2] {
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Skipf("README.md's node uses %s, which is taken: %v", addr, err)
+			}
+			l.Close()
+		}
+		p := &clProc{id: "run-it", httpAddr: readmePorts[0], workDir: n.dir}
+		startServe(t, n, p, strings.Fields(readmeServe)[1:])
 	case "tls":
 		certs := filepath.Join(n.dir, "certs")
 		for _, args := range [][]string{
@@ -718,6 +741,14 @@ func runDocShell(t *testing.T, n *docNode, g *docGroup, script string) (string, 
 	defer cancel()
 	sh := exec.CommandContext(ctx, "bash", "-c", docPreamble+script)
 	sh.Dir = n.dir
+	if strings.HasPrefix(script[strings.LastIndex(script, "\n")+1:], "go ") {
+		// A go command, run where the reader runs it.
+		root, err := filepath.Abs(docRoot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh.Dir = root
+	}
 	env := cleanEnv("PATH=" + n.dir + string(os.PathListSeparator) + os.Getenv("PATH"))
 	if g.env != nil {
 		env = append(env, g.env(n)...)
