@@ -108,6 +108,8 @@ type docGroup struct {
 	// actions are what the test does for a printed command a shell of
 	// its own cannot run, by the command's key.
 	actions map[string]docAction
+	// check, when set, checks what the group's commands did.
+	check func(t *testing.T, n *docNode)
 	// then are commands the prose after a printed command describes
 	// without printing them, run after it (and substituted the same way).
 	then map[string][]string
@@ -141,7 +143,7 @@ var docRunGroups = []docGroup{
 	{
 		file: "docs/operations.md",
 		blocks: []string{
-			"./metastore tokens generate > /etc/metastore/bootstrap-token   # mode 0600",
+			"install -m 0600 /dev/null /etc/metastore/bootstrap-token       # readable by its owner only",
 			"export METASTORE_TOKEN_FILE=/etc/metastore/bootstrap-token",
 		},
 		node: "auth",
@@ -161,7 +163,19 @@ var docRunGroups = []docGroup{
 					return "(no token was created)"
 				}},
 		},
-		env: func(n *docNode) []string { return []string{"METASTORE_ADDR=" + n.url()} },
+		env:      func(n *docNode) []string { return []string{"METASTORE_ADDR=" + n.url()} },
+		programs: map[string]bool{"install": true},
+		check: func(t *testing.T, n *docNode) {
+			// The secret's file is readable by its owner only, as the
+			// comment says.
+			fi, err := os.Stat(filepath.Join(n.dir, "etc/metastore/bootstrap-token"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o600 || fi.Size() == 0 {
+				t.Errorf("the bootstrap token file has mode %v and %d bytes, want 0600 and a secret", fi.Mode().Perm(), fi.Size())
+			}
+		},
 	},
 	{
 		file:   "docs/operations.md",
@@ -628,6 +642,9 @@ func runDocGroup(t *testing.T, g *docGroup, cmds []docCommand) {
 		run(c, c.cmd, true)
 	}
 	waitReady(t, n)
+	if g.check != nil {
+		g.check(t, n)
+	}
 }
 
 // readmePorts are the addresses of README.md's three (and four) nodes.
