@@ -56,10 +56,9 @@ const docRoot = "../.."
 var docNotRunnable = map[string]string{
 	// docs/operations.md, "Corrupted files and rebuilding a member".
 	"metastore rebuild <the member's usual serve flags> --join ms1.internal:7070,ms2.internal:7070": "a template: <the member's usual serve flags> stands for a member's own flags; the concrete example after it is checked",
-	// docs/operations.md, "Upgrades": the steps that act on a host.
-	"systemctl stop metastore":                               "stops the systemd unit of a production host",
-	"install -m 0755 metastore-NEW /usr/local/bin/metastore": "replaces the installed binary of a production host",
-	"systemctl start metastore":                              "starts the systemd unit of a production host",
+	// docs/operations.md, "Upgrades" (the test does systemctl stop and
+	// start itself: docRunGroups).
+	"install -m 0755 metastore-NEW /usr/local/bin/metastore": "replaces the installed binary of a production host; the test restarts its member with the binary it built",
 }
 
 // docNotCommand says why a block prints no shell command, or "" when it
@@ -160,7 +159,7 @@ var docRunGroups = []docGroup{
 					if m := createdToken.FindStringSubmatch(outputs); m != nil {
 						return m[1]
 					}
-					return "(no token was created)"
+					return "(the accessor `tokens create` prints)"
 				}},
 		},
 		env:      func(n *docNode) []string { return []string{"METASTORE_ADDR=" + n.url()} },
@@ -189,6 +188,16 @@ var docRunGroups = []docGroup{
 		},
 		env: func(n *docNode) []string {
 			return []string{"METASTORE_CA_FILE=" + n.caFile, "CURL_CA_BUNDLE=" + n.caFile}
+		},
+		actions: map[string]docAction{
+			"systemctl stop metastore": {"stop the member with SIGTERM (what the unit's stop does) and require a clean exit",
+				func(t *testing.T, n *docNode) {
+					if code := n.proc.terminate(t); code != 0 {
+						t.Fatalf("the member exited with status %d on SIGTERM\n%s", code, n.logs())
+					}
+				}},
+			"systemctl start metastore": {"start the member again with the same command line",
+				func(t *testing.T, n *docNode) { startServe(t, n, n.proc, n.proc.args) }},
 		},
 	},
 	{
@@ -679,6 +688,7 @@ func startServe(t *testing.T, n *docNode, p *clProc, args []string) {
 		if code := old.p.terminate(t); code != 0 {
 			t.Fatalf("%s exited with status %d on SIGTERM\n%s", p.id, code, tail(old.p.stderr.String(), 4096))
 		}
+		t.Logf("stopped the running %s with SIGTERM before starting it again", p.id)
 	}
 	p.args = args
 	p.start(t)
