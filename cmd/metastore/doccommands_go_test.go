@@ -265,7 +265,5 @@ func (g *goChecker) checkRun(c docCommand, dir string, args []string) {
 			}
 		}
 	}
-	if command != "" {
-		p.flagsOf(t, command) // the command exists: it prints its flags
-	}
+	p.flagsOf(t, command) // -h prints the flags (of the command, which exists)
 }
