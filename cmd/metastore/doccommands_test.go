@@ -11,13 +11,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 )
 
-// The shell commands that README.md and docs/*.md print.
+// The shell commands that README.md, docs/*.md and the other Markdown files
+// (docFiles) print.
 //
 // TestDocsShellCommands extracts every code block of those files
 // (markdownBlocks: indented blocks and ``` fences), splits the blocks that
@@ -78,6 +80,10 @@ func docNotCommand(file string, b mdBlock) string {
 		return "example log lines"
 	case regexp.MustCompile(`^(GET|POST|PUT|DELETE) /v1/`).MatchString(first):
 		return "an HTTP request as the API sees it (method, path, body with elisions), not a shell command"
+	case file == "examples/streamjob/README.md" && (strings.HasPrefix(first, "job demo: ") || first == "..."):
+		return "example output of streamjob"
+	case file == "examples/streamjob/README.md" && strings.HasPrefix(first, "streamjob [--addr "):
+		return "the usage synopsis of streamjob"
 	case file == "docs/architecture.md" && strings.HasPrefix(first, "cmd/metastore -> "):
 		return "the package dependency graph"
 	case file == "docs/operations.md" && strings.HasPrefix(first, "metastore: invalid --auth: "):
@@ -239,6 +245,19 @@ var docRunGroups = []docGroup{
 		node:   "readme-run-it",
 		goRun:  true,
 	},
+	{
+		file: "examples/streamjob/README.md",
+		blocks: []string{
+			"go run ./cmd/metastore serve &",
+			"go run ./examples/streamjob --addr http://127.0.0.1:7070 resume --epochs 10 --topology changed",
+		},
+		node:  "none",
+		goRun: true,
+		actions: map[string]docAction{
+			"go run ./cmd/metastore serve &": {"start the binary go run builds, as serve in the background of a fresh directory (README.md's \"Run it\" node)",
+				func(t *testing.T, n *docNode) { startRunIt(t, n) }},
+		},
+	},
 }
 
 // docRunPrograms are the programs a group's commands may run; any other
@@ -363,15 +382,22 @@ func shellWords(s string) []string {
 	return words
 }
 
-// docFiles returns README.md and docs/*.md, relative to the repository.
+// docFiles returns README.md, docs/*.md, the Markdown files of the
+// packages (blobstore/README.md, node/DESIGN.md, ...) and of the examples,
+// relative to the repository.
 func docFiles(t *testing.T) []string {
-	files, err := filepath.Glob(filepath.Join(docRoot, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := []string{"README.md"}
-	for _, f := range files {
-		out = append(out, filepath.ToSlash(strings.TrimPrefix(f, docRoot+"/")))
+	for _, pattern := range []string{"docs/*.md", "*/*.md", "examples/*/*.md"} {
+		files, err := filepath.Glob(filepath.Join(docRoot, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			f = filepath.ToSlash(strings.TrimPrefix(f, docRoot+"/"))
+			if !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+		}
 	}
 	return out
 }
@@ -530,7 +556,7 @@ func TestDocsShellCommands(t *testing.T) {
 	})
 	for gi := range docRunGroups {
 		g := &docRunGroups[gi]
-		t.Run(fmt.Sprintf("%s:%d", filepath.Base(g.file), p.groups[gi][0].line), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s:%d", g.file, p.groups[gi][0].line), func(t *testing.T) {
 			runDocGroup(t, g, p.groups[gi])
 		})
 	}
@@ -578,17 +604,9 @@ func runDocGroup(t *testing.T, g *docGroup, cmds []docCommand) {
 			t.Fatal(err)
 		}
 	case "readme-run-it":
-		// "Against the store started above": README.md's "Run it" node,
-		// started as TestREADMEWalkThroughs starts it.
-		for _, addr := range readmePorts[:2] {
-			l, err := net.Listen("tcp", addr)
-			if err != nil {
-				t.Skipf("README.md's node uses %s, which is taken: %v", addr, err)
-			}
-			l.Close()
-		}
-		p := &clProc{id: "run-it", httpAddr: readmePorts[0], workDir: n.dir}
-		startServe(t, n, p, strings.Fields(readmeServe)[1:])
+		// "Against the store started above": README.md's "Run it" node.
+		startRunIt(t, n)
+	case "none": // an action starts it
 	case "tls":
 		certs := filepath.Join(n.dir, "certs")
 		for _, args := range [][]string{
@@ -603,7 +621,7 @@ func runDocGroup(t *testing.T, g *docGroup, cmds []docCommand) {
 		startServe(t, n, n.proc, append(baseArgs, "--tls-cert-file", filepath.Join(certs, "d1.crt"),
 			"--tls-key-file", filepath.Join(certs, "d1.key"), "--tls-ca-file", n.caFile))
 	default:
-		t.Fatalf("docGroup.node %q: the test knows auth, readme and tls", g.node)
+		t.Fatalf("docGroup.node %q: the test knows auth, none, readme, readme-run-it and tls", g.node)
 	}
 	for _, s := range g.subst {
 		t.Logf("substitution: %q -> %q (%s)", s.old, s.new(n, ""), s.why)
@@ -659,6 +677,22 @@ func runDocGroup(t *testing.T, g *docGroup, cmds []docCommand) {
 	if g.check != nil {
 		g.check(t, n)
 	}
+}
+
+// startRunIt starts README.md's "Run it" node (./metastore serve, on the
+// default addresses, in the group's directory) as TestREADMEWalkThroughs
+// starts it. It skips when those addresses are taken.
+func startRunIt(t *testing.T, n *docNode) {
+	t.Helper()
+	for _, addr := range readmePorts[:2] {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("README.md's node uses %s, which is taken: %v", addr, err)
+		}
+		l.Close()
+	}
+	p := &clProc{id: "run-it", httpAddr: readmePorts[0], workDir: n.dir}
+	startServe(t, n, p, strings.Fields(readmeServe)[1:])
 }
 
 // readmePorts are the addresses of README.md's three (and four) nodes.
