@@ -28,10 +28,13 @@ import (
 //
 //   - run: the blocks of docRunGroups are executed, command by command, in
 //     bash in a fresh directory (with the built binary as ./metastore and on
-//     PATH), against a node the test starts; a printed `metastore serve`
-//     line is that node's command line. What the test has to put in place
-//     of an example host, path or identifier is the group's substitution
-//     table, printed in the log.
+//     PATH; `go run` commands in the repository), against nodes the test
+//     starts: a printed `metastore serve` line starts one with exactly its
+//     arguments. What the test has to put in place of an example host, path
+//     or identifier is the group's substitution table (printed in the log);
+//     what it does for a command a shell of its own cannot run (systemctl,
+//     kill %4) is the group's actions; serve lines the prose describes
+//     without printing them are the group's then.
 //   - checked: `metastore serve` and `metastore rebuild` command lines are
 //     parsed and validated by serve's own settings (loadConfig, validate);
 //     `go test` commands have their flags checked against `go help
