@@ -27,6 +27,7 @@ type clProc struct {
 	dataDir  string
 	args     []string
 	env      []string
+	workDir  string // the working directory; "" for the test's
 
 	cmd    *exec.Cmd
 	stderr *lockedBuffer
@@ -64,6 +65,7 @@ func (p *clProc) start(t *testing.T) {
 	p.stderr = &lockedBuffer{}
 	p.exited = make(chan struct{})
 	p.cmd = exec.Command(binary, p.args...)
+	p.cmd.Dir = p.workDir
 	p.cmd.Env = cleanEnv(p.env...)
 	p.cmd.Stdout = io.Discard
 	p.cmd.Stderr = p.stderr

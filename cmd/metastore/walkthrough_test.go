@@ -17,10 +17,9 @@ import (
 	"github.com/metastore/metastore/internal/testmember"
 )
 
-// codeBlocks returns the indented code blocks of the README section whose
-// heading is heading ("## Run it"), each with its indentation removed. A
-// code block is a run of lines indented by four or more spaces that
-// follows a blank line (wrapped list text is indented by three).
+// codeBlocks returns the code blocks (markdownBlocks) of the README
+// section whose heading is heading ("## Run it"), each with its indentation
+// removed.
 func codeBlocks(t *testing.T, readme, heading string) []string {
 	t.Helper()
 	i := strings.Index(readme, "\n"+heading+"\n")
@@ -32,33 +31,9 @@ func codeBlocks(t *testing.T, readme, heading string) []string {
 		section = section[:j]
 	}
 	var blocks []string
-	var cur []string
-	prevBlank := false
-	flush := func() {
-		if len(cur) == 0 {
-			return
-		}
-		indent := len(cur[0]) - len(strings.TrimLeft(cur[0], " "))
-		for k, l := range cur {
-			if len(l) >= indent {
-				cur[k] = l[indent:]
-			}
-		}
-		blocks = append(blocks, strings.TrimRight(strings.Join(cur, "\n"), "\n"))
-		cur = nil
+	for _, b := range markdownBlocks(section, 1) {
+		blocks = append(blocks, b.text)
 	}
-	for _, l := range strings.Split(section, "\n") {
-		switch indented := strings.HasPrefix(l, "    "); {
-		case indented && (prevBlank || len(cur) > 0):
-			cur = append(cur, l)
-		case strings.TrimSpace(l) == "" && len(cur) > 0:
-			cur = append(cur, "") // a blank line inside a block, or its end
-		default:
-			flush()
-		}
-		prevBlank = strings.TrimSpace(l) == ""
-	}
-	flush()
 	return blocks
 }
 
