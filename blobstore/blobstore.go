@@ -99,7 +99,7 @@ const (
 
 // Observer, when set in a store's configuration, is called once after every
 // store operation with its name (one of the Op constants), the number of
-// objects it handled (keys deleted or listed, else 1), its error and its
+// objects it handled (distinct keys deleted, keys listed, else 1), its error and its
 // duration. It must be safe for concurrent use and must not block; it is the
 // seam for metrics.
 type Observer func(op string, n int, err error, d time.Duration)

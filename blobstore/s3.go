@@ -414,14 +414,21 @@ func (e *ObjectError) Error() string {
 // Delete sends DeleteObjects requests in quiet mode, MaxDeleteBatch keys at
 // most each. A key S3 reports as NoSuchKey counts as deleted. A batch whose
 // request fails puts all its keys in failed; if every batch fails, Delete
-// returns the first error instead.
+// returns the first error instead. The observer is told the number of
+// distinct keys deleted.
 func (s *S3) Delete(ctx context.Context, keys []string) (failed map[string]error, err error) {
 	start := time.Now()
-	defer func() { s.observer.observe(OpDelete, len(keys), err, start) }()
+	deleted := 0
+	defer func() { s.observer.observe(OpDelete, deleted, err, start) }()
 	if err := validateKeys(keys); err != nil {
 		return nil, err
 	}
 	keys = uniqueKeys(keys)
+	defer func() {
+		if err == nil {
+			deleted = len(keys) - len(failed)
+		}
+	}()
 	fail := func(k string, err error) {
 		if failed == nil {
 			failed = make(map[string]error)
@@ -432,9 +439,9 @@ func (s *S3) Delete(ctx context.Context, keys []string) (failed map[string]error
 		firstErr error
 		anyOK    bool
 	)
-	for len(keys) > 0 {
-		batch := keys[:min(len(keys), MaxDeleteBatch)]
-		keys = keys[len(batch):]
+	for rest := keys; len(rest) > 0; {
+		batch := rest[:min(len(rest), MaxDeleteBatch)]
+		rest = rest[len(batch):]
 		if err := ctx.Err(); err != nil {
 			if firstErr == nil {
 				firstErr = err

@@ -3,6 +3,7 @@ package blobstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -192,6 +193,50 @@ func TestS3AgainstServerProcess(t *testing.T) {
 		_, _ = s.Delete(ctx, []string{"k"})
 		if want := []string{"put", "get", "delete"}; !slices.Equal(ops, want) {
 			t.Fatalf("observed %q, want %q", ops, want)
+		}
+	})
+
+	// The observer (metastore_blobstore_objects_total{op="delete"}) is told
+	// how many distinct keys a Delete removed, over several DeleteObjects
+	// batches: 3 objects and 1,200 keys that do not exist (a delete of a
+	// missing key succeeds), each given twice.
+	t.Run("ObserverCountsDeletedKeys", func(t *testing.T) {
+		var (
+			mu      sync.Mutex
+			deleted []int
+		)
+		cfg := blobtest.Config(endpoint, testBucket, "counted")
+		cfg.Observer = func(op string, n int, err error, d time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			if op == blobstore.OpDelete {
+				deleted = append(deleted, n)
+			}
+		}
+		s, err := blobstore.NewS3(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for i := range 3 {
+			k := fmt.Sprintf("real-%d", i)
+			put(t, s, k, "v")
+			keys = append(keys, k)
+		}
+		for i := range 1200 {
+			keys = append(keys, fmt.Sprintf("absent-%04d", i))
+		}
+		keys = append(keys, keys...)
+		if failed, err := s.Delete(ctx, keys); err != nil || failed != nil {
+			t.Fatal(failed, err)
+		}
+		if got := listKeys(t, s, ""); len(got) != 0 {
+			t.Fatalf("left %q", got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(deleted, []int{1203}) {
+			t.Fatalf("delete observed with counts %v, want [1203]", deleted)
 		}
 	})
 }

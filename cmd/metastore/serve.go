@@ -454,7 +454,7 @@ func blobstoreObserver(reg prometheus.Registerer) blobstore.Observer {
 	}, []string{"op", "outcome"})
 	objects := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "metastore_blobstore_objects_total",
-		Help: "Objects handled by object-store operations (keys deleted or listed, else one per call).",
+		Help: "Objects handled by object-store operations (distinct keys deleted, keys listed, else one per call).",
 	}, []string{"op"})
 	reg.MustRegister(latency, objects)
 	return func(op string, n int, err error, d time.Duration) {
