@@ -1,11 +1,13 @@
 package blobstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -27,8 +30,16 @@ const (
 	// DefaultS3MaxAttempts is how often the SDK's standard retryer tries a
 	// request when S3Config.MaxAttempts is zero.
 	DefaultS3MaxAttempts = 5
-	// DefaultS3Timeout bounds one store call when S3Config.Timeout is zero.
-	DefaultS3Timeout = 2 * time.Minute
+	// DefaultS3Timeout bounds one store call, retries included, when
+	// S3Config.Timeout is zero.
+	DefaultS3Timeout = 30 * time.Second
+	// DefaultS3AttemptTimeout bounds the wait for the response headers of
+	// one HTTP attempt, after its request was sent, when
+	// S3Config.AttemptTimeout is zero.
+	DefaultS3AttemptTimeout = 10 * time.Second
+	// DefaultS3ConnectTimeout bounds the TCP connect and the TLS handshake
+	// of one connection when S3Config.ConnectTimeout is zero.
+	DefaultS3ConnectTimeout = 5 * time.Second
 	// MaxPresignTTL is the longest validity of a presigned URL (SigV4's
 	// limit).
 	MaxPresignTTL = 7 * 24 * time.Hour
@@ -63,13 +74,23 @@ type S3Config struct {
 	// MaxAttempts per request for the SDK's standard retryer (1: no
 	// retries). Zero: DefaultS3MaxAttempts.
 	MaxAttempts int
-	// HTTPClient sends the requests. Nil: the SDK's default client.
+	// HTTPClient sends the requests. Nil: the SDK's buildable client with
+	// ConnectTimeout and AttemptTimeout. Set, those two are not applied.
 	HTTPClient *http.Client
-	// Timeout bounds each store call, retries included: all of a Put, Head,
-	// Delete batch or List page; for Get, the wait for the response headers
-	// (reading the body is bounded by the caller's context). Zero:
-	// DefaultS3Timeout; negative: no bound beyond the caller's context.
+	// Timeout bounds each store call, retries and their backoff included:
+	// all of a Put, Head, Delete batch, List page or Ping; for Get, the
+	// wait for the response headers (reading the body is bounded by the
+	// caller's context). Zero: DefaultS3Timeout; negative: no bound beyond
+	// the caller's context.
 	Timeout time.Duration
+	// AttemptTimeout bounds one HTTP attempt's wait for the response
+	// headers once its request is written (http.Transport's
+	// ResponseHeaderTimeout); the SDK's retryer then tries again, within
+	// Timeout. Zero: DefaultS3AttemptTimeout.
+	AttemptTimeout time.Duration
+	// ConnectTimeout bounds the TCP connect (net.Dialer's Timeout) and the
+	// TLS handshake of a new connection. Zero: DefaultS3ConnectTimeout.
+	ConnectTimeout time.Duration
 	// Observer, if set, is called after every operation.
 	Observer Observer
 }
@@ -101,6 +122,12 @@ func (c S3Config) Validate() error {
 	}
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("blobstore: s3: max attempts %d is negative", c.MaxAttempts)
+	}
+	if c.AttemptTimeout < 0 {
+		return fmt.Errorf("blobstore: s3: attempt timeout %s is negative", c.AttemptTimeout)
+	}
+	if c.ConnectTimeout < 0 {
+		return fmt.Errorf("blobstore: s3: connect timeout %s is negative", c.ConnectTimeout)
 	}
 	return nil
 }
@@ -164,6 +191,8 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	}
 	if cfg.HTTPClient != nil {
 		opts = append(opts, config.WithHTTPClient(cfg.HTTPClient))
+	} else {
+		opts = append(opts, config.WithHTTPClient(httpClient(cfg)))
 	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
@@ -193,6 +222,19 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 		timeout:  timeout,
 		observer: cfg.Observer,
 	}, nil
+}
+
+// httpClient is the SDK's buildable HTTP client with cfg's connect and
+// attempt timeouts.
+func httpClient(cfg S3Config) *awshttp.BuildableClient {
+	connect := cmp.Or(cfg.ConnectTimeout, DefaultS3ConnectTimeout)
+	attempt := cmp.Or(cfg.AttemptTimeout, DefaultS3AttemptTimeout)
+	return awshttp.NewBuildableClient().
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = connect }).
+		WithTransportOptions(func(tr *http.Transport) {
+			tr.TLSHandshakeTimeout = connect
+			tr.ResponseHeaderTimeout = attempt
+		})
 }
 
 // Client returns the underlying SDK client, for operations the Store

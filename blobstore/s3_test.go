@@ -326,3 +326,67 @@ func TestS3UnreachableServerFailsFast(t *testing.T) {
 		})
 	}
 }
+
+// TestS3FrozenServerFailsWithinAttemptTimeout: a server that accepts and
+// never answers (the S3 server process stopped with SIGSTOP, on loopback)
+// fails each store call within the configured attempt timeouts, although
+// the whole-call bound is 30s: the SDK's HTTP client gives up on each
+// attempt, and its retryer stops after MaxAttempts.
+func TestS3FrozenServerFailsWithinAttemptTimeout(t *testing.T) {
+	srv := blobtest.StartS3ServerProcess(t, "--bucket", testBucket)
+	cfg := blobtest.Config(srv.Endpoint, testBucket, "frozen")
+	cfg.Timeout = 30 * time.Second
+	cfg.AttemptTimeout = 300 * time.Millisecond
+	cfg.MaxAttempts = 2
+	s, err := blobstore.NewS3(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	put(t, s, "k", "before the freeze") // a pooled connection exists too
+	if err := srv.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Thaw() }()
+
+	// Two attempts of 300ms and the retryer's backoff between them (under
+	// 2s for the first retry): well under the 30s call bound.
+	const bound = 10 * time.Second
+	ops := map[string]func() error{
+		"get": func() error {
+			rc, err := s.Get(ctx, "k", 0, -1)
+			if err == nil {
+				_ = rc.Close()
+			}
+			return err
+		},
+		"head":   func() error { _, err := s.Head(ctx, "k"); return err },
+		"list":   func() error { return s.List(ctx, "", func(blobstore.Info) error { return nil }) },
+		"delete": func() error { _, err := s.Delete(ctx, []string{"other"}); return err },
+		"put":    func() error { return s.Put(ctx, "other", strings.NewReader("x"), 1) },
+		"ping":   func() error { return s.Ping(ctx) },
+	}
+	for _, op := range []string{"get", "head", "list", "delete", "put", "ping"} {
+		start := time.Now()
+		err := ops[op]()
+		took := time.Since(start)
+		if err == nil || errors.Is(err, blobstore.ErrNotFound) {
+			t.Errorf("%s against a frozen server: %v", op, err)
+		}
+		if took > bound {
+			t.Fatalf("%s took %s against a frozen server, want under %s", op, took, bound)
+		}
+		if !strings.Contains(err.Error(), "timeout awaiting response headers") {
+			t.Errorf("%s: %v, want the attempt timeout", op, err)
+		}
+	}
+
+	// Thawed, the same store works again (the requests the kernel
+	// buffered meanwhile may be served late: they touched only "other").
+	if err := srv.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, "k", 0, -1); got != "before the freeze" {
+		t.Fatalf("after the thaw: %q", got)
+	}
+}

@@ -247,6 +247,7 @@ func (s *Server) Stop() error {
 	default:
 	}
 	_ = s.stdin.Close()
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a frozen server must see SIGTERM
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		_ = s.cmd.Process.Kill()
 	}
@@ -264,6 +265,15 @@ func (s *Server) Stop() error {
 	}
 	return nil
 }
+
+// Freeze stops the server process (SIGSTOP): the kernel still accepts
+// connections into its backlog and buffers requests, and nothing answers,
+// as with a hung S3 endpoint. Thaw (SIGCONT) lets it go on; Stop thaws it
+// first.
+func (s *Server) Freeze() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server process.
+func (s *Server) Thaw() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Stderr returns what the server process wrote to standard error so far.
 func (s *Server) Stderr() string { return s.stderr.String() }

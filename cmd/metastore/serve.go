@@ -91,6 +91,8 @@ func serve(cfg config.Config, stderr io.Writer) int {
 
 	store, err := blobstore.Open(context.Background(), cfg.BlobStoreLocation(), blobstore.S3Config{
 		Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, PathStyle: cfg.S3PathStyle,
+		Timeout: cfg.S3Timeout, AttemptTimeout: cfg.S3AttemptTimeout,
+		ConnectTimeout: cfg.S3ConnectTimeout, MaxAttempts: cfg.S3MaxAttempts,
 		Observer: blobstoreObserver(reg),
 	})
 	if err != nil {
