@@ -95,6 +95,8 @@ const (
 	OpDelete  = "delete"
 	OpList    = "list"
 	OpPresign = "presign"
+	// OpPing is S3.Ping: HEAD of the bucket.
+	OpPing = "ping"
 )
 
 // Observer, when set in a store's configuration, is called once after every

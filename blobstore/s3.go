@@ -257,10 +257,12 @@ func (s *S3) callCtx(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 // Ping checks that the bucket exists and the credentials may use it.
-func (s *S3) Ping(ctx context.Context) error {
+func (s *S3) Ping(ctx context.Context) (err error) {
+	start := time.Now()
+	defer func() { s.observer.observe(OpPing, 1, err, start) }()
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
-	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.bucket)})
+	_, err = s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.bucket)})
 	if err == nil {
 		return nil
 	}

@@ -89,11 +89,12 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	}
 	cfg.HTTPAddr = boundAddr(cfg.HTTPAddr, ln.Addr())
 
+	storeHealth := blobstore.NewHealth()
 	store, err := blobstore.Open(context.Background(), cfg.BlobStoreLocation(), blobstore.S3Config{
 		Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, PathStyle: cfg.S3PathStyle,
 		Timeout: cfg.S3Timeout, AttemptTimeout: cfg.S3AttemptTimeout,
 		ConnectTimeout: cfg.S3ConnectTimeout, MaxAttempts: cfg.S3MaxAttempts,
-		Observer: blobstoreObserver(reg),
+		Observer: blobstore.Observers(blobstoreObserver(reg), storeHealth.Observe),
 	})
 	if err != nil {
 		ln.Close()
@@ -177,15 +178,16 @@ func serve(cfg config.Config, stderr io.Writer) int {
 
 	// The console (/ui/) in front of the API; every other path is the API's.
 	handler := ui.Mount(api.New(api.Deps{
-		Config:   cfg,
-		Node:     n,
-		FSM:      f,
-		Store:    store,
-		GC:       collector,
-		Logger:   logger.With("component", "api"),
-		Registry: reg,
-		TLS:      material,
-		Build:    buildinfo.Read(version),
+		Config:      cfg,
+		Node:        n,
+		FSM:         f,
+		Store:       store,
+		StoreHealth: storeHealth,
+		GC:          collector,
+		Logger:      logger.With("component", "api"),
+		Registry:    reg,
+		TLS:         material,
+		Build:       buildinfo.Read(version),
 		// Operator actions, by token accessor, never with a secret.
 		AuditLog:  logger.With("component", "audit"),
 		AccessLog: accessLog,
