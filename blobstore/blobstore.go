@@ -29,6 +29,10 @@ var (
 	ErrSizeMismatch = errors.New("blobstore: body length does not match declared size")
 	// ErrBucketNotFound is an S3 bucket that does not exist.
 	ErrBucketNotFound = errors.New("blobstore: bucket not found")
+	// ErrAccessDenied is an S3 request refused for its credentials (403:
+	// a wrong secret, an unknown access key, missing permissions). The
+	// error names where the credentials came from, never the secret.
+	ErrAccessDenied = errors.New("blobstore: access denied")
 )
 
 // MaxKeyLen is the longest key, in bytes, that ValidateKey accepts. It leaves

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -271,7 +272,56 @@ func (s *S3) Ping(ctx context.Context) (err error) {
 	if errors.As(err, &nf) || errors.As(err, &nb) || statusCode(err) == http.StatusNotFound {
 		return fmt.Errorf("%w: %s: %w", ErrBucketNotFound, s.bucket, err)
 	}
+	if denied(err) {
+		return s.deniedErr(ctx, "ping", s.String(), err)
+	}
 	return fmt.Errorf("blobstore: s3 ping %s: %w", s, err)
+}
+
+// denied reports whether S3 refused a request for its credentials.
+func denied(err error) bool {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken":
+			return true
+		}
+	}
+	return statusCode(err) == http.StatusForbidden
+}
+
+// deniedErr wraps a refused request in ErrAccessDenied with the source of
+// the credentials the SDK signed it with.
+func (s *S3) deniedErr(ctx context.Context, op, what string, err error) error {
+	return fmt.Errorf("blobstore: s3 %s %s: %w with credentials from %s: %w", op, what, ErrAccessDenied, s.CredentialSource(ctx), err)
+}
+
+// CredentialSource names where the SDK's credentials come from (the
+// environment, a shared credentials file, static settings, a role
+// provider) and their access key id; never the secret.
+func (s *S3) CredentialSource(ctx context.Context) string {
+	provider := s.client.Options().Credentials
+	if provider == nil {
+		return "nowhere (anonymous requests)"
+	}
+	creds, err := provider.Retrieve(ctx)
+	if err != nil {
+		return fmt.Sprintf("a provider that failed (%v)", err)
+	}
+	var where string
+	switch src := creds.Source; {
+	case src == config.CredentialsSourceName:
+		where = "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+	case strings.HasPrefix(src, "SharedConfigCredentials: "):
+		where = "the shared credentials file " + strings.TrimPrefix(src, "SharedConfigCredentials: ")
+	case src == credentials.StaticCredentialsName:
+		where = "static settings of the store"
+	case src == "":
+		where = "an unnamed provider"
+	default:
+		where = "the SDK provider " + src
+	}
+	return fmt.Sprintf("%s, access key id %s", where, creds.AccessKeyID)
 }
 
 // Put uploads body with one PutObject. A body that is an io.Seeker is
@@ -649,6 +699,8 @@ func (s *S3) mapErr(op, key string, err error) error {
 	case (op == "get" || op == "head") && statusCode(err) == http.StatusNotFound:
 		// HEAD answers carry no body, hence no code: a 404 is all there is.
 		return fmt.Errorf("%w: %s", ErrNotFound, key)
+	case denied(err):
+		return s.deniedErr(context.Background(), op, strconv.Quote(key), err)
 	}
 	return fmt.Errorf("blobstore: s3 %s %q: %w", op, key, err)
 }

@@ -390,3 +390,31 @@ func TestS3FrozenServerFailsWithinAttemptTimeout(t *testing.T) {
 		t.Fatalf("after the thaw: %q", got)
 	}
 }
+
+// TestS3WrongSecretIsAccessDenied: a wrong secret is refused by the S3
+// server (403), and the store says access denied, naming the credentials'
+// source and access key id, never the secret.
+func TestS3WrongSecretIsAccessDenied(t *testing.T) {
+	endpoint := blobtest.StartS3Server(t, testBucket)
+	cfg := blobtest.Config(endpoint, testBucket, "denied")
+	cfg.SecretAccessKey = "not-the-secret-0123"
+	s, err := blobstore.NewS3(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, headErr := s.Head(ctx, "k")
+	for name, err := range map[string]error{"ping": s.Ping(ctx), "head": headErr} {
+		if !errors.Is(err, blobstore.ErrAccessDenied) || errors.Is(err, blobstore.ErrNotFound) {
+			t.Errorf("%s with a wrong secret: %v, want ErrAccessDenied", name, err)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "with credentials from static settings of the store, access key id "+blobtest.AccessKeyID) || strings.Contains(msg, cfg.SecretAccessKey) {
+			t.Errorf("%s: %q does not name the credentials' source (or shows the secret)", name, msg)
+		}
+	}
+	if err := blobtest.NewS3Store(t, endpoint, testBucket, "denied").Ping(ctx); err != nil {
+		t.Fatalf("the right secret: %v", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +111,58 @@ func TestS3BlobStoreHealthInStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	failing("connection refused")
+}
+
+// TestS3WrongSecretWarnsAccessDenied: a member started with a wrong secret
+// warns that the blob store denies access (not that it is unreachable) and
+// names where the SDK took the credentials from: the environment, or the
+// shared credentials file; the secret is never printed.
+func TestS3WrongSecretWarnsAccessDenied(t *testing.T) {
+	endpoint := blobtest.StartS3Server(t, s3Bucket)
+	const wrong = "wrong-secret-4711"
+	credFile := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(credFile, []byte("[default]\naws_access_key_id = "+blobtest.AccessKeyID+"\naws_secret_access_key = "+wrong+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noConfig := filepath.Join(t.TempDir(), "config")
+	for name, tc := range map[string]struct {
+		env    []string
+		source string
+	}{
+		"environment": {
+			env:    []string{"AWS_ACCESS_KEY_ID=" + blobtest.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + wrong, "AWS_REGION=" + blobtest.Region, "AWS_SHARED_CREDENTIALS_FILE=" + credFile, "AWS_CONFIG_FILE=" + noConfig},
+			source: "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), access key id " + blobtest.AccessKeyID,
+		},
+		"shared file": {
+			env: []string{"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_SESSION_TOKEN=", "AWS_PROFILE=",
+				"AWS_REGION=" + blobtest.Region, "AWS_SHARED_CREDENTIALS_FILE=" + credFile, "AWS_CONFIG_FILE=" + noConfig},
+			source: "the shared credentials file " + credFile + ", access key id " + blobtest.AccessKeyID,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := &clProc{id: "n1", httpAddr: freeAddr(t), raftAddr: freeAddr(t), dataDir: filepath.Join(t.TempDir(), "n1")}
+			p.args = append([]string{"serve", "--node-id", "n1", "--data-dir", p.dataDir, "--http-addr", p.httpAddr, "--raft-addr", p.raftAddr}, s3Flags(endpoint)...)
+			p.env = tc.env // after the test's environment: these win
+			p.start(t)
+			defer p.kill(t)
+			waitFor(t, 30*time.Second, func() error {
+				if !p.running() {
+					return fmt.Errorf("exited: %s", p.stderr)
+				}
+				if !strings.Contains(p.stderr.String(), "blob store access denied") {
+					return fmt.Errorf("no access-denied warning yet")
+				}
+				return nil
+			})
+			var line string
+			for _, l := range strings.Split(p.stderr.String(), "\n") {
+				if strings.Contains(l, "blob store access denied") {
+					line = l
+				}
+			}
+			if !strings.Contains(line, tc.source) || strings.Contains(p.stderr.String(), wrong) || strings.Contains(p.stderr.String(), "not reachable") {
+				t.Fatalf("warning %q, want the source %q and no secret; stderr:\n%s", line, tc.source, p.stderr)
+			}
+		})
+	}
 }

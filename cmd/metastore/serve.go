@@ -104,7 +104,14 @@ func serve(cfg config.Config, stderr io.Writer) int {
 
 	if pinger, ok := store.(interface{ Ping(context.Context) error }); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := pinger.Ping(ctx); err != nil {
+		switch err := pinger.Ping(ctx); {
+		case errors.Is(err, blobstore.ErrAccessDenied):
+			attrs := []any{"location", store.String(), "err", err}
+			if s3, ok := store.(*blobstore.S3); ok {
+				attrs = append(attrs, "credentials", s3.CredentialSource(ctx))
+			}
+			log.Warn("blob store access denied: check the credentials; uploads, restores and GC fail until they are right", attrs...)
+		case err != nil:
 			log.Warn("blob store is not reachable yet; uploads, restores and GC fail until it is", "location", store.String(), "err", err)
 		}
 		cancel()
