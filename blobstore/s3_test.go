@@ -371,7 +371,7 @@ func TestS3FrozenServerFailsWithinAttemptTimeout(t *testing.T) {
 		err := ops[op]()
 		took := time.Since(start)
 		if err == nil || errors.Is(err, blobstore.ErrNotFound) {
-			t.Errorf("%s against a frozen server: %v", op, err)
+			t.Fatalf("%s against a frozen server: %v", op, err)
 		}
 		if took > bound {
 			t.Fatalf("%s took %s against a frozen server, want under %s", op, took, bound)
