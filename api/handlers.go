@@ -143,6 +143,7 @@ type statusBody struct {
 
 func (s *Server) status(_ *http.Request) (any, uint64, error) {
 	st := s.node.Status()
+	st.BlobStore = s.storeHealth()
 	return statusBody{Status: st, Build: s.build}, st.AppliedIndex, nil
 }
 

@@ -46,6 +46,9 @@ type Deps struct {
 	FSM    *fsm.FSM
 	// Store is the object store of checkpoint blobs.
 	Store blobstore.Store
+	// StoreHealth follows Store's calls (it is Store's Observer, or one of
+	// them); GET /v1/status and /readyz report it. Nil: not reported.
+	StoreHealth *blobstore.Health
 	// GC is the garbage collector (it runs as a leader task).
 	GC       *gc.Collector
 	Logger   *slog.Logger
@@ -69,6 +72,7 @@ type Server struct {
 	node    *node.Node
 	fsm     *fsm.FSM
 	store   blobstore.Store
+	health  *blobstore.Health
 	gc      *gc.Collector
 	logger  *slog.Logger
 	build   buildinfo.Info
@@ -99,6 +103,7 @@ func New(d Deps) *Server {
 		node:   d.Node,
 		fsm:    d.FSM,
 		store:  d.Store,
+		health: d.StoreHealth,
 		gc:     d.GC,
 		logger: logger,
 		build:  d.Build,
@@ -433,7 +438,12 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, apiErr(http.StatusServiceUnavailable, wire.CodeNotReady, "", "%v", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "applied_index": s.fsm.AppliedIndex()})
+	ans := map[string]any{"status": "ready", "applied_index": s.fsm.AppliedIndex()}
+	if h := s.storeHealth(); h != nil {
+		// A detail only: readiness is the member's Raft state (docs/operations.md).
+		ans["blob_store"] = h
+	}
+	writeJSON(w, http.StatusOK, ans)
 }
 
 // apply proposes a command (node.Propose) and returns the command's

@@ -211,3 +211,37 @@ func fsmManifestAck(m *wire.ManifestAck) *fsm.ManifestAck {
 	})
 	return out
 }
+
+// storeHealth converts what the store's Health knows into its answer (nil
+// without one).
+func (s *Server) storeHealth() *wire.BlobStoreHealth {
+	if s.health == nil {
+		return nil
+	}
+	h := s.health.Snapshot()
+	out := &wire.BlobStoreHealth{
+		Location:            s.store.String(),
+		State:               wire.BlobStoreUnknown,
+		Calls:               h.Calls,
+		Failures:            h.Failures,
+		ConsecutiveFailures: h.ConsecutiveFailures,
+		LastSuccessOp:       h.LastSuccessOp,
+		LastError:           h.LastError,
+		LastErrorOp:         h.LastErrorOp,
+	}
+	if !h.LastSuccess.IsZero() {
+		at := h.LastSuccess
+		out.LastSuccess = &at
+	}
+	if !h.LastErrorAt.IsZero() {
+		at := h.LastErrorAt
+		out.LastErrorAt = &at
+	}
+	switch {
+	case h.ConsecutiveFailures > 0:
+		out.State = wire.BlobStoreFailing
+	case h.Calls > 0:
+		out.State = wire.BlobStoreOK
+	}
+	return out
+}

@@ -29,6 +29,10 @@ var (
 	ErrSizeMismatch = errors.New("blobstore: body length does not match declared size")
 	// ErrBucketNotFound is an S3 bucket that does not exist.
 	ErrBucketNotFound = errors.New("blobstore: bucket not found")
+	// ErrAccessDenied is an S3 request refused for its credentials (403:
+	// a wrong secret, an unknown access key, missing permissions). The
+	// error names where the credentials came from, never the secret.
+	ErrAccessDenied = errors.New("blobstore: access denied")
 )
 
 // MaxKeyLen is the longest key, in bytes, that ValidateKey accepts. It leaves
@@ -95,11 +99,13 @@ const (
 	OpDelete  = "delete"
 	OpList    = "list"
 	OpPresign = "presign"
+	// OpPing is S3.Ping: HEAD of the bucket.
+	OpPing = "ping"
 )
 
 // Observer, when set in a store's configuration, is called once after every
 // store operation with its name (one of the Op constants), the number of
-// objects it handled (keys deleted or listed, else 1), its error and its
+// objects it handled (distinct keys deleted, keys listed, else 1), its error and its
 // duration. It must be safe for concurrent use and must not block; it is the
 // seam for metrics.
 type Observer func(op string, n int, err error, d time.Duration)

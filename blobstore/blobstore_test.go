@@ -3,9 +3,11 @@ package blobstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metastore/metastore/blobstore"
 )
@@ -168,5 +170,36 @@ func TestOpen(t *testing.T) {
 		if _, err := blobstore.Open(ctx, spec, s3cfg); err == nil {
 			t.Errorf("Open(%q): no error", spec)
 		}
+	}
+}
+
+func TestHealthClassifiesCalls(t *testing.T) {
+	h := blobstore.NewHealth()
+	if s := h.Snapshot(); s.Calls != 0 || !s.LastSuccess.IsZero() {
+		t.Fatalf("new: %+v", s)
+	}
+	down := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	for _, c := range []struct {
+		op  string
+		err error
+	}{
+		{blobstore.OpHead, fmt.Errorf("%w: k", blobstore.ErrNotFound)}, // answered
+		{blobstore.OpList, down},
+		{blobstore.OpPut, fmt.Errorf("%w: x", blobstore.ErrInvalidKey)},    // never sent
+		{blobstore.OpGet, fmt.Errorf("%w: -1", blobstore.ErrInvalidRange)}, // never sent
+		{blobstore.OpGet, context.Canceled},                                // the caller left
+		{blobstore.OpPresign, down},                                        // no request
+		{blobstore.OpDelete, down},
+	} {
+		h.Observe(c.op, 1, c.err, time.Millisecond)
+	}
+	s := h.Snapshot()
+	if s.Calls != 3 || s.Failures != 2 || s.ConsecutiveFailures != 2 || s.LastSuccessOp != blobstore.OpHead ||
+		s.LastErrorOp != blobstore.OpDelete || s.LastError != down.Error() || s.LastErrorAt.Before(s.LastSuccess) {
+		t.Fatalf("after the calls: %+v", s)
+	}
+	h.Observe(blobstore.OpPing, 1, nil, time.Millisecond)
+	if s := h.Snapshot(); s.ConsecutiveFailures != 0 || s.LastSuccessOp != blobstore.OpPing || s.Failures != 2 || s.LastError != down.Error() {
+		t.Fatalf("after a success: %+v", s)
 	}
 }

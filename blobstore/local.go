@@ -336,7 +336,8 @@ func (l *Local) Head(ctx context.Context, key string) (info Info, err error) {
 // alone.
 func (l *Local) Delete(ctx context.Context, keys []string) (failed map[string]error, err error) {
 	start := time.Now()
-	defer func() { l.observer.observe(OpDelete, len(keys), err, start) }()
+	deleted := 0
+	defer func() { l.observer.observe(OpDelete, deleted, err, start) }()
 	rels := make(map[string]string, len(keys))
 	for _, k := range keys {
 		rel, err := l.rel(k)
@@ -356,7 +357,9 @@ func (l *Local) Delete(ctx context.Context, keys []string) (failed map[string]er
 		return nil, err
 	}
 	defer r.Close()
-	for _, k := range uniqueKeys(keys) {
+	unique := uniqueKeys(keys)
+	defer func() { deleted = len(unique) - len(failed) }()
+	for _, k := range unique {
 		if err := ctx.Err(); err != nil {
 			if failed == nil {
 				failed = make(map[string]error)

@@ -1,20 +1,24 @@
 package blobstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -27,8 +31,16 @@ const (
 	// DefaultS3MaxAttempts is how often the SDK's standard retryer tries a
 	// request when S3Config.MaxAttempts is zero.
 	DefaultS3MaxAttempts = 5
-	// DefaultS3Timeout bounds one store call when S3Config.Timeout is zero.
-	DefaultS3Timeout = 2 * time.Minute
+	// DefaultS3Timeout bounds one store call, retries included, when
+	// S3Config.Timeout is zero.
+	DefaultS3Timeout = 30 * time.Second
+	// DefaultS3AttemptTimeout bounds the wait for the response headers of
+	// one HTTP attempt, after its request was sent, when
+	// S3Config.AttemptTimeout is zero.
+	DefaultS3AttemptTimeout = 10 * time.Second
+	// DefaultS3ConnectTimeout bounds the TCP connect and the TLS handshake
+	// of one connection when S3Config.ConnectTimeout is zero.
+	DefaultS3ConnectTimeout = 5 * time.Second
 	// MaxPresignTTL is the longest validity of a presigned URL (SigV4's
 	// limit).
 	MaxPresignTTL = 7 * 24 * time.Hour
@@ -63,13 +75,23 @@ type S3Config struct {
 	// MaxAttempts per request for the SDK's standard retryer (1: no
 	// retries). Zero: DefaultS3MaxAttempts.
 	MaxAttempts int
-	// HTTPClient sends the requests. Nil: the SDK's default client.
+	// HTTPClient sends the requests. Nil: the SDK's buildable client with
+	// ConnectTimeout and AttemptTimeout. Set, those two are not applied.
 	HTTPClient *http.Client
-	// Timeout bounds each store call, retries included: all of a Put, Head,
-	// Delete batch or List page; for Get, the wait for the response headers
-	// (reading the body is bounded by the caller's context). Zero:
-	// DefaultS3Timeout; negative: no bound beyond the caller's context.
+	// Timeout bounds each store call, retries and their backoff included:
+	// all of a Put, Head, Delete batch, List page or Ping; for Get, the
+	// wait for the response headers (reading the body is bounded by the
+	// caller's context). Zero: DefaultS3Timeout; negative: no bound beyond
+	// the caller's context.
 	Timeout time.Duration
+	// AttemptTimeout bounds one HTTP attempt's wait for the response
+	// headers once its request is written (http.Transport's
+	// ResponseHeaderTimeout); the SDK's retryer then tries again, within
+	// Timeout. Zero: DefaultS3AttemptTimeout.
+	AttemptTimeout time.Duration
+	// ConnectTimeout bounds the TCP connect (net.Dialer's Timeout) and the
+	// TLS handshake of a new connection. Zero: DefaultS3ConnectTimeout.
+	ConnectTimeout time.Duration
 	// Observer, if set, is called after every operation.
 	Observer Observer
 }
@@ -101,6 +123,12 @@ func (c S3Config) Validate() error {
 	}
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("blobstore: s3: max attempts %d is negative", c.MaxAttempts)
+	}
+	if c.AttemptTimeout < 0 {
+		return fmt.Errorf("blobstore: s3: attempt timeout %s is negative", c.AttemptTimeout)
+	}
+	if c.ConnectTimeout < 0 {
+		return fmt.Errorf("blobstore: s3: connect timeout %s is negative", c.ConnectTimeout)
 	}
 	return nil
 }
@@ -164,6 +192,8 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	}
 	if cfg.HTTPClient != nil {
 		opts = append(opts, config.WithHTTPClient(cfg.HTTPClient))
+	} else {
+		opts = append(opts, config.WithHTTPClient(httpClient(cfg)))
 	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
@@ -195,6 +225,19 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	}, nil
 }
 
+// httpClient is the SDK's buildable HTTP client with cfg's connect and
+// attempt timeouts.
+func httpClient(cfg S3Config) *awshttp.BuildableClient {
+	connect := cmp.Or(cfg.ConnectTimeout, DefaultS3ConnectTimeout)
+	attempt := cmp.Or(cfg.AttemptTimeout, DefaultS3AttemptTimeout)
+	return awshttp.NewBuildableClient().
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = connect }).
+		WithTransportOptions(func(tr *http.Transport) {
+			tr.TLSHandshakeTimeout = connect
+			tr.ResponseHeaderTimeout = attempt
+		})
+}
+
 // Client returns the underlying SDK client, for operations the Store
 // interface does not cover.
 func (s *S3) Client() *s3.Client { return s.client }
@@ -215,10 +258,12 @@ func (s *S3) callCtx(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 // Ping checks that the bucket exists and the credentials may use it.
-func (s *S3) Ping(ctx context.Context) error {
+func (s *S3) Ping(ctx context.Context) (err error) {
+	start := time.Now()
+	defer func() { s.observer.observe(OpPing, 1, err, start) }()
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
-	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.bucket)})
+	_, err = s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.bucket)})
 	if err == nil {
 		return nil
 	}
@@ -227,7 +272,56 @@ func (s *S3) Ping(ctx context.Context) error {
 	if errors.As(err, &nf) || errors.As(err, &nb) || statusCode(err) == http.StatusNotFound {
 		return fmt.Errorf("%w: %s: %w", ErrBucketNotFound, s.bucket, err)
 	}
+	if denied(err) {
+		return s.deniedErr(ctx, "ping", s.String(), err)
+	}
 	return fmt.Errorf("blobstore: s3 ping %s: %w", s, err)
+}
+
+// denied reports whether S3 refused a request for its credentials.
+func denied(err error) bool {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken":
+			return true
+		}
+	}
+	return statusCode(err) == http.StatusForbidden
+}
+
+// deniedErr wraps a refused request in ErrAccessDenied with the source of
+// the credentials the SDK signed it with.
+func (s *S3) deniedErr(ctx context.Context, op, what string, err error) error {
+	return fmt.Errorf("blobstore: s3 %s %s: %w with credentials from %s: %w", op, what, ErrAccessDenied, s.CredentialSource(ctx), err)
+}
+
+// CredentialSource names where the SDK's credentials come from (the
+// environment, a shared credentials file, static settings, a role
+// provider) and their access key id; never the secret.
+func (s *S3) CredentialSource(ctx context.Context) string {
+	provider := s.client.Options().Credentials
+	if provider == nil {
+		return "nowhere (anonymous requests)"
+	}
+	creds, err := provider.Retrieve(ctx)
+	if err != nil {
+		return fmt.Sprintf("a provider that failed (%v)", err)
+	}
+	var where string
+	switch src := creds.Source; {
+	case src == config.CredentialsSourceName:
+		where = "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+	case strings.HasPrefix(src, "SharedConfigCredentials: "):
+		where = "the shared credentials file " + strings.TrimPrefix(src, "SharedConfigCredentials: ")
+	case src == credentials.StaticCredentialsName:
+		where = "static settings of the store"
+	case src == "":
+		where = "an unnamed provider"
+	default:
+		where = "the SDK provider " + src
+	}
+	return fmt.Sprintf("%s, access key id %s", where, creds.AccessKeyID)
 }
 
 // Put uploads body with one PutObject. A body that is an io.Seeker is
@@ -414,14 +508,21 @@ func (e *ObjectError) Error() string {
 // Delete sends DeleteObjects requests in quiet mode, MaxDeleteBatch keys at
 // most each. A key S3 reports as NoSuchKey counts as deleted. A batch whose
 // request fails puts all its keys in failed; if every batch fails, Delete
-// returns the first error instead.
+// returns the first error instead. The observer is told the number of
+// distinct keys deleted.
 func (s *S3) Delete(ctx context.Context, keys []string) (failed map[string]error, err error) {
 	start := time.Now()
-	defer func() { s.observer.observe(OpDelete, len(keys), err, start) }()
+	deleted := 0
+	defer func() { s.observer.observe(OpDelete, deleted, err, start) }()
 	if err := validateKeys(keys); err != nil {
 		return nil, err
 	}
 	keys = uniqueKeys(keys)
+	defer func() {
+		if err == nil {
+			deleted = len(keys) - len(failed)
+		}
+	}()
 	fail := func(k string, err error) {
 		if failed == nil {
 			failed = make(map[string]error)
@@ -432,9 +533,9 @@ func (s *S3) Delete(ctx context.Context, keys []string) (failed map[string]error
 		firstErr error
 		anyOK    bool
 	)
-	for len(keys) > 0 {
-		batch := keys[:min(len(keys), MaxDeleteBatch)]
-		keys = keys[len(batch):]
+	for rest := keys; len(rest) > 0; {
+		batch := rest[:min(len(rest), MaxDeleteBatch)]
+		rest = rest[len(batch):]
 		if err := ctx.Err(); err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -598,6 +699,8 @@ func (s *S3) mapErr(op, key string, err error) error {
 	case (op == "get" || op == "head") && statusCode(err) == http.StatusNotFound:
 		// HEAD answers carry no body, hence no code: a 404 is all there is.
 		return fmt.Errorf("%w: %s", ErrNotFound, key)
+	case denied(err):
+		return s.deniedErr(context.Background(), op, strconv.Quote(key), err)
 	}
 	return fmt.Errorf("blobstore: s3 %s %q: %w", op, key, err)
 }

@@ -3,6 +3,7 @@ package blobstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -194,6 +195,50 @@ func TestS3AgainstServerProcess(t *testing.T) {
 			t.Fatalf("observed %q, want %q", ops, want)
 		}
 	})
+
+	// The observer (metastore_blobstore_objects_total{op="delete"}) is told
+	// how many distinct keys a Delete removed, over several DeleteObjects
+	// batches: 3 objects and 1,200 keys that do not exist (a delete of a
+	// missing key succeeds), each given twice.
+	t.Run("ObserverCountsDeletedKeys", func(t *testing.T) {
+		var (
+			mu      sync.Mutex
+			deleted []int
+		)
+		cfg := blobtest.Config(endpoint, testBucket, "counted")
+		cfg.Observer = func(op string, n int, err error, d time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			if op == blobstore.OpDelete {
+				deleted = append(deleted, n)
+			}
+		}
+		s, err := blobstore.NewS3(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for i := range 3 {
+			k := fmt.Sprintf("real-%d", i)
+			put(t, s, k, "v")
+			keys = append(keys, k)
+		}
+		for i := range 1200 {
+			keys = append(keys, fmt.Sprintf("absent-%04d", i))
+		}
+		keys = append(keys, keys...)
+		if failed, err := s.Delete(ctx, keys); err != nil || failed != nil {
+			t.Fatal(failed, err)
+		}
+		if got := listKeys(t, s, ""); len(got) != 0 {
+			t.Fatalf("left %q", got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(deleted, []int{1203}) {
+			t.Fatalf("delete observed with counts %v, want [1203]", deleted)
+		}
+	})
 }
 
 func httpPut(t *testing.T, u, body string) int {
@@ -279,5 +324,97 @@ func TestS3UnreachableServerFailsFast(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestS3FrozenServerFailsWithinAttemptTimeout: a server that accepts and
+// never answers (the S3 server process stopped with SIGSTOP, on loopback)
+// fails each store call within the configured attempt timeouts, although
+// the whole-call bound is 30s: the SDK's HTTP client gives up on each
+// attempt, and its retryer stops after MaxAttempts.
+func TestS3FrozenServerFailsWithinAttemptTimeout(t *testing.T) {
+	srv := blobtest.StartS3ServerProcess(t, "--bucket", testBucket)
+	cfg := blobtest.Config(srv.Endpoint, testBucket, "frozen")
+	cfg.Timeout = 30 * time.Second
+	cfg.AttemptTimeout = 300 * time.Millisecond
+	cfg.MaxAttempts = 2
+	s, err := blobstore.NewS3(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	put(t, s, "k", "before the freeze") // a pooled connection exists too
+	if err := srv.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Thaw() }()
+
+	// Two attempts of 300ms and the retryer's backoff between them (under
+	// 2s for the first retry): well under the 30s call bound.
+	const bound = 10 * time.Second
+	ops := map[string]func() error{
+		"get": func() error {
+			rc, err := s.Get(ctx, "k", 0, -1)
+			if err == nil {
+				_ = rc.Close()
+			}
+			return err
+		},
+		"head":   func() error { _, err := s.Head(ctx, "k"); return err },
+		"list":   func() error { return s.List(ctx, "", func(blobstore.Info) error { return nil }) },
+		"delete": func() error { _, err := s.Delete(ctx, []string{"other"}); return err },
+		"put":    func() error { return s.Put(ctx, "other", strings.NewReader("x"), 1) },
+		"ping":   func() error { return s.Ping(ctx) },
+	}
+	for _, op := range []string{"get", "head", "list", "delete", "put", "ping"} {
+		start := time.Now()
+		err := ops[op]()
+		took := time.Since(start)
+		if err == nil || errors.Is(err, blobstore.ErrNotFound) {
+			t.Fatalf("%s against a frozen server: %v", op, err)
+		}
+		if took > bound {
+			t.Fatalf("%s took %s against a frozen server, want under %s", op, took, bound)
+		}
+		if !strings.Contains(err.Error(), "timeout awaiting response headers") {
+			t.Errorf("%s: %v, want the attempt timeout", op, err)
+		}
+	}
+
+	// Thawed, the same store works again (the requests the kernel
+	// buffered meanwhile may be served late: they touched only "other").
+	if err := srv.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, "k", 0, -1); got != "before the freeze" {
+		t.Fatalf("after the thaw: %q", got)
+	}
+}
+
+// TestS3WrongSecretIsAccessDenied: a wrong secret is refused by the S3
+// server (403), and the store says access denied, naming the credentials'
+// source and access key id, never the secret.
+func TestS3WrongSecretIsAccessDenied(t *testing.T) {
+	endpoint := blobtest.StartS3Server(t, testBucket)
+	cfg := blobtest.Config(endpoint, testBucket, "denied")
+	cfg.SecretAccessKey = "not-the-secret-0123"
+	s, err := blobstore.NewS3(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, headErr := s.Head(ctx, "k")
+	for name, err := range map[string]error{"ping": s.Ping(ctx), "head": headErr} {
+		if !errors.Is(err, blobstore.ErrAccessDenied) || errors.Is(err, blobstore.ErrNotFound) {
+			t.Errorf("%s with a wrong secret: %v, want ErrAccessDenied", name, err)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "with credentials from static settings of the store, access key id "+blobtest.AccessKeyID) || strings.Contains(msg, cfg.SecretAccessKey) {
+			t.Errorf("%s: %q does not name the credentials' source (or shows the secret)", name, msg)
+		}
+	}
+	if err := blobtest.NewS3Store(t, endpoint, testBucket, "denied").Ping(ctx); err != nil {
+		t.Fatalf("the right secret: %v", err)
 	}
 }

@@ -2,13 +2,11 @@ package client
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
-	"slices"
 	"strconv"
 
 	"github.com/metastore/metastore/manifests"
@@ -109,7 +107,9 @@ func (r *Restore) Base() *wire.BaseRef {
 }
 
 // Ranges lists the byte ranges OpenState reads, in its order: the bases as
-// the manifest lists them, then the segments by sequence number.
+// the manifest lists them, then the segments as the plan lists them, which
+// is sequence order (the store sorts them so; see the restore operation in
+// docs/openapi.json).
 func (r *Restore) Ranges() []manifests.Segment {
 	m := r.StateManifest()
 	if m == nil {
@@ -119,11 +119,7 @@ func (r *Restore) Ranges() []manifests.Segment {
 	for _, b := range m.Bases {
 		out = append(out, manifests.Segment{Key: b.Key, Offset: b.Offset, Length: b.Length, CRC32C: b.CRC32C})
 	}
-	segs := slices.Clone(m.Segments)
-	slices.SortStableFunc(segs, func(a, b manifests.Segment) int {
-		return cmp.Or(cmp.Compare(a.FirstSeq, b.FirstSeq), cmp.Compare(a.LastSeq, b.LastSeq))
-	})
-	return append(out, segs...)
+	return append(out, m.Segments...)
 }
 
 // OpenState returns a reader over the task's restored state: the bytes of

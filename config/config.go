@@ -97,6 +97,15 @@ type Config struct {
 	S3Endpoint  string
 	S3Region    string
 	S3PathStyle bool
+	// S3Timeout bounds one object-store call, the SDK's retries included
+	// (for a blob read: until its answer starts). S3AttemptTimeout bounds one
+	// HTTP attempt's wait for the answer's headers, S3ConnectTimeout a
+	// new connection's TCP connect and TLS handshake; S3MaxAttempts is the
+	// SDK standard retryer's attempts per request.
+	S3Timeout        time.Duration
+	S3AttemptTimeout time.Duration
+	S3ConnectTimeout time.Duration
+	S3MaxAttempts    int
 	// UploadLease is how long an upload intent holds its key before an
 	// unused upload becomes garbage.
 	UploadLease time.Duration
@@ -185,6 +194,10 @@ func DefaultConfig() Config {
 		MinFreeDisk:        DefaultMinFreeDisk,
 		ShutdownTimeout:    10 * time.Second,
 		JoinTimeout:        5 * time.Minute,
+		S3Timeout:          30 * time.Second,
+		S3AttemptTimeout:   10 * time.Second,
+		S3ConnectTimeout:   5 * time.Second,
+		S3MaxAttempts:      5,
 		UploadLease:        time.Hour,
 		MaxBlobBytes:       5 << 30,
 		GCInterval:         30 * time.Second,
@@ -318,6 +331,17 @@ func (c *Config) Validate() error {
 	}
 	if strings.HasPrefix(c.BlobStore, "s3://") && strings.TrimPrefix(c.BlobStore, "s3://") == "" {
 		return bad("blob-store", "%q names no bucket", c.BlobStore)
+	}
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"s3-timeout", c.S3Timeout}, {"s3-attempt-timeout", c.S3AttemptTimeout}, {"s3-connect-timeout", c.S3ConnectTimeout}} {
+		if t.d < 10*time.Millisecond || t.d > time.Hour {
+			return bad(t.name, "%s is not between 10ms and 1h", t.d)
+		}
+	}
+	if c.S3MaxAttempts < 1 || c.S3MaxAttempts > 20 {
+		return bad("s3-max-attempts", "%d is not between 1 and 20", c.S3MaxAttempts)
 	}
 	if c.UploadLease < time.Second {
 		return bad("upload-lease", "%s is below the minimum 1s", c.UploadLease)

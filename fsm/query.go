@@ -2,12 +2,14 @@ package fsm
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/metastore/metastore/manifests"
@@ -492,6 +494,12 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 				if err != nil {
 					return nil, err
 				}
+				// A plan lists segments in the order a restore replays
+				// them: by sequence (the lineage keeps them by key).
+				slices.SortStableFunc(m.Segments, func(a, b manifests.Segment) int {
+					return cmp.Or(cmp.Compare(a.FirstSeq, b.FirstSeq), cmp.Compare(a.LastSeq, b.LastSeq),
+						strings.Compare(a.Key, b.Key), cmp.Compare(a.Offset, b.Offset))
+				})
 				kr.Manifest = m
 				kr.Bytes += int(m.Bytes())
 				plan.ObjectStoreReads += len(m.Bases) + len(m.Segments)

@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -41,7 +42,7 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 	c.headAll(ctx, keys, func(k string, info blobstore.Info, err error) {
 		switch {
 		case err == nil:
-			if c.changed(k, info) {
+			if b, _, err := c.f.Blob(k); err == nil && len(mismatches(b, info)) > 0 {
 				changed[k] = info
 			}
 		case errors.Is(err, blobstore.ErrNotFound):
@@ -69,8 +70,12 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 		if err != nil || b.State != fsm.BlobLive || b.Refs == 0 {
 			continue // collected while Verify ran
 		}
+		why := mismatches(b, info)
+		if len(why) == 0 {
+			continue
+		}
 		for _, r := range byKey[k] {
-			cb := ChangedBlob{Job: job, Epoch: r.Epoch, Task: r.Task, Key: k, Pinned: r.Pinned, DeclaredSize: b.Size, Size: info.Size, ETag: info.ETag}
+			cb := ChangedBlob{Job: job, Epoch: r.Epoch, Task: r.Task, Key: k, Pinned: r.Pinned, DeclaredSize: b.Size, Size: info.Size, ETag: info.ETag, Mismatches: why}
 			if o := b.Observed; o != nil && !o.Missing {
 				size := o.Size
 				cb.ObservedSize, cb.ObservedETag = &size, o.ETag
@@ -109,20 +114,41 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 	return rep, nil
 }
 
-// changed reports whether the object the store holds under key is not the
-// one its ack committed: flagged when observed, or a size or ETag that
-// differs from the observation (before one: a size that differs from the
-// declared size).
-func (c *Collector) changed(key string, info blobstore.Info) bool {
-	b, _, err := c.f.Blob(key)
-	if err != nil || b == nil {
-		return false
+// mismatches names every way the object the store holds under a blob's key
+// is not the one its ack committed: the size now against the size observed
+// right after the ack (before that observation: the declared size), the
+// ETag now against the observed one, and a mismatch the observation itself
+// found (flagged). None: the object is the committed one, as far as the
+// store's answer tells. The blob-level checksum an ack declares is
+// free-form and not compared.
+func mismatches(b *fsm.Blob, info blobstore.Info) []string {
+	if b == nil {
+		return nil
 	}
-	if b.Flagged {
-		return true
+	var out []string
+	size := uint64(max(info.Size, 0))
+	o := b.Observed
+	if b.Flagged && o != nil {
+		switch {
+		case o.Missing:
+			out = append(out, "the object was missing when the leader observed it after the ack")
+		case o.Size != b.Size:
+			out = append(out, fmt.Sprintf("size observed after the ack %d bytes, ack declared %d", o.Size, b.Size))
+		}
 	}
-	if o := b.Observed; o != nil && !o.Missing {
-		return uint64(max(info.Size, 0)) != o.Size || (o.ETag != "" && info.ETag != o.ETag)
+	switch {
+	case o != nil && !o.Missing:
+		if size != o.Size {
+			out = append(out, fmt.Sprintf("size now %d bytes, observed after the ack %d", size, o.Size))
+		}
+		if o.ETag != "" && info.ETag != o.ETag {
+			out = append(out, fmt.Sprintf("ETag now %q, observed after the ack %q", info.ETag, o.ETag))
+		}
+	case size != b.Size:
+		out = append(out, fmt.Sprintf("size now %d bytes, ack declared %d", size, b.Size))
 	}
-	return uint64(max(info.Size, 0)) != b.Size
+	if b.Flagged && len(out) == 0 {
+		out = append(out, "flagged by the observation after the ack")
+	}
+	return out
 }

@@ -27,6 +27,48 @@ type Status struct {
 	// LeaderChanges lists the latest leader changes this member saw since
 	// it started, oldest first (at most MaxLeaderChanges).
 	LeaderChanges []LeaderChange `json:"leader_changes"`
+	// BlobStore is how this member's calls to the object store went
+	// (absent when the member does not follow them).
+	BlobStore *BlobStoreHealth `json:"blob_store,omitempty"`
+}
+
+// Blob-store health states (BlobStoreHealth.State).
+const (
+	// BlobStoreUnknown: no call has reached the store since the member
+	// started.
+	BlobStoreUnknown = "unknown"
+	// BlobStoreOK: the last call was answered.
+	BlobStoreOK = "ok"
+	// BlobStoreFailing: the last call failed (unreachable, timed out,
+	// refused).
+	BlobStoreFailing = "failing"
+)
+
+// BlobStoreHealth is how a member's calls to the object store went since
+// it started. A call answered by the store (a missing object included) is
+// a success; one that could not reach it, timed out or was refused (403,
+// 5xx) is a failure. Each member follows its own calls: blob reads and
+// uploads it served, and, on the leader, the observation of new blobs,
+// verify and the garbage collector.
+type BlobStoreHealth struct {
+	// Location names the store ("s3://bucket/prefix", "file:///dir").
+	Location string `json:"location"`
+	// State is BlobStoreUnknown, BlobStoreOK or BlobStoreFailing.
+	State string `json:"state"`
+	// Calls counts the calls, Failures the failed ones,
+	// ConsecutiveFailures those since the last success.
+	Calls               uint64 `json:"calls"`
+	Failures            uint64 `json:"failures"`
+	ConsecutiveFailures uint64 `json:"consecutive_failures"`
+	// LastSuccess is when the last successful call ended, LastSuccessOp
+	// its operation (put, get, head, delete, list, ping).
+	LastSuccess   *time.Time `json:"last_success,omitempty"`
+	LastSuccessOp string     `json:"last_success_op,omitempty"`
+	// LastError is the last failure's error, LastErrorAt when it ended,
+	// LastErrorOp its operation.
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	LastErrorOp string     `json:"last_error_op,omitempty"`
 }
 
 // MaxLeaderChanges bounds Status.LeaderChanges.

@@ -174,6 +174,10 @@ type ChangedBlob struct {
 	// Size and ETag are what the object store reports now.
 	Size int64  `json:"size"`
 	ETag string `json:"etag,omitempty"`
+	// Mismatches names each difference found, one sentence each: the size
+	// now against the observed (or declared) size, the ETag now against the
+	// observed one, and what the observation after the ack found.
+	Mismatches []string `json:"mismatches"`
 }
 
 // VerifyError is a blob whose HEAD failed for another reason than its

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -247,6 +248,7 @@ func (s *Server) Stop() error {
 	default:
 	}
 	_ = s.stdin.Close()
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a frozen server must see SIGTERM
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		_ = s.cmd.Process.Kill()
 	}
@@ -264,6 +266,35 @@ func (s *Server) Stop() error {
 	}
 	return nil
 }
+
+// Freeze stops the server process (SIGSTOP): the kernel still accepts
+// connections into its backlog and buffers requests, and nothing answers,
+// as with a hung S3 endpoint. Thaw (SIGCONT) lets it go on; Stop thaws it
+// first. Freeze returns once the kernel reports the process stopped.
+func (s *Server) Freeze() error {
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
+	deadline := time.Now().Add(stopTimeout)
+	for {
+		raw, err := os.ReadFile(stat)
+		if err != nil {
+			return fmt.Errorf("blobtest: freeze: %w", err)
+		}
+		// pid (comm) state ...: the state follows the last ")".
+		if i := bytes.LastIndexByte(raw, ')'); i >= 0 && i+2 < len(raw) && (raw[i+2] == 'T' || raw[i+2] == 't') {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("blobtest: freeze: process %d not stopped within %s", s.cmd.Process.Pid, stopTimeout)
+		}
+		runtime.Gosched()
+	}
+}
+
+// Thaw resumes a frozen server process.
+func (s *Server) Thaw() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Stderr returns what the server process wrote to standard error so far.
 func (s *Server) Stderr() string { return s.stderr.String() }

@@ -201,14 +201,26 @@ func runVerify(inv *invocation, args []string) int {
 			fmt.Fprintln(w, "\nnot the object the ack committed (size or ETag changed):")
 			tw := newTable(w)
 			fmt.Fprintln(tw, "JOB\tEPOCH\tTASK\tKEY\tPINNED\tDECLARED\tOBSERVED\tNOW\tOBSERVED ETAG\tETAG NOW")
+			why := map[string][]string{}
+			var keys []string
 			for _, c := range r.Changed {
 				observed := "-"
 				if c.ObservedSize != nil {
 					observed = strconv.FormatUint(*c.ObservedSize, 10)
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", c.Job, c.Epoch, c.Task, c.Key, yesNo(c.Pinned), c.DeclaredSize, observed, c.Size, dash(c.ObservedETag), dash(c.ETag))
+				if _, ok := why[c.Key]; !ok {
+					keys = append(keys, c.Key)
+				}
+				why[c.Key] = c.Mismatches
 			}
 			tw.Flush()
+			fmt.Fprintln(w, "\nmismatches:")
+			for _, k := range keys {
+				for _, m := range why[k] {
+					fmt.Fprintf(w, "  %s: %s\n", k, m)
+				}
+			}
 		}
 		if len(r.Errors) > 0 {
 			fmt.Fprintln(w, "\nnot checked (the object store failed):")

@@ -79,6 +79,9 @@ func TestVerify(t *testing.T) {
 		"GET /v1/jobs/bad/verify": answer(200, `{"job":"bad","index":42,"references":5,"blobs":3,"missing":[
 			{"job":"bad","epoch":7,"task":"agg-0","key":"bad/agg-0/k1","pinned":true},
 			{"job":"bad","epoch":8,"task":"agg-0","key":"bad/agg-0/k1"}],"errors":[],"duration":"3ms"}`),
+		"GET /v1/jobs/short/verify": answer(200, `{"job":"short","index":42,"references":1,"blobs":1,"missing":[],"changed":[
+			{"job":"short","epoch":3,"task":"t","key":"short/t/k","declared_size":99,"observed_size":10,"size":10,
+			 "mismatches":["size observed after the ack 10 bytes, ack declared 99"]}],"errors":[],"duration":"3ms"}`),
 		"GET /v1/jobs/flaky/verify": answer(200, `{"job":"flaky","index":42,"references":1,"blobs":1,"missing":[],
 			"errors":[{"key":"flaky/t/k","error":"403 Forbidden"}],"duration":"3ms"}`),
 	})
@@ -102,6 +105,13 @@ func TestVerify(t *testing.T) {
 	}
 	if code != exitFailure || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Missing) != 2 {
 		t.Errorf("bad --json: exit %d, %s", code, out)
+	}
+	// A blob acked as 99 bytes whose object holds 10 fails, its mismatch
+	// named.
+	code, out, errOut = runCmd([]string{"verify", "short", "--addr", srv.URL}, nil)
+	if code != exitFailure || !strings.Contains(out, "  short/t/k: size observed after the ack 10 bytes, ack declared 99\n") ||
+		errOut != "metastore: verify: job short: 1 reference to blobs whose object is not the one the ack committed; restoring them reads other bytes\n" {
+		t.Errorf("short: exit %d, stdout:\n%s\nstderr %q", code, out, errOut)
 	}
 	// A blob that could not be checked is not a success either.
 	code, out, errOut = runCmd([]string{"verify", "flaky", "--addr", srv.URL}, nil)

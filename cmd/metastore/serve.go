@@ -89,9 +89,12 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	}
 	cfg.HTTPAddr = boundAddr(cfg.HTTPAddr, ln.Addr())
 
+	storeHealth := blobstore.NewHealth()
 	store, err := blobstore.Open(context.Background(), cfg.BlobStoreLocation(), blobstore.S3Config{
 		Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, PathStyle: cfg.S3PathStyle,
-		Observer: blobstoreObserver(reg),
+		Timeout: cfg.S3Timeout, AttemptTimeout: cfg.S3AttemptTimeout,
+		ConnectTimeout: cfg.S3ConnectTimeout, MaxAttempts: cfg.S3MaxAttempts,
+		Observer: blobstore.Observers(blobstoreObserver(reg), storeHealth.Observe),
 	})
 	if err != nil {
 		ln.Close()
@@ -101,7 +104,14 @@ func serve(cfg config.Config, stderr io.Writer) int {
 
 	if pinger, ok := store.(interface{ Ping(context.Context) error }); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := pinger.Ping(ctx); err != nil {
+		switch err := pinger.Ping(ctx); {
+		case errors.Is(err, blobstore.ErrAccessDenied):
+			attrs := []any{"location", store.String(), "err", err}
+			if s3, ok := store.(*blobstore.S3); ok {
+				attrs = append(attrs, "credentials", s3.CredentialSource(ctx))
+			}
+			log.Warn("blob store access denied: check the credentials; uploads, restores and GC fail until they are right", attrs...)
+		case err != nil:
 			log.Warn("blob store is not reachable yet; uploads, restores and GC fail until it is", "location", store.String(), "err", err)
 		}
 		cancel()
@@ -164,15 +174,16 @@ func serve(cfg config.Config, stderr io.Writer) int {
 
 	// The console (/ui/) in front of the API; every other path is the API's.
 	handler := ui.Mount(api.New(api.Deps{
-		Config:   cfg,
-		Node:     n,
-		FSM:      f,
-		Store:    store,
-		GC:       collector,
-		Logger:   logger.With("component", "api"),
-		Registry: reg,
-		TLS:      material,
-		Build:    buildinfo.Read(version),
+		Config:      cfg,
+		Node:        n,
+		FSM:         f,
+		Store:       store,
+		StoreHealth: storeHealth,
+		GC:          collector,
+		Logger:      logger.With("component", "api"),
+		Registry:    reg,
+		TLS:         material,
+		Build:       buildinfo.Read(version),
 		// Operator actions, by token accessor, never with a secret.
 		AuditLog:  logger.With("component", "audit"),
 		AccessLog: accessLog,
@@ -443,7 +454,7 @@ func blobstoreObserver(reg prometheus.Registerer) blobstore.Observer {
 	}, []string{"op", "outcome"})
 	objects := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "metastore_blobstore_objects_total",
-		Help: "Objects handled by object-store operations (keys deleted or listed, else one per call).",
+		Help: "Objects handled by object-store operations (distinct keys deleted, keys listed, else one per call).",
 	}, []string{"op"})
 	reg.MustRegister(latency, objects)
 	return func(op string, n int, err error, d time.Duration) {

@@ -236,6 +236,10 @@ func TestValidationErrorsNameFlags(t *testing.T) {
 		{[]string{"--apply-timeout", "1ms"}, "apply-timeout"},
 		{[]string{"--max-body-bytes", "10"}, "max-body-bytes"},
 		{[]string{"--shutdown-timeout", "-1s"}, "shutdown-timeout"},
+		{[]string{"--s3-timeout", "0s"}, "s3-timeout"},
+		{[]string{"--s3-attempt-timeout", "2h"}, "s3-attempt-timeout"},
+		{[]string{"--s3-connect-timeout", "1ms"}, "s3-connect-timeout"},
+		{[]string{"--s3-max-attempts", "0"}, "s3-max-attempts"},
 		{[]string{"--log-level", "loud"}, "log-level"},
 		{[]string{"--log-format", "xml"}, "log-format"},
 	} {
