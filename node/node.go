@@ -215,7 +215,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: open raft log store: %w", err)
 	}
 	closers = append(closers, n.boltStore.Close)
-	if n.logs, err = raft.NewLogCache(logCacheSize, n.boltStore); err != nil {
+	if n.logs, err = raft.NewLogCache(logCacheSize, stopOnWriteError{n.boltStore}); err != nil {
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 

@@ -38,9 +38,9 @@ type diskFault struct {
 // DiskEIO returns the fault that makes half of the writes and fsyncs of
 // the target member's Raft log and stable store (raft/raft.db) fail with
 // EIO for the hold. The member must not go on as if what failed were
-// durable: hashicorp/raft answers the entries of a failed append with the
-// error and steps down, and panics when it cannot record a term (an
-// expected panic: PanicExpecter). The state machine file is left alone:
+// durable: it stops with a panic at a failed append or compaction of its
+// log (node: stopOnWriteError), and hashicorp/raft panics when it cannot
+// record a term (expected panics: PanicExpecter). The state machine file is left alone:
 // the state machine panics at its first failed write (fsm.ApplyBatch), so
 // the member would stop before its log's fsyncs ever failed. Heal clears
 // the fault and restarts the member if it exited.

@@ -1,0 +1,49 @@
+package node
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/raft"
+)
+
+// stopOnWriteError is the Raft log store (raft-boltdb's raft.db) with one
+// change: a write that fails for any reason but a full file system stops
+// the member with a panic instead of returning the error.
+//
+// hashicorp/raft answers a failed append by stepping down and a failed
+// compaction by logging it, and goes on with the same bbolt handle. After
+// a commit whose write or fsync failed, that handle cannot be trusted:
+// bbolt rebuilds its free-page list from what the file shows, and after a
+// failed fsync the kernel may show pages that are not on the disk
+// (fsyncgate). The consistency suite's disk-eio-leader fault saw a member
+// go on after EIO and panic later in bbolt itself ("page N already freed",
+// during a compaction). Stopping at the first failed write is what etcd
+// does with its WAL; the restart opens the file afresh, and Raft treats
+// the member as down meanwhile.
+//
+// ENOSPC and EDQUOT are returned as errors: a full file system refuses the
+// write before anything reaches the file, Raft steps down, and the member
+// goes on once space is freed (the state machine and the stable store wait
+// for space the same way: fsm.ApplyBatch, stallingStable).
+type stopOnWriteError struct {
+	raft.LogStore
+}
+
+func (s stopOnWriteError) StoreLog(l *raft.Log) error {
+	return s.check("append", s.LogStore.StoreLog(l))
+}
+
+func (s stopOnWriteError) StoreLogs(logs []*raft.Log) error {
+	return s.check("append", s.LogStore.StoreLogs(logs))
+}
+
+func (s stopOnWriteError) DeleteRange(lo, hi uint64) error {
+	return s.check(fmt.Sprintf("delete of entries %d to %d", lo, hi), s.LogStore.DeleteRange(lo, hi))
+}
+
+func (s stopOnWriteError) check(op string, err error) error {
+	if err == nil || isNoSpace(err) {
+		return err
+	}
+	panic(fmt.Sprintf("node: Raft log %s failed; stopping rather than going on with a log file in an unknown state: %v", op, err))
+}
