@@ -150,6 +150,7 @@ func normalizePrefix(prefix string) (string, error) {
 type S3 struct {
 	client   *s3.Client
 	presign  *s3.PresignClient
+	direct   directPresigner
 	bucket   string
 	prefix   string
 	timeout  time.Duration
@@ -218,6 +219,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	return &S3{
 		client:   client,
 		presign:  s3.NewPresignClient(client),
+		direct:   newDirectPresigner(awsCfg.Credentials, awsCfg.Region),
 		bucket:   cfg.Bucket,
 		prefix:   prefix,
 		timeout:  timeout,
@@ -654,20 +656,11 @@ func (s *S3) PresignPut(ctx context.Context, key string, ttl time.Duration) (u s
 	if ttl <= 0 || ttl > MaxPresignTTL {
 		return "", nil, fmt.Errorf("blobstore: s3 presign %q: ttl %s is not in (0, %s]", key, ttl, MaxPresignTTL)
 	}
-	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
-		Bucket:      aws.String(s.bucket),
-		Key:         aws.String(s.prefix + key),
-		IfNoneMatch: aws.String("*"),
-	}, s3.WithPresignExpires(ttl))
+	u, h, err = s.direct.presignPut(ctx, s, s.prefix+key, ttl)
 	if err != nil {
 		return "", nil, fmt.Errorf("blobstore: s3 presign %q: %w", key, err)
 	}
-	h = req.SignedHeader.Clone()
-	if h == nil {
-		h = make(http.Header)
-	}
-	h.Del("Host") // carried by the URL
-	return req.URL, h, nil
+	return u, h, nil
 }
 
 func statusCode(err error) int {
