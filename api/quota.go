@@ -36,8 +36,9 @@ import (
 // it. What a new leader may miss is the commands in flight when
 // leadership moved: at most its predecessor's last proposals.
 
-// usageTTL is how long a scan of a job's blobs is reused: the tally of
-// grants since covers the writes the scan does not show yet.
+// usageTTL is how long a read of a job's usage (fsm.JobUsage, counts kept
+// in memory) is reused: the tally of grants since covers the writes the
+// read does not show yet.
 const usageTTL = time.Second
 
 type jobQuotas struct {
@@ -78,11 +79,7 @@ func (q *jobQuotas) current(job string, now time.Time) (*jobUsage, error) {
 	if u, ok := q.usage[job]; ok && now.Sub(u.at) <= usageTTL {
 		return u, nil
 	}
-	got, _, err := q.fsm.JobUsage(job)
-	if err != nil {
-		return nil, err
-	}
-	u := &jobUsage{JobUsage: got, at: now}
+	u := &jobUsage{JobUsage: q.fsm.JobUsage(job), at: now}
 	q.usage[job] = u
 	return u, nil
 }
@@ -138,12 +135,19 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 	}
 	// Only blobs this ack makes live count: a retried ack whose blobs
 	// are live already adds nothing.
+	keys := make([]string, len(m.Blobs))
+	for i, b := range m.Blobs {
+		keys[i] = b.Key
+	}
+	committed, err := q.fsm.Committed(keys)
+	if err != nil {
+		return err
+	}
 	var add uint64
 	for _, b := range m.Blobs {
-		if rec, _, err := q.fsm.Blob(b.Key); err == nil && rec != nil && rec.State != fsm.BlobIntent {
-			continue
+		if !committed[b.Key] {
+			add += b.Size
 		}
-		add += b.Size
 	}
 	if add == 0 {
 		return nil

@@ -39,9 +39,9 @@ func TestUploadIntentFlood(t *testing.T) {
 	if code := errorCode(t, string(refusal.body)); code != "quota_exceeded" || !strings.Contains(string(refusal.body), "--quota-open-intents") {
 		t.Fatalf("refusal does not name the limit: %s", refusal.body)
 	}
-	u, _, err := m.FSM.JobUsage("flood")
-	if err != nil || u.Intents != config.DefaultQuotaOpenIntents {
-		t.Fatalf("usage %+v %v", u, err)
+	u := m.FSM.JobUsage("flood")
+	if scanned, _, err := m.FSM.ScanJobUsage("flood"); err != nil || u != scanned || u.Intents != config.DefaultQuotaOpenIntents {
+		t.Fatalf("usage %+v, scanned %+v %v", u, scanned, err)
 	}
 	// Another job still gets its uploads.
 	other := createJob(t, m.URL, "other", []taskSpec{{ID: "agg", Caps: []string{"state"}}})

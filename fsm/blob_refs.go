@@ -14,12 +14,28 @@ func (t *txn) blob(key string) (*Blob, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
+	b.counted = blobUsage(b.State, b.Size)
 	return &b, nil
 }
 
+// putBlob writes a blob record and collects the change of its job's usage
+// (quota.go) from what the record counted when it was read.
 func (t *txn) putBlob(b *Blob) error {
 	b.ModifyIndex = t.index
-	return t.putJSON(bucketBlobs, []byte(b.Key), b)
+	if err := t.putJSON(bucketBlobs, []byte(b.Key), b); err != nil {
+		return err
+	}
+	now := blobUsage(b.State, b.Size)
+	if d := usageDelta(b.counted, now); !d.zero() {
+		if t.usage == nil {
+			t.usage = map[string]JobUsage{}
+		}
+		u := t.usage[b.Job]
+		u.add(d)
+		t.usage[b.Job] = u
+	}
+	b.counted = now
+	return nil
 }
 
 func timeKey(at time.Time, key string) []byte { return append(u64(uint64(at.UnixNano())), key...) }

@@ -66,6 +66,10 @@ type Blob struct {
 	DeletingAt     *time.Time `json:"deleting_at,omitempty"`
 	GoneAt         *time.Time `json:"gone_at,omitempty"`
 	ModifyIndex    uint64     `json:"modify_index"`
+
+	// counted is what the record counts in its job's usage as stored
+	// (quota.go): set when it is read, moved when it is written.
+	counted JobUsage
 }
 
 // corruptError is an inconsistency in the stored state: fatal.

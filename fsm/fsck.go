@@ -24,6 +24,26 @@ func (f *FSM) Fsck() (*FsckReport, error) {
 	rep := &FsckReport{Mismatches: []RefMismatch{}, Problems: []string{}}
 	idx, err := f.view(func(t *txn) error { return t.fsck(rep) })
 	rep.Index = idx
+	if err != nil {
+		return rep, err
+	}
+	// The jobs' usage counts (quota.go) against a scan, in a transaction
+	// that shows the state they count: tried a few times, since applies go
+	// on meanwhile.
+	for range 20 {
+		done := false
+		f.usage.mu.Lock()
+		_, err = f.view(func(t *txn) error {
+			var err error
+			done, err = f.usage.check(t, rep)
+			return err
+		})
+		f.usage.mu.Unlock()
+		if err != nil || done {
+			break
+		}
+	}
+	sort.Strings(rep.Problems)
 	return rep, err
 }
 

@@ -55,6 +55,9 @@ type FSM struct {
 	// blocking queries.
 	changedMu sync.Mutex
 	changed   chan struct{}
+
+	// usage: every job's usage of the blob table (quota.go).
+	usage usageCounts
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -108,6 +111,10 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 			db.Close()
 			return nil, err
 		}
+	}
+	if err := f.usage.rebuild(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("fsm: %s: counting the jobs' blobs: %w", path, err)
 	}
 	f.db = db
 	f.applied.Store(readApplied(db))
@@ -352,8 +359,10 @@ func (f *FSM) applyBatch(logs []*raft.Log) ([]any, uint64, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	last := f.applied.Load()
+	var usage map[string]JobUsage
 	err := f.db.Update(func(tx *bolt.Tx) error {
 		t := &txn{tx: tx}
+		defer func() { usage = t.usage }()
 		for i, l := range logs {
 			if l.Index <= last {
 				continue
@@ -367,6 +376,9 @@ func (f *FSM) applyBatch(logs []*raft.Log) ([]any, uint64, error) {
 		}
 		return tx.Bucket(bucketMeta).Put(metaAppliedIndex, u64(last))
 	})
+	if err == nil {
+		f.usage.apply(usage, last)
+	}
 	return resp, last, err
 }
 
@@ -525,6 +537,9 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 				f.logger.Warn("restore: closing the replaced state machine file failed", "err", err)
 			}
 		}()
+	}
+	if err := f.usage.rebuild(db); err != nil {
+		panic(fmt.Sprintf("fsm: restore: cannot read the restored state machine file %s: %v", f.path, err))
 	}
 	f.db = db
 	f.applied.Store(idx)

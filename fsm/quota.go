@@ -1,19 +1,180 @@
 package fsm
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+)
 
 // JobUsage is what one job holds in the blob table: its open upload
 // intents and the blobs that are live, with their bytes. The API's quotas
-// (api/quota.go) are checked against it on the leader.
+// (api/quota.go) are checked against it on the leader, on every ack that
+// commits blobs and every request for upload slots.
 type JobUsage struct {
 	Intents   int    `json:"intents"`
 	LiveBlobs int    `json:"live_blobs"`
 	LiveBytes uint64 `json:"live_bytes"`
 }
 
-// JobUsage scans the blobs the job owns. Every key the store hands out
-// starts with the job's id and a slash, so the scan reads that prefix only.
-func (f *FSM) JobUsage(job string) (JobUsage, uint64, error) {
+func (u *JobUsage) add(d JobUsage) {
+	u.Intents += d.Intents
+	u.LiveBlobs += d.LiveBlobs
+	u.LiveBytes += d.LiveBytes // d.LiveBytes wraps around for a decrease
+}
+
+func (u JobUsage) zero() bool { return u == JobUsage{} }
+
+// blobUsage is what one blob record counts in its job's usage.
+func blobUsage(state BlobState, size uint64) JobUsage {
+	switch state {
+	case BlobIntent:
+		return JobUsage{Intents: 1}
+	case BlobLive:
+		return JobUsage{LiveBlobs: 1, LiveBytes: size}
+	}
+	return JobUsage{}
+}
+
+// usageDelta is the change of one blob's usage from was to now (bytes
+// wrap around unsigned, and add back exactly).
+func usageDelta(was, now JobUsage) JobUsage {
+	return JobUsage{
+		Intents:   now.Intents - was.Intents,
+		LiveBlobs: now.LiveBlobs - was.LiveBlobs,
+		LiveBytes: now.LiveBytes - was.LiveBytes,
+	}
+}
+
+// usageCounts keeps every job's usage in memory, so a quota check costs a
+// map lookup instead of a scan of the job's blobs. It is derived state, not
+// replicated: built by one scan of the blob table when the file is opened
+// or restored, then moved by the usage changes of each committed
+// transaction (txn.usage, collected by putBlob from the state each record
+// had when it was read).
+type usageCounts struct {
+	mu   sync.Mutex
+	jobs map[string]*JobUsage
+	// index is the applied index of the last transaction counted.
+	index uint64
+}
+
+func (c *usageCounts) get(job string) JobUsage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u := c.jobs[job]; u != nil {
+		return *u
+	}
+	return JobUsage{}
+}
+
+// apply adds the changes of the transaction committed at index.
+func (c *usageCounts) apply(d map[string]JobUsage, index uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.index = index
+	for job, du := range d {
+		u := c.jobs[job]
+		if u == nil {
+			u = &JobUsage{}
+			c.jobs[job] = u
+		}
+		u.add(du)
+		if u.zero() {
+			delete(c.jobs, job)
+		}
+	}
+}
+
+// rebuild replaces the counts with a scan of db's blob table. A record
+// that cannot be decoded counts nothing: the file was accepted by its
+// checks, and fsck names such a record.
+func (c *usageCounts) rebuild(db *bolt.DB) error {
+	jobs := map[string]*JobUsage{}
+	var index uint64
+	err := db.View(func(tx *bolt.Tx) error {
+		t := &txn{tx: tx}
+		index = t.appliedIndex()
+		return t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
+			var b struct {
+				Job   string    `json:"job"`
+				State BlobState `json:"state"`
+				Size  uint64    `json:"size"`
+			}
+			if json.Unmarshal(v, &b) != nil {
+				return true, nil // counts nothing; the consistency check reports the record
+			}
+			u := blobUsage(b.State, b.Size)
+			if u.zero() {
+				return true, nil
+			}
+			if jobs[b.Job] == nil {
+				jobs[b.Job] = &JobUsage{}
+			}
+			jobs[b.Job].add(u)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.jobs, c.index = jobs, index
+	c.mu.Unlock()
+	return nil
+}
+
+// check adds to rep every job whose count differs from a scan of the blob
+// table, when the counts are those of the state t shows (the caller holds
+// c.mu). It reports whether they were.
+func (c *usageCounts) check(t *txn, rep *FsckReport) (bool, error) {
+	if c.index != t.index {
+		return false, nil
+	}
+	scanned := map[string]*JobUsage{}
+	err := t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
+		var b struct {
+			Job   string    `json:"job"`
+			State BlobState `json:"state"`
+			Size  uint64    `json:"size"`
+		}
+		if err := json.Unmarshal(v, &b); err != nil {
+			return false, err
+		}
+		if u := blobUsage(b.State, b.Size); !u.zero() {
+			if scanned[b.Job] == nil {
+				scanned[b.Job] = &JobUsage{}
+			}
+			scanned[b.Job].add(u)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	for job, u := range scanned {
+		if got := c.jobs[job]; got == nil || *got != *u {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("job %q: usage counted in memory %+v, the blob table holds %+v", job, got, *u))
+		}
+	}
+	for job, got := range c.jobs {
+		if scanned[job] == nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("job %q: usage counted in memory %+v, the blob table holds none", job, *got))
+		}
+	}
+	return true, nil
+}
+
+// JobUsage is the job's usage as of the last committed transaction. It
+// costs a map lookup: the counts are kept in memory (usageCounts).
+func (f *FSM) JobUsage(job string) JobUsage { return f.usage.get(job) }
+
+// ScanJobUsage computes the job's usage by scanning the blobs it owns
+// (every key the store hands out starts with the job's id and a slash). It
+// is what JobUsage must always equal; tests and the consistency check
+// compare the two.
+func (f *FSM) ScanJobUsage(job string) (JobUsage, uint64, error) {
 	var u JobUsage
 	idx, err := f.view(func(t *txn) error {
 		return t.scan(bucketBlobs, []byte(job+"/"), func(_, v []byte) (bool, error) {
@@ -25,18 +186,30 @@ func (f *FSM) JobUsage(job string) (JobUsage, uint64, error) {
 			if err := json.Unmarshal(v, &b); err != nil {
 				return false, err
 			}
-			if b.Job != job {
-				return true, nil
-			}
-			switch b.State {
-			case BlobIntent:
-				u.Intents++
-			case BlobLive:
-				u.LiveBlobs++
-				u.LiveBytes += b.Size
+			if b.Job == job {
+				u.add(blobUsage(b.State, b.Size))
 			}
 			return true, nil
 		})
 	})
 	return u, idx, err
+}
+
+// Committed reports, for each key, whether the store holds a blob under it
+// that is no longer an upload intent (committed by an ack: live, or
+// further along). An ack that commits such a key again adds no bytes to
+// its job's usage. One read transaction for all the keys.
+func (f *FSM) Committed(keys []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(keys))
+	_, err := f.view(func(t *txn) error {
+		for _, k := range keys {
+			b, err := t.blob(k)
+			if err != nil {
+				return err
+			}
+			out[k] = b != nil && b.State != BlobIntent
+		}
+		return nil
+	})
+	return out, err
 }

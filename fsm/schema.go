@@ -151,6 +151,10 @@ type txn struct {
 	tx *bolt.Tx
 	// index is the Raft index of the command being applied (0 for reads).
 	index uint64
+	// usage collects the changes of the jobs' usage the writes made
+	// (quota.go); the FSM adds them to its counts once the transaction
+	// commits.
+	usage map[string]JobUsage
 }
 
 func (t *txn) b(name bucket) *bolt.Bucket {
