@@ -139,28 +139,42 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 	for i, b := range m.Blobs {
 		keys[i] = b.Key
 	}
-	committed, err := q.fsm.Committed(keys)
-	if err != nil {
-		return err
-	}
-	var add uint64
-	for _, b := range m.Blobs {
-		if !committed[b.Key] {
-			add += b.Size
+	// The cheap check reads the state machine's last commit; a refusal is
+	// confirmed on the latest applied state (fsm.Flush), so entries not
+	// yet committed never cause one.
+	for _, latest := range []bool{false, true} {
+		if latest {
+			if err := q.fsm.Flush(); err != nil {
+				return err
+			}
+			delete(q.usage, job)
+		}
+		committed, err := q.fsm.Committed(keys, latest)
+		if err != nil {
+			return err
+		}
+		var add uint64
+		for _, b := range m.Blobs {
+			if !committed[b.Key] {
+				add += b.Size
+			}
+		}
+		if add == 0 {
+			return nil
+		}
+		u, err := q.current(job, now)
+		if err != nil {
+			return err
+		}
+		if u.LiveBytes+add <= uint64(lim) {
+			u.LiveBytes += add
+			return nil
+		}
+		if latest {
+			return liveBytesExceeded(job, u.LiveBytes+add, lim)
 		}
 	}
-	if add == 0 {
-		return nil
-	}
-	u, err := q.current(job, now)
-	if err != nil {
-		return err
-	}
-	if u.LiveBytes+add > uint64(lim) {
-		return liveBytesExceeded(job, u.LiveBytes+add, lim)
-	}
-	u.LiveBytes += add
-	return nil
+	panic("unreachable")
 }
 
 func liveBytesExceeded(job string, bytes uint64, lim int64) error {

@@ -80,6 +80,14 @@ type Config struct {
 	// entry (group commit: commands proposed while the previous entry is
 	// being written share the next); 1 proposes every command alone.
 	ApplyBatch int
+	// StateCommitInterval is how long the state machine keeps applying
+	// Raft batches to one open transaction of its file before it commits
+	// them together (fsm/commit.go; a read, a snapshot or
+	// StateCommitEntries commits earlier); 0 commits after every batch.
+	StateCommitInterval time.Duration
+	// StateCommitEntries is the most Raft entries one state machine
+	// commit holds.
+	StateCommitEntries int
 	// EnablePprof serves Go's profiler under /debug/pprof/ on the HTTP
 	// address (CPU, heap, goroutine profiles; off by default).
 	EnablePprof bool
@@ -180,37 +188,39 @@ func DefaultConfig() Config {
 		// A follower that hears nothing for a random 0.5 to 1 s stands for
 		// election: a killed leader is replaced in about a second. Raise
 		// these on slow networks or overloaded machines.
-		HeartbeatTimeout:   500 * time.Millisecond,
-		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
-		CommitTimeout:      50 * time.Millisecond,
-		SnapshotInterval:   120 * time.Second,
-		SnapshotThreshold:  8192,
-		TrailingLogs:       10240,
-		SnapshotRetain:     2,
-		ApplyTimeout:       10 * time.Second,
-		ApplyBatch:         256,
-		MaxBodyBytes:       1 << 20,
-		MinFreeDisk:        DefaultMinFreeDisk,
-		ShutdownTimeout:    10 * time.Second,
-		JoinTimeout:        5 * time.Minute,
-		S3Timeout:          30 * time.Second,
-		S3AttemptTimeout:   10 * time.Second,
-		S3ConnectTimeout:   5 * time.Second,
-		S3MaxAttempts:      5,
-		UploadLease:        time.Hour,
-		MaxBlobBytes:       5 << 30,
-		GCInterval:         30 * time.Second,
-		GCGrace:            10 * time.Minute,
-		GCBatch:            1000,
-		GCTombstoneTTL:     24 * time.Hour,
-		GCOrphanGrace:      time.Hour,
-		GCOrphanEvery:      time.Hour,
-		AuthObjectURLTTL:   time.Hour,
-		LogLevel:           "info",
-		LogFormat:          "text",
-		HTTPLimits:         DefaultHTTPLimits(),
-		Security:           DefaultSecurity(),
+		HeartbeatTimeout:    500 * time.Millisecond,
+		ElectionTimeout:     500 * time.Millisecond,
+		LeaderLeaseTimeout:  250 * time.Millisecond,
+		CommitTimeout:       50 * time.Millisecond,
+		SnapshotInterval:    120 * time.Second,
+		SnapshotThreshold:   8192,
+		TrailingLogs:        10240,
+		SnapshotRetain:      2,
+		ApplyTimeout:        10 * time.Second,
+		ApplyBatch:          256,
+		StateCommitInterval: 20 * time.Millisecond,
+		StateCommitEntries:  10_000,
+		MaxBodyBytes:        1 << 20,
+		MinFreeDisk:         DefaultMinFreeDisk,
+		ShutdownTimeout:     10 * time.Second,
+		JoinTimeout:         5 * time.Minute,
+		S3Timeout:           30 * time.Second,
+		S3AttemptTimeout:    10 * time.Second,
+		S3ConnectTimeout:    5 * time.Second,
+		S3MaxAttempts:       5,
+		UploadLease:         time.Hour,
+		MaxBlobBytes:        5 << 30,
+		GCInterval:          30 * time.Second,
+		GCGrace:             10 * time.Minute,
+		GCBatch:             1000,
+		GCTombstoneTTL:      24 * time.Hour,
+		GCOrphanGrace:       time.Hour,
+		GCOrphanEvery:       time.Hour,
+		AuthObjectURLTTL:    time.Hour,
+		LogLevel:            "info",
+		LogFormat:           "text",
+		HTTPLimits:          DefaultHTTPLimits(),
+		Security:            DefaultSecurity(),
 	}
 }
 
@@ -307,6 +317,12 @@ func (c *Config) Validate() error {
 		if d.v < d.min {
 			return bad(d.name, "%s is below the minimum %s", d.v, d.min)
 		}
+	}
+	if c.StateCommitInterval < 0 || c.StateCommitInterval > time.Second {
+		return bad("state-commit-interval", "%s is not between 0 and 1s", c.StateCommitInterval)
+	}
+	if c.StateCommitEntries < 1 {
+		return bad("state-commit-entries", "%d is not positive", c.StateCommitEntries)
 	}
 	if c.ApplyBatch < 1 || c.ApplyBatch > maxApplyBatch {
 		return bad("apply-batch", "%d is not between 1 and %d", c.ApplyBatch, maxApplyBatch)

@@ -166,12 +166,24 @@ func checkForeignBlobs(t *txn, job string, view lineageView, c manifests.Change,
 // current state, as the state machine will when it applies the ack: the
 // API's early answer, identical to the one apply gives. Every other rule is
 // left to apply.
+//
+// It reads the last committed state (viewCommitted: no commit on the ack's
+// path); a refusal is confirmed on the latest applied state before it is
+// answered, so a reference made valid by an entry not yet committed (a pin
+// just applied) is not refused early.
 func (f *FSM) CheckCrossJob(p *TaskAck) error {
-	m := p.Manifest
-	if m == nil {
+	if p.Manifest == nil {
 		return nil
 	}
-	_, err := f.view(func(t *txn) error {
+	if err := f.checkCrossJob(f.viewCommitted, p); err == nil {
+		return nil
+	}
+	return f.checkCrossJob(f.view, p)
+}
+
+func (f *FSM) checkCrossJob(view func(func(t *txn) error) (uint64, error), p *TaskAck) error {
+	m := p.Manifest
+	_, err := view(func(t *txn) error {
 		view := lineageView{t: t}
 		if m.Base != nil {
 			if m.Base.Job != p.Job {

@@ -59,10 +59,14 @@ func SetBootID(t interface{ Cleanup(func()) }, id string) {
 }
 
 // CloseAsCrash releases the file the way a killed process does: no sync,
-// the marker left "open".
+// the marker left "open", the open transaction (what was applied since the
+// last commit) lost.
 func (f *FSM) CloseAsCrash() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.txMu.Lock()
+	f.discardLocked()
+	f.txMu.Unlock()
 	err := f.db.Close()
 	f.db = nil
 	return err

@@ -58,6 +58,21 @@ type FSM struct {
 
 	// usage: every job's usage of the blob table (quota.go).
 	usage usageCounts
+
+	// The open write transaction and its entries (commit.go), guarded by
+	// txMu; lock order f.mu, then txMu. committed is the applied index
+	// of the last commit.
+	txMu        sync.Mutex
+	wt          *txn
+	pending     []*raft.Log
+	pendingLast uint64
+	openedAt    time.Time
+	policy      CommitPolicy
+	commitErr   error
+	timer       *time.Timer
+	timerAt     time.Time // when timer fires; zero: not armed
+	stats       CommitStats
+	committed   atomic.Uint64
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -78,7 +93,7 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	f := &FSM{path: path, logger: logger, changed: make(chan struct{}), stop: make(chan struct{})}
+	f := &FSM{path: path, logger: logger, changed: make(chan struct{}), stop: make(chan struct{}), policy: DefaultCommitPolicy}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("fsm: %w", err)
 	}
@@ -118,6 +133,7 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 	}
 	f.db = db
 	f.applied.Store(readApplied(db))
+	f.committed.Store(f.applied.Load())
 	return f, nil
 }
 
@@ -166,6 +182,13 @@ func (f *FSM) Close() error {
 		return nil
 	}
 	var errs []error
+	f.txMu.Lock()
+	if err := f.commitLocked(); err != nil {
+		// Raft replays the entries at the next start.
+		f.discardLocked()
+		errs = append(errs, fmt.Errorf("fsm: commit %s: %w", f.path, err))
+	}
+	f.txMu.Unlock()
 	if f.noSync {
 		if err := f.db.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("fsm: sync %s: %w", f.path, err))
@@ -234,6 +257,11 @@ func (f *FSM) view(fn func(t *txn) error) (uint64, error) {
 	if f.db == nil {
 		return 0, errors.New("fsm: closed")
 	}
+	if err := f.flush(); err != nil {
+		if idx, ok, err := f.readOpen(fn); ok {
+			return idx, err
+		}
+	}
 	var idx uint64
 	err := f.db.View(func(tx *bolt.Tx) error {
 		t := &txn{tx: tx}
@@ -263,23 +291,59 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if f.aborted.Load() {
 		return abortedResponses(logs)
 	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	defer func() {
+		// An entry that cannot be applied stops the member: nothing of the
+		// open transaction reaches the file, whose applied index makes the
+		// member meet the entry again at restart.
+		if r := recover(); r != nil {
+			f.discardLocked()
+			panic(r)
+		}
+	}()
+	resp, last, err := f.applyPending(logs, f.applied.Load())
+	if err != nil {
+		panic(fmt.Sprintf("fsm: apply batch ending at index %d: %v", last, err))
+	}
+	// A batch whose commit is due counts as applied once it is committed:
+	// while the file system is full, it is the entry the member waits on.
+	if f.due() {
+		if !f.commitStalling(logs) {
+			return abortedResponses(logs)
+		}
+	} else {
+		f.armTimer()
+	}
+	f.applied.Store(last)
+	f.notify()
+	return resp
+}
+
+// commitStalling commits the open transaction, retrying with backoff while
+// the file system is full (the member stalls: Raft's FSM goroutine waits
+// here, and reads are refused). The caller holds f.mu (read) and f.txMu;
+// txMu is released while it waits. It returns false when StopWaiting ended
+// the wait: the open transaction is discarded, nothing more is applied or
+// snapshotted by this process, and Raft replays the entries after the
+// file's applied index at restart.
+func (f *FSM) commitStalling(logs []*raft.Log) bool {
 	backoff := noSpaceMinBackoff
-	var since time.Time
-	var lastLog time.Time
+	var since, lastLog time.Time
 	for {
-		resp, last, err := f.applyBatch(logs)
+		err := f.commitLocked()
 		if err == nil {
 			if !since.IsZero() {
 				f.stalled.Store(false)
 				f.logger.Info("state machine write succeeded again after the file system was full",
-					"file", f.path, "stalled_for", time.Since(since).Round(time.Millisecond), "applied_index", last)
+					"file", f.path, "stalled_for", time.Since(since).Round(time.Millisecond), "applied_index", f.applied.Load())
 			}
-			f.applied.Store(last)
-			f.notify()
-			return resp
+			return true
 		}
 		if !IsNoSpace(err) {
-			panic(fmt.Sprintf("fsm: apply batch ending at index %d: %v", last, err))
+			panic(fmt.Sprintf("fsm: commit of the batch ending at index %d: %v", logs[len(logs)-1].Index, err))
 		}
 		now := time.Now()
 		if since.IsZero() {
@@ -292,18 +356,22 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 				"file", f.path, "first_index", logs[0].Index, "last_index", logs[len(logs)-1].Index,
 				"stalled_for", now.Sub(since).Round(time.Millisecond), "err", err)
 		}
+		f.txMu.Unlock()
 		select {
 		case <-time.After(backoff):
+			f.txMu.Lock()
 		case <-f.stop:
-			// Shutting down with the batch unapplied. The file holds
-			// everything before it, and its applied index says so: a
-			// restart replays the batch from the Raft log. Until then
-			// nothing more is applied (or snapshotted), so this process
-			// never exposes a state with a gap.
+			f.txMu.Lock()
+			// Shutting down with entries the full file system kept out of
+			// the file. The file holds everything before them, and its
+			// applied index says so: a restart replays them from the Raft
+			// log. Until then nothing more is applied (or snapshotted),
+			// so this process never exposes a state with a gap.
 			f.aborted.Store(true)
-			f.logger.Warn("shutting down with a batch the full file system kept from being applied; it is applied again from the Raft log at restart",
+			f.discardLocked()
+			f.logger.Warn("shutting down with entries the full file system kept from being written; they are applied again from the Raft log at restart",
 				"first_index", logs[0].Index, "last_index", logs[len(logs)-1].Index)
-			return abortedResponses(logs)
+			return false
 		}
 		backoff = min(2*backoff, noSpaceMaxBackoff)
 	}
@@ -349,37 +417,6 @@ func IsNoSpace(err error) bool {
 	}
 	msg := err.Error()
 	return strings.Contains(msg, syscall.ENOSPC.Error()) || strings.Contains(msg, syscall.EDQUOT.Error())
-}
-
-// applyBatch runs one attempt of ApplyBatch's transaction; it returns the
-// responses and the new applied index, or the commit's error (the
-// transaction rolled back).
-func (f *FSM) applyBatch(logs []*raft.Log) ([]any, uint64, error) {
-	resp := make([]any, len(logs))
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	last := f.applied.Load()
-	var usage map[string]JobUsage
-	err := f.db.Update(func(tx *bolt.Tx) error {
-		t := &txn{tx: tx}
-		defer func() { usage = t.usage }()
-		for i, l := range logs {
-			if l.Index <= last {
-				continue
-			}
-			last = l.Index
-			if l.Type != raft.LogCommand {
-				continue
-			}
-			t.index = l.Index
-			resp[i] = f.applyOne(t, l)
-		}
-		return tx.Bucket(bucketMeta).Put(metaAppliedIndex, u64(last))
-	})
-	if err == nil {
-		f.usage.apply(usage, last)
-	}
-	return resp, last, err
 }
 
 func (f *FSM) applyOne(t *txn, l *raft.Log) *Result {
@@ -441,6 +478,10 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	// Raft takes the snapshot as of the last applied entry: commit it.
+	if err := f.flush(); err != nil {
+		return nil, fmt.Errorf("fsm: snapshot: %w", err)
+	}
 	tx, err := f.db.Begin(false)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: snapshot: %w", err)
@@ -511,6 +552,15 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// What was applied before the snapshot is committed first: if the swap
+	// fails, the current file stays in use with everything Raft applied.
+	f.txMu.Lock()
+	err = f.commitLocked()
+	f.txMu.Unlock()
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
 	if err := os.Rename(tmp, f.path); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("fsm: restore: %w", err) // the current file stays in use
@@ -543,6 +593,7 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	}
 	f.db = db
 	f.applied.Store(idx)
+	f.committed.Store(idx)
 	f.logger.Info("state restored from snapshot", "applied_index", idx)
 	f.notify()
 	return nil

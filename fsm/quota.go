@@ -166,8 +166,9 @@ func (c *usageCounts) check(t *txn, rep *FsckReport) (bool, error) {
 	return true, nil
 }
 
-// JobUsage is the job's usage as of the last committed transaction. It
-// costs a map lookup: the counts are kept in memory (usageCounts).
+// JobUsage is the job's usage as of the last committed transaction (Flush
+// commits what was applied since). It costs a map lookup: the counts are
+// kept in memory (usageCounts).
 func (f *FSM) JobUsage(job string) JobUsage { return f.usage.get(job) }
 
 // ScanJobUsage computes the job's usage by scanning the blobs it owns
@@ -198,10 +199,16 @@ func (f *FSM) ScanJobUsage(job string) (JobUsage, uint64, error) {
 // Committed reports, for each key, whether the store holds a blob under it
 // that is no longer an upload intent (committed by an ack: live, or
 // further along). An ack that commits such a key again adds no bytes to
-// its job's usage. One read transaction for all the keys.
-func (f *FSM) Committed(keys []string) (map[string]bool, error) {
+// its job's usage. One read transaction for all the keys, of the last
+// committed state when latest is false (a key committed since may be
+// answered false), of the latest applied state when it is true.
+func (f *FSM) Committed(keys []string, latest bool) (map[string]bool, error) {
 	out := make(map[string]bool, len(keys))
-	_, err := f.view(func(t *txn) error {
+	view := f.viewCommitted
+	if latest {
+		view = f.view
+	}
+	_, err := view(func(t *txn) error {
 		for _, k := range keys {
 			b, err := t.blob(k)
 			if err != nil {

@@ -1,0 +1,283 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Group commits of the state machine file.
+//
+// Raft hands the state machine batches of committed entries. Each batch is
+// applied to one bbolt read-write transaction that stays open across
+// batches; the transaction is committed when it is due (CommitPolicy: it
+// has been open for Interval, or holds MaxEntries entries), when a reader
+// needs what it holds, before a snapshot is taken or restored, and at
+// close. A bbolt commit writes every page the transaction dirtied (copy on
+// write, pages of about ten buckets per ack) plus a meta page, so many
+// batches in one commit write the pages they share once: it is etcd's
+// backend batching (batch interval and limit), for the same reason.
+//
+// Nothing is less durable for it. The state machine file is never the
+// durable record (durability.go): the Raft log is, and the file's applied
+// index, committed in the same transaction as the data, tells Raft where to
+// resume. A process that dies with a transaction open loses what the
+// transaction held; at restart Raft replays those entries from its log.
+//
+// Reads see everything applied: a read transaction only sees committed
+// data, so view commits the open transaction first when it holds entries
+// (flush). Reads that may lag, the API's early checks of an ack that the
+// state machine repeats at apply, use viewCommitted instead and cost no
+// commit. Blocking queries are woken after every applied batch, as before;
+// their read then commits.
+//
+// A commit that fails (a full file system) is rolled back by bbolt; the
+// entries of the transaction are applied again, in order, to a new one
+// (the state machine is deterministic: the same entries give the same
+// state), so nothing applied is lost: the commit is retried until it
+// succeeds, and reads fail meanwhile rather than miss an applied write.
+
+// CommitPolicy says when the open transaction is committed.
+type CommitPolicy struct {
+	// Interval: commit once the transaction has been open this long. 0
+	// commits after every batch (as the state machine did before group
+	// commits).
+	Interval time.Duration
+	// MaxEntries: commit once the transaction holds this many entries.
+	MaxEntries int
+}
+
+// DefaultCommitPolicy: etcd's backend commits every 100 ms or 10,000
+// operations; a checkpoint store's readers wait on completions, so the
+// interval is shorter.
+var DefaultCommitPolicy = CommitPolicy{Interval: 20 * time.Millisecond, MaxEntries: 10_000}
+
+// SetCommitPolicy sets when the open transaction is committed. Call it
+// before Raft starts applying.
+func (f *FSM) SetCommitPolicy(p CommitPolicy) {
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	f.policy = p
+}
+
+// CommitStats counts the state machine's commits and the Raft entries
+// they held.
+type CommitStats struct {
+	Commits uint64 // transactions committed
+	Entries uint64 // Raft entries in them
+	Failed  uint64 // commits that failed and were applied again
+}
+
+// CommittedIndex is the applied index of the file's last commit: what a
+// process that died now would restart from.
+func (f *FSM) CommittedIndex() uint64 { return f.committed.Load() }
+
+// CommitStats returns the counts since the FSM was opened.
+func (f *FSM) CommitStats() CommitStats {
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	return f.stats
+}
+
+// applyPending applies logs to the open transaction (beginning one), the
+// caller holding f.mu (read) and f.txMu. It returns one response per log
+// and the new applied index. A fatal apply error panics (applyOne).
+func (f *FSM) applyPending(logs []*raft.Log, last uint64) ([]any, uint64, error) {
+	resp := make([]any, len(logs))
+	for i, l := range logs {
+		if l.Index <= last {
+			continue
+		}
+		if f.wt == nil {
+			if err := f.begin(); err != nil {
+				return resp, last, err
+			}
+		}
+		last = l.Index
+		f.pending = append(f.pending, l)
+		f.pendingLast = last
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		f.wt.index = l.Index
+		resp[i] = f.applyOne(f.wt, l)
+	}
+	if f.wt != nil {
+		if err := f.wt.tx.Bucket(bucketMeta).Put(metaAppliedIndex, u64(last)); err != nil {
+			return resp, last, err
+		}
+	}
+	return resp, last, nil
+}
+
+func (f *FSM) begin() error {
+	tx, err := f.db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("fsm: begin a write transaction: %w", err)
+	}
+	f.wt = &txn{tx: tx}
+	f.openedAt = time.Now()
+	return nil
+}
+
+// due reports whether the open transaction must be committed now.
+func (f *FSM) due() bool {
+	return f.wt != nil && (f.policy.Interval <= 0 || f.commitErr != nil ||
+		len(f.pending) >= max(1, f.policy.MaxEntries) || time.Since(f.openedAt) >= f.policy.Interval)
+}
+
+// commitLocked commits the open transaction, the caller holding f.mu
+// (read) and f.txMu. On failure the transaction was rolled back: its
+// entries are applied again to a new one, which stays open, and the error
+// is returned (and kept in f.commitErr until a commit succeeds).
+func (f *FSM) commitLocked() error {
+	if f.wt == nil {
+		return nil
+	}
+	wt, n := f.wt, len(f.pending)
+	last := f.pendingLast
+	f.wt = nil
+	err := wt.tx.Commit()
+	if err == nil {
+		f.committed.Store(last)
+		f.usage.apply(wt.usage, last)
+		f.pending = f.pending[:0]
+		f.commitErr = nil
+		f.stats.Commits++
+		f.stats.Entries += uint64(n)
+		return nil
+	}
+	f.stats.Failed++
+	f.commitErr = err
+	// bbolt rolled the transaction back; apply its entries again to a new
+	// one. Their responses were handed to Raft already; the new ones are
+	// the same and are dropped.
+	logs := f.pending
+	f.pending = nil
+	if _, _, rerr := f.applyPending(logs, f.committed.Load()); rerr != nil {
+		panic(fmt.Sprintf("fsm: applying entries %d to %d again after a failed commit (%v): %v",
+			logs[0].Index, last, err, rerr))
+	}
+	return err
+}
+
+// flush commits the open transaction if it holds entries (readers call it
+// before they read). It fails, without waiting, while commits fail: view
+// then reads inside the open transaction (readOpen).
+func (f *FSM) flush() error {
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	if f.wt == nil {
+		return nil
+	}
+	if err := f.commitLocked(); err != nil {
+		return fmt.Errorf("%w: %v", ErrStateNotWritable, err)
+	}
+	return nil
+}
+
+// ErrStateNotWritable answers a read while the state machine cannot commit
+// what it applied (a full file system): the state a read would see lacks
+// acknowledged writes, so the read is refused until the commit succeeds.
+var ErrStateNotWritable = errors.New("fsm: the state machine cannot write its file")
+
+// Flush commits what the state machine applied to its file. Reads do it
+// themselves; callers that read the file by other means, or want the
+// counts of quota.go up to date, call it.
+func (f *FSM) Flush() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		return errors.New("fsm: closed")
+	}
+	return f.flush()
+}
+
+// armTimer makes sure the open transaction is committed once its interval
+// has passed, even if no batch or reader comes. The caller holds f.txMu.
+func (f *FSM) armTimer() {
+	if f.wt == nil {
+		return
+	}
+	at := f.openedAt.Add(f.policy.Interval)
+	if !f.timerAt.IsZero() && !f.timerAt.After(at) {
+		return // armed for that time or earlier
+	}
+	f.timerAt = at
+	if f.timer == nil {
+		f.timer = time.AfterFunc(time.Until(at), f.onTimer)
+	} else {
+		f.timer.Reset(time.Until(at))
+	}
+}
+
+func (f *FSM) onTimer() {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	f.timerAt = time.Time{}
+	if f.db == nil || f.wt == nil || f.aborted.Load() {
+		return
+	}
+	if !f.due() {
+		f.armTimer()
+		return
+	}
+	if err := f.commitLocked(); err != nil {
+		// The next batch (ApplyBatch) retries with backoff, and stalls
+		// until the commit succeeds; readers are refused meanwhile.
+		f.logger.Error("state machine commit failed; its entries are applied again and the commit retried", "err", err)
+	}
+}
+
+// discardLocked rolls the open transaction back (shutdown with a commit
+// that cannot succeed): the file keeps its last committed state and
+// applied index, and Raft replays the rest at restart.
+func (f *FSM) discardLocked() {
+	if f.wt != nil {
+		_ = f.wt.tx.Rollback()
+		f.wt = nil
+	}
+	f.pending = nil
+	f.pendingLast = f.committed.Load()
+	f.applied.Store(f.committed.Load())
+}
+
+// readOpen runs fn inside the open write transaction, which holds every
+// applied entry: reads go on while commits fail (a full file system) and
+// ApplyBatch waits for space. It reports false when no transaction is
+// open.
+func (f *FSM) readOpen(fn func(t *txn) error) (uint64, bool, error) {
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	if f.wt == nil {
+		return 0, false, nil
+	}
+	t := &txn{tx: f.wt.tx}
+	idx := t.appliedIndex()
+	t.index = idx
+	return idx, true, fn(t)
+}
+
+// viewCommitted runs fn in a read transaction of the last committed state,
+// which may lack the entries applied since (at most the commit interval).
+// For checks that the state machine repeats at apply.
+func (f *FSM) viewCommitted(fn func(t *txn) error) (uint64, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		return 0, errors.New("fsm: closed")
+	}
+	var idx uint64
+	err := f.db.View(func(tx *bolt.Tx) error {
+		t := &txn{tx: tx}
+		idx = t.appliedIndex()
+		t.index = idx
+		return fn(t)
+	})
+	return idx, err
+}
