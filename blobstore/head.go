@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -26,8 +27,8 @@ import (
 // directHead sends HeadObject requests signed with the SDK's SigV4 signer
 // called directly, instead of through the S3 client's middleware stack
 // (the leader HEADs every new blob after its ack; through the stack a
-// HEAD cost about ten times its own signing and sending in CPU,
-// BenchmarkS3Head).
+// HEAD took about 409 allocations and 120 µs of the client's CPU, directly
+// 74 and 25-40 µs, BenchmarkS3Head).
 //
 // What the SDK would send is learnt once from the SDK itself: the first
 // call runs a HeadObject of a probe key through the client with an HTTP
@@ -59,8 +60,8 @@ type directHead struct {
 	// newID returns the invocation id of a call (a UUID v4).
 	newID func() (string, error)
 
-	mu   sync.Mutex
-	tmpl *headTemplate // nil until learnt
+	mu   sync.Mutex                   // held while learning tmpl
+	tmpl atomic.Pointer[headTemplate] // nil until learnt
 }
 
 // headTemplate is what the SDK sends for a HeadObject, learnt once.
@@ -127,10 +128,13 @@ func (c *captureClient) Do(r *http.Request) (*http.Response, error) {
 // error is the SDK's own for the probe (say, credentials that cannot be
 // retrieved): the HeadObject it stands for would have failed alike.
 func (d *directHead) template(ctx context.Context, s *S3) (*headTemplate, error) {
+	if t := d.tmpl.Load(); t != nil {
+		return t, nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.tmpl != nil {
-		return d.tmpl, nil
+	if t := d.tmpl.Load(); t != nil {
+		return t, nil
 	}
 	probeCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -147,7 +151,7 @@ func (d *directHead) template(ctx context.Context, s *S3) (*headTemplate, error)
 	if err != nil {
 		return nil, err
 	}
-	d.tmpl = t
+	d.tmpl.Store(t)
 	return t, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"slices"
@@ -284,5 +285,36 @@ func TestS3HeadFrozenServerAsSDK(t *testing.T) {
 	}
 	if info, err := s.Head(ctx, "k"); err != nil || info.Size != int64(len("before the freeze")) {
 		t.Fatalf("after the thaw: %+v, %v", info, err)
+	}
+}
+
+// TestS3HeadConcurrent: HEADs of a fresh store from many goroutines at
+// once (the first ones learn the request template together) all answer
+// right; run with -race.
+func TestS3HeadConcurrent(t *testing.T) {
+	endpoint := blobtest.StartS3Server(t, testBucket)
+	s := blobtest.NewS3Store(t, endpoint, testBucket, "concurrent")
+	put(t, blobtest.NewS3Store(t, endpoint, testBucket, "concurrent"), "obj", "12345")
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for i := range 32 {
+		wg.Go(func() {
+			key := "obj"
+			if i%2 == 1 {
+				key = "absent"
+			}
+			info, err := s.Head(context.Background(), key)
+			switch {
+			case key == "obj" && (err != nil || info.Size != 5):
+				errs <- fmt.Errorf("Head(obj): %+v, %v", info, err)
+			case key == "absent" && !errors.Is(err, blobstore.ErrNotFound):
+				errs <- fmt.Errorf("Head(absent): %+v, %v", info, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
