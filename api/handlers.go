@@ -440,9 +440,10 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if res, ok := v.(*fsm.AckResult); ok && err == nil {
 		s.metrics.observeAck(res)
 		if p.Manifest != nil && len(p.Manifest.Blobs) > 0 && s.gc != nil {
-			// The leader looks at the new blobs in the object store right
-			// after the ack, not on its path (gc/observe.go).
-			s.gc.ObserveSoon()
+			// The leader looks at the new blobs in the object store
+			// shortly after the ack, gathered with other acks' blobs, not
+			// on its path (gc/observe.go).
+			s.gc.ObserveSoon(len(p.Manifest.Blobs))
 		}
 	}
 	return answer(v, idx, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/metastore/metastore/fsm"
 )
@@ -22,6 +23,12 @@ func TestBackupAndRestore(t *testing.T) {
 		"delta": map[string]any{"add_segments": []any{map[string]any{"key": key, "offset": 0, "length": 10, "first_seq": 1, "last_seq": 2}}}}}, nil)
 	j.ack(t, 1, "src", map[string][]byte{"input": []byte("offset=9")})
 	j.begin(t, 2)
+	// The leader records what the object store holds shortly after the
+	// ack (gc/observe.go): wait for it, so that the backup holds it too.
+	waitFor(t, 10*time.Second, "observation of "+key, func() bool {
+		b, _, err := src.FSM.Blob(key)
+		return err == nil && b.Observed != nil
+	})
 
 	backup := do(t, "GET", src.URL+"/v1/snapshot", nil)
 	if backup.status != http.StatusOK || !bytes.HasPrefix(backup.body, []byte(`{"format":"metastore-backup"`)) {

@@ -106,7 +106,7 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func put(t *testing.T, s blobstore.Store, key, body string) {
+func put(t testing.TB, s blobstore.Store, key, body string) {
 	t.Helper()
 	if err := s.Put(context.Background(), key, strings.NewReader(body), int64(len(body))); err != nil {
 		t.Fatalf("Put(%q): %v", key, err)

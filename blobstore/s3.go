@@ -151,6 +151,7 @@ type S3 struct {
 	client   *s3.Client
 	presign  *s3.PresignClient
 	direct   directPresigner
+	dhead    *directHead
 	bucket   string
 	prefix   string
 	timeout  time.Duration
@@ -220,6 +221,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 		client:   client,
 		presign:  s3.NewPresignClient(client),
 		direct:   newDirectPresigner(awsCfg.Credentials, awsCfg.Region),
+		dhead:    newDirectHead(client),
 		bucket:   cfg.Bucket,
 		prefix:   prefix,
 		timeout:  timeout,
@@ -471,16 +473,35 @@ func isInvalidRange(err error) bool {
 	return statusCode(err) == http.StatusRequestedRangeNotSatisfiable
 }
 
-// Head sends one HeadObject.
+// Head sends one HeadObject, signed and sent without the SDK's middleware
+// stack (head.go), with the SDK's retries, timeouts and errors.
 func (s *S3) Head(ctx context.Context, key string) (info Info, err error) {
 	start := time.Now()
 	defer func() { s.observer.observe(OpHead, 1, err, start) }()
 	if err := ValidateKey(key); err != nil {
 		return Info{}, err
 	}
-	return s.head(ctx, key)
+	return s.headDirect(ctx, key)
 }
 
+// headDirect is Head through directHead.
+func (s *S3) headDirect(ctx context.Context, key string) (Info, error) {
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	t, err := s.dhead.template(ctx, s)
+	if err != nil {
+		return Info{}, s.mapErr("head", key, err)
+	}
+	info, err := s.dhead.head(ctx, t, s.prefix+key)
+	if err != nil {
+		return Info{}, s.mapErr("head", key, err)
+	}
+	info.Key = key
+	return info, nil
+}
+
+// head is a HeadObject through the SDK's client (Get of an empty range;
+// the reference the direct HEAD is tested against).
 func (s *S3) head(ctx context.Context, key string) (Info, error) {
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()

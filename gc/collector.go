@@ -54,10 +54,14 @@ type Collector struct {
 
 	// sem holds the one cycle that may run at a time.
 	sem chan struct{}
-	// observeWake asks the observer for a pass (observe.go).
-	observeWake chan struct{}
-	running     atomic.Bool
-	leading     atomic.Int32
+	// observeWake wakes the observer after an ack, observeFull when
+	// observePending, the new blobs acks reported since its last pass
+	// began, reaches ObserveBatch (observe.go).
+	observeWake    chan struct{}
+	observeFull    chan struct{}
+	observePending atomic.Int64
+	running        atomic.Bool
+	leading        atomic.Int32
 
 	mu        sync.Mutex
 	last      *Report
@@ -73,6 +77,11 @@ type hooks struct {
 	// afterCycle is called after every cycle of Run (the starting resume
 	// pass included).
 	afterCycle func(*Report, error)
+	// afterObserve is called after every pass of Run's observer,
+	// gathering when it starts gathering new blobs, with the count
+	// acks reported so far.
+	afterObserve func(ObserveReport, error)
+	gathering    func(pending int64)
 }
 
 // New returns a collector. It registers its metrics on d.Registerer, if set;
@@ -105,6 +114,7 @@ func New(cfg Config, d Deps) (*Collector, error) {
 		deleteChunk:  cfg.BatchSize,
 		sem:          make(chan struct{}, 1),
 		observeWake:  make(chan struct{}, 1),
+		observeFull:  make(chan struct{}, 1),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -152,8 +162,9 @@ func (c *Collector) Run(ctx context.Context) {
 	defer c.leading.Add(-1)
 	c.log.Info("garbage collector started", "store", c.store.String(), "interval", c.cfg.Interval, "grace", c.cfg.Grace)
 	defer c.log.Info("garbage collector stopped")
-	// The observer of new blobs runs beside the cycles, woken by acks;
-	// a cycle's tick also retries a pass that failed.
+	// The observer of new blobs runs beside the cycles, woken by acks
+	// (and gathering them, ObserveDelay or ObserveBatch); a cycle's tick
+	// also retries a pass that failed.
 	observeTick := make(chan struct{}, 1)
 	var observer sync.WaitGroup
 	observer.Go(func() { c.observeLoop(ctx, observeTick) })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Defaults of Config. A zero field takes its default, except OrphanEvery,
@@ -28,8 +29,18 @@ const (
 	// DeleteObjects request carries.
 	MaxBatchSize = blobstore.MaxDeleteBatch
 
-	// VerifyConcurrency bounds the HEAD requests Verify has in flight.
+	// VerifyConcurrency bounds the HEAD requests Verify, and a pass of the
+	// observer of new blobs, have in flight.
 	VerifyConcurrency = 16
+
+	// DefaultObserveDelay and DefaultObserveBatch: the observer of new
+	// blobs gathers them for up to 200ms after an ack, or until 1,000
+	// wait, before a pass (Config.ObserveDelay, Config.ObserveBatch).
+	DefaultObserveDelay = 200 * time.Millisecond
+	DefaultObserveBatch = MaxObserveBatch
+	// MaxObserveBatch is the largest ObserveBatch: the most blobs one
+	// blobs-observed entry carries.
+	MaxObserveBatch = wire.MaxIntents
 )
 
 // Config tunes the collector.
@@ -60,6 +71,16 @@ type Config struct {
 	// DeleteTimeout bounds one object-store Delete call. A call that runs
 	// out of time counts as failed: its keys stay deleting and are retried.
 	DeleteTimeout time.Duration
+	// ObserveDelay is how long the leader's observer of new blobs gathers
+	// them after an ack wakes it, before its pass (a HEAD of each, one
+	// blobs-observed entry for all): the pass starts ObserveDelay after
+	// the first ack, or as soon as ObserveBatch new blobs wait, whichever
+	// comes first. Zero: DefaultObserveDelay.
+	ObserveDelay time.Duration
+	// ObserveBatch is the number of new blobs that start a pass at once,
+	// and the most one blobs-observed entry carries (at most
+	// MaxObserveBatch). Zero: DefaultObserveBatch.
+	ObserveBatch int
 }
 
 // DefaultConfig returns the defaults, the orphan sweep enabled.
@@ -72,16 +93,21 @@ func DefaultConfig() Config {
 		OrphanGrace:   DefaultOrphanGrace,
 		OrphanEvery:   DefaultOrphanEvery,
 		DeleteTimeout: DefaultDeleteTimeout,
+		ObserveDelay:  DefaultObserveDelay,
+		ObserveBatch:  DefaultObserveBatch,
 	}
 }
 
 // withDefaults fills zero fields and checks the result.
 func (c Config) withDefaults() (Config, error) {
-	if c.Interval < 0 || c.Grace < 0 || c.TombstoneTTL < 0 || c.OrphanGrace < 0 || c.OrphanEvery < 0 || c.DeleteTimeout < 0 {
+	if c.Interval < 0 || c.Grace < 0 || c.TombstoneTTL < 0 || c.OrphanGrace < 0 || c.OrphanEvery < 0 || c.DeleteTimeout < 0 || c.ObserveDelay < 0 {
 		return c, errors.New("gc: durations cannot be negative")
 	}
 	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
 		return c, fmt.Errorf("gc: batch size %d is not between 1 and %d", c.BatchSize, MaxBatchSize)
+	}
+	if c.ObserveBatch < 0 || c.ObserveBatch > MaxObserveBatch {
+		return c, fmt.Errorf("gc: observe batch %d is not between 1 and %d", c.ObserveBatch, MaxObserveBatch)
 	}
 	if c.Rate < 0 {
 		return c, errors.New("gc: rate cannot be negative")
@@ -106,6 +132,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DeleteTimeout == 0 {
 		c.DeleteTimeout = DefaultDeleteTimeout
+	}
+	if c.ObserveDelay == 0 {
+		c.ObserveDelay = DefaultObserveDelay
+	}
+	if c.ObserveBatch == 0 {
+		c.ObserveBatch = DefaultObserveBatch
 	}
 	return c, nil
 }

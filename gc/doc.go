@@ -97,6 +97,22 @@
 // never the applier's clock, so every member decides alike. A leader whose clock is
 // behind only delays collection.
 //
+// # Observing new blobs
+//
+// Run also runs the observer of new blobs (observe.go). An ack that commits
+// blobs queues them in the state machine (Unobserved) and the API calls
+// ObserveSoon with their count. The observer gathers them rather than
+// running after every ack: its pass starts ObserveDelay (default 200ms)
+// after the first ack since the last pass, or as soon as acks have
+// reported ObserveBatch (default 1,000) new blobs, whichever comes first.
+// A pass HEADs the queued blobs, VerifyConcurrency at a time, and proposes
+// what the store answered in one CmdBlobsObserved entry per ObserveBatch
+// blobs, so under load one entry, applied on every member, carries the
+// blobs of many acks. A blob whose HEAD failed stays queued, for the next
+// pass or the next Interval; a new leader's first pass takes what the
+// queue still holds. Observations only record and flag (size and ETag into
+// the blob's record); nothing is deleted on their account.
+//
 // # Counting
 //
 // BytesFreed adds the sizes the state machine recorded for the blobs that

@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		observed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metastore_blobs_observed_total",
-			Help: "New blobs whose object the leader looked at (HEAD) right after their ack, and recorded.",
+			Help: "New blobs whose object the leader looked at (HEAD) shortly after their ack, in batches, and recorded.",
 		}),
 		flagged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metastore_blobs_flagged_total",

@@ -5,19 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/wire"
 )
 
-// The leader looks at every new blob right after the ack that committed it
-// (never on the ack's path: real S3 answers a HEAD in tens of
+// The leader looks at every new blob shortly after the ack that committed
+// it (never on the ack's path: real S3 answers a HEAD in tens of
 // milliseconds): it reads the object's size and ETag and proposes them
 // (blobs-observed), which flags a blob whose object does not match the
 // declared size, or is missing. A blob rewritten later (a replayed upload
 // URL on a store without conditional writes) keeps the observed ETag in its
 // record, which Verify compares against.
+//
+// The observer gathers new blobs rather than running after every ack: an
+// ack wakes it, and its pass starts ObserveDelay later, or as soon as acks
+// have reported ObserveBatch new blobs, whichever comes first. A pass HEADs
+// the blobs VerifyConcurrency at a time and proposes one blobs-observed
+// entry for up to ObserveBatch of them, so under load an entry, applied
+// on every member, carries many blobs instead of the few of one ack.
 
 // ObserveReport is the result of one Observe pass.
 type ObserveReport struct {
@@ -28,22 +35,31 @@ type ObserveReport struct {
 	Errors   int `json:"errors"`
 }
 
-// ObserveSoon asks the leader's observer to look at new blobs now (the API
-// calls it after an ack that committed blobs). It never blocks.
-func (c *Collector) ObserveSoon() {
+// ObserveSoon tells the leader's observer that an ack committed n new
+// blobs (the API calls it after such an ack): the observer's next pass
+// starts ObserveDelay after the first call since its last pass, or at once
+// when the calls since then add up to ObserveBatch blobs. It never blocks.
+func (c *Collector) ObserveSoon(n int) {
+	if c.observePending.Add(int64(n)) >= int64(c.cfg.ObserveBatch) {
+		select {
+		case c.observeFull <- struct{}{}:
+		default:
+		}
+	}
 	select {
 	case c.observeWake <- struct{}{}:
 	default:
 	}
 }
 
-// Observe HEADs every blob the state machine lists as unobserved and
-// proposes what the object store answered, until none is left or a batch
-// could not be checked at all.
+// Observe HEADs the blobs the state machine lists as unobserved,
+// ObserveBatch at a time, and proposes what the object store answered in
+// one blobs-observed entry per batch, until a batch is not full (blobs
+// acked meanwhile wait for the next pass), or could not be checked at all.
 func (c *Collector) Observe(ctx context.Context) (ObserveReport, error) {
 	var rep ObserveReport
 	for {
-		keys, err := c.f.Unobserved(wire.MaxIntents)
+		keys, err := c.f.Unobserved(c.cfg.ObserveBatch)
 		if err != nil || len(keys) == 0 {
 			return rep, err
 		}
@@ -73,7 +89,7 @@ func (c *Collector) Observe(ctx context.Context) (ObserveReport, error) {
 				c.log.Error("new blob does not match its ack", "key", k, "declared_size", b.Size, "observed_size", b.Observed.Size, "missing", b.Observed.Missing)
 			}
 		}
-		if failed > 0 {
+		if failed > 0 || len(keys) < c.cfg.ObserveBatch {
 			return rep, nil // the rest waits for the next pass
 		}
 	}
@@ -128,18 +144,50 @@ send:
 }
 
 // observeLoop is the observer's part of the leader task: a pass at once
-// (blobs a previous leader did not get to), then one whenever an ack asks
-// for it, and every Interval in case a pass failed.
+// (blobs a previous leader did not get to), then one after acks reported
+// new blobs (ObserveDelay after the first, or once ObserveBatch wait), and
+// one every Interval in case a pass failed.
 func (c *Collector) observeLoop(ctx context.Context, tick <-chan struct{}) {
 	for {
-		if rep, err := c.Observe(ctx); err != nil && ctx.Err() == nil {
+		// Blobs acked from here on are read by this pass or counted
+		// for the next.
+		c.observePending.Store(0)
+		select {
+		case <-c.observeFull:
+		default:
+		}
+		rep, err := c.Observe(ctx)
+		if err != nil && ctx.Err() == nil {
 			c.log.Warn("observing new blobs failed; retrying later", "err", err, "observed", rep.Observed)
+		}
+		if h := c.hooks.afterObserve; h != nil {
+			h(rep, err)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.observeWake:
+			c.gather(ctx)
 		case <-tick:
 		}
+	}
+}
+
+// gather waits, after an ack woke the observer, until ObserveDelay has
+// passed or ObserveBatch new blobs wait, or ctx ends.
+func (c *Collector) gather(ctx context.Context) {
+	pending := c.observePending.Load()
+	if pending >= int64(c.cfg.ObserveBatch) {
+		return
+	}
+	if h := c.hooks.gathering; h != nil {
+		h(pending)
+	}
+	t := time.NewTimer(c.cfg.ObserveDelay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-c.observeFull:
 	}
 }
