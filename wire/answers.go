@@ -54,6 +54,10 @@ type Job struct {
 	// first attempt.
 	Generation uint64 `json:"generation"`
 	AttemptID  string `json:"attempt_id,omitempty"`
+	// GenerationBase is the last generation of a deleted job of the same
+	// name: this job's generations start above it (generation equals it
+	// until the first attempt). Absent (0) when the name was never deleted.
+	GenerationBase uint64 `json:"generation_base,omitempty"`
 	// LastEpoch is the highest epoch ever begun.
 	LastEpoch uint64 `json:"last_epoch"`
 	// LatestCompleted is the newest completed epoch, 0 if none.
@@ -72,15 +76,11 @@ type Job struct {
 	RestoredAttempts uint64 `json:"restored_attempts,omitempty"`
 	// RestoresCountedFrom is the first generation whose start recorded the
 	// checkpoint it resumed from; absent (0) while no start has.
-	RestoresCountedFrom uint64 `json:"restores_counted_from,omitempty"`
-	// GenerationBase is the last generation of a deleted job of the same
-	// name: this job's generations start above it (generation equals it
-	// until the first attempt). Absent (0) when the name was never deleted.
-	GenerationBase uint64    `json:"generation_base,omitempty"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
-	CreateIndex    uint64    `json:"create_index"`
-	ModifyIndex    uint64    `json:"modify_index"`
+	RestoresCountedFrom uint64    `json:"restores_counted_from,omitempty"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
+	CreateIndex         uint64    `json:"create_index"`
+	ModifyIndex         uint64    `json:"modify_index"`
 }
 
 // JobDeletion is the answer to a job delete: what remains of the deleted
