@@ -368,7 +368,7 @@ func TestBadInput(t *testing.T) {
 	}
 	// Unknown routes and methods are JSON errors too.
 	expectError(t, do(t, "GET", m.URL+"/v1/nope", nil), 404, "route_not_found", "")
-	expectError(t, do(t, "DELETE", j.base, nil), 405, "method_not_allowed", "")
+	expectError(t, do(t, "PATCH", j.base, nil), 405, "method_not_allowed", "")
 	expectError(t, do(t, "GET", m.URL+"/v1/jobs/nope", nil), 404, "not_found", "job")
 	expectError(t, do(t, "POST", m.URL+"/v1/leader/transfer", nil), 409, "conflict", "")
 	// The server still serves.

@@ -239,6 +239,27 @@ func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
 	return answer(s.apply(r.Context(), fsm.CmdJobPut, p))
 }
 
+// jobDelete deletes a job (fsm.JobDelete): refused with job_pinned while it
+// has pinned savepoints unless ?force=true; a repeated delete answers the
+// same tombstone.
+func (s *Server) jobDelete(r *http.Request) (any, uint64, error) {
+	t, err := routeTarget(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	force := false
+	if raw := r.URL.Query().Get("force"); raw != "" {
+		if force, err = strconv.ParseBool(raw); err != nil {
+			return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "force", "%q is not true or false", raw)
+		}
+	}
+	p := &fsm.JobDelete{Job: t.Job, Force: force}
+	if err := p.Validate(); err != nil {
+		return nil, 0, err
+	}
+	return answer(s.apply(r.Context(), fsm.CmdJobDelete, p))
+}
+
 // jobGet reads a job. With ?index=N it is a blocking query: it answers when
 // the job's modify index passes N (an epoch began, completed or ended, an
 // attempt started, the config changed), or when ?wait (default and cap 5m)

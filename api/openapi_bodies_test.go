@@ -211,6 +211,22 @@ func TestOpenAPIResponseBodies(t *testing.T) {
 	r.ok("epochs.unpin", jb+"/epochs/1/pin", nil, nil)
 	r.ok("epochs.begin", jb+"/epochs", map[string]any{"generation": 1, "epoch": 2}, nil)
 	r.ok("epochs.abort", jb+"/epochs/2/abort", map[string]any{"generation": 1, "reason": "test"}, nil)
+	// A job deleted: refused while it has a savepoint, then forced and
+	// repeated; its writers are answered 410.
+	dj := "/v1/jobs/doomed"
+	r.ok("jobs.put", dj, map[string]any{}, nil)
+	r.ok("attempts.start", dj+"/attempts", map[string]any{"attempt_id": "d1", "tasks": []map[string]any{{"id": "src", "capabilities": []string{"input"}}}}, nil)
+	r.ok("epochs.begin", dj+"/epochs", map[string]any{"generation": 1, "epoch": 1}, nil)
+	r.ok("epochs.ack", dj+"/epochs/1/acks/src", map[string]any{"generation": 1, "payloads": map[string][]byte{"input": []byte("offset=1")}}, nil)
+	r.ok("epochs.pin", dj+"/epochs/1/pin", map[string]any{"name": "keep"}, nil)
+	if resp := r.call("jobs.delete", dj, nil); resp.status != http.StatusConflict || !strings.Contains(string(resp.body), "job_pinned") {
+		t.Errorf("delete of a job with a savepoint: %d %s", resp.status, resp.body)
+	}
+	r.ok("jobs.delete", dj+"?force=true", nil, nil)
+	r.ok("jobs.delete", dj, nil, nil)
+	if resp := r.call("epochs.begin", dj+"/epochs", []byte(`{"generation": 1, "epoch": 2}`)); resp.status != http.StatusGone {
+		t.Errorf("begin of a deleted job: %d %s", resp.status, resp.body)
+	}
 	r.ok("gc.status", "/v1/gc", nil, nil)
 	r.ok("gc.run", "/v1/gc/run?dry_run=true", nil, nil)
 

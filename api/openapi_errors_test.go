@@ -75,6 +75,8 @@ func TestOpenAPIErrorAnswers(t *testing.T) {
 		{"jobs.put", jb, `{"config": {"retained": "two"}}`, 400},
 		{"jobs.put", jb, `{"config": {}, "extra": 1}`, 400},
 		{"jobs.get", "/v1/jobs/nope", "", 404},
+		{"jobs.delete", "/v1/jobs/nope", "", 404},
+		{"jobs.delete", jb + "?force=maybe", "", 400},
 		{"jobs.get", jb + "?consistency=strong", "", 400},
 		{"attempts.start", jb + "/attempts", `{"attempt_id": "a2", "tasks": [{"id": "x"}]}`, 400},
 		{"attempts.start", "/v1/jobs/nope/attempts", `{"attempt_id": "a1", "tasks": [{"id": "x", "capabilities": []}]}`, 404},
@@ -180,7 +182,7 @@ func TestOpenAPIErrorAnswers(t *testing.T) {
 	}
 	resp := doTok(t, "PATCH", m.URL+jb, op, nil)
 	checkError("PATCH on a job", resp, http.StatusMethodNotAllowed)
-	if resp.header.Get("Allow") != "GET, PUT" {
+	if resp.header.Get("Allow") != "GET, PUT, DELETE" {
 		t.Errorf("405 Allow %q", resp.header.Get("Allow"))
 	}
 	req, _ := http.NewRequest("GET", m.URL+"/v1/status", nil)

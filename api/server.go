@@ -175,6 +175,7 @@ func (s *Server) routeTable() []route {
 		{"jobs.list", "GET", "/v1/jobs", read, s.jobsList, 0, permAuthenticated},
 		{"jobs.put", "PUT", "/v1/jobs/{job}", write, s.jobPut, 0, permJob},
 		{"jobs.get", "GET", "/v1/jobs/{job}", read, s.jobGet, 0, permJob},
+		{"jobs.delete", "DELETE", "/v1/jobs/{job}", write, s.jobDelete, 0, permOperator},
 		{"attempts.start", "POST", "/v1/jobs/{job}/attempts", write, s.attemptStart, 0, permJob},
 		{"attempts.list", "GET", "/v1/jobs/{job}/attempts", read, s.attemptsList, 0, permJob},
 		{"attempts.get", "GET", "/v1/jobs/{job}/attempts/{generation}", read, s.attemptGet, 0, permJob},

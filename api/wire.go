@@ -56,8 +56,22 @@ func toWire(v any) any {
 		return wireBlob(v)
 	case *fsm.Token:
 		return wireToken(v)
+	case *fsm.JobTombstone:
+		return wireJobDeletion(v)
 	}
 	return v
+}
+
+func wireJobDeletion(ts *fsm.JobTombstone) *wire.JobDeletion {
+	if ts == nil {
+		return nil
+	}
+	pins := make([]wire.PinRef, 0, len(ts.Pins))
+	for _, p := range ts.Pins {
+		pins = append(pins, wire.PinRef{Epoch: p.Epoch, Name: p.Name})
+	}
+	return &wire.JobDeletion{Job: ts.Job, Generation: ts.Generation, LastEpoch: ts.LastEpoch, Forced: ts.Forced, PinsReleased: pins,
+		LineagesReleased: ts.Lineages, IntentsExpired: ts.Intents, DeletedAt: ts.DeletedAt, Index: ts.Index}
 }
 
 // convertAll converts every element of in; nil stays nil (JSON null), an
@@ -85,7 +99,7 @@ func wireJob(j *fsm.Job) *wire.Job {
 		ID: j.ID, Config: wireJobConfig(j.Config), Generation: j.Generation, AttemptID: j.AttemptID,
 		LastEpoch: j.LastEpoch, LatestCompleted: j.LatestCompleted,
 		Pending: j.Pending, Retained: j.Retained, Ended: j.Ended,
-		RestoredAttempts: j.RestoredAttempts, RestoresCountedFrom: j.RestoresCountedFrom,
+		RestoredAttempts: j.RestoredAttempts, RestoresCountedFrom: j.RestoresCountedFrom, GenerationBase: j.GenerationBase,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex,
 	}
 }

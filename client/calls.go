@@ -58,6 +58,26 @@ func (c *Client) PutJob(ctx context.Context, job string, cfg wire.JobConfig) (*w
 	return &out, nil
 }
 
+// DeleteJob deletes a job and releases every reference its checkpoints
+// and manifests hold; its upload intents expire. While the job has pinned
+// savepoints it is refused (an *APIError with code job_pinned, matching
+// ErrConflict, whose message names them) unless force, which releases
+// them too. Deleting a deleted job answers the same deletion; a job that
+// never existed is ErrNotFound. The deleted job's workers are answered
+// ErrJobDeleted; the name can be used again with PutJob, and the new job's
+// generations start above the deleted one's. Safe to retry.
+func (c *Client) DeleteJob(ctx context.Context, job string, force bool) (*wire.JobDeletion, error) {
+	var out wire.JobDeletion
+	q := url.Values{}
+	if force {
+		q.Set("force", "true")
+	}
+	if _, err := c.do(ctx, &request{method: http.MethodDelete, path: jobPath(job), query: q, class: classMutation}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Job reads a job: generation, last and latest completed epochs, pending
 // and retained epochs.
 func (c *Client) Job(ctx context.Context, job string) (*wire.Job, error) {

@@ -18,6 +18,9 @@ var (
 	// attempt superseded (or an attempt id that was superseded). The worker
 	// is a zombie and must stop.
 	ErrFenced = errors.New("metastore: fenced by a newer attempt")
+	// ErrJobDeleted: the job was deleted (job_deleted, 410). The worker
+	// belongs to it and must stop; the error also matches ErrFenced.
+	ErrJobDeleted = errors.New("metastore: job deleted")
 	// ErrConflict: the request disagrees with the stored state: a different
 	// ack for a task and epoch that already has one, an attempt id reused
 	// with another task set, an epoch that is not above the last one, too
@@ -98,13 +101,15 @@ func (e *ChecksumError) Unwrap() error { return ErrChecksum }
 // codeSentinel maps each API code to its sentinel. Codes not listed
 // (internal, bad_backup, unknown future codes) match no sentinel.
 var codeSentinel = map[wire.Code]error{
-	wire.CodeFenced: ErrFenced,
+	wire.CodeFenced:     ErrFenced,
+	wire.CodeJobDeleted: ErrJobDeleted,
 
 	wire.CodeConflict:           ErrConflict,
 	wire.CodeEpochNotIncreasing: ErrConflict,
 	wire.CodeEpochNotCompleted:  ErrConflict,
 	wire.CodeTooManyPending:     ErrConflict,
 	wire.CodeNoAttempt:          ErrConflict,
+	wire.CodeJobPinned:          ErrConflict,
 
 	wire.CodeNotFound:      ErrNotFound,
 	wire.CodeRouteNotFound: ErrNotFound,
@@ -174,6 +179,9 @@ func (e *APIError) Error() string {
 func (e *APIError) Is(target error) bool {
 	if s, ok := codeSentinel[e.Code]; ok && s == target {
 		return true
+	}
+	if e.Code == wire.CodeJobDeleted && target == ErrFenced {
+		return true // a deleted job's worker is fenced too
 	}
 	var re *wire.RuleError
 	if errors.As(target, &re) {

@@ -118,7 +118,7 @@ func applyIntentCreate(t *txn, c Command) (any, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	j, err := mustJob(t, p.Job)
+	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
 	}

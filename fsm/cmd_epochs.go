@@ -193,7 +193,7 @@ func applyEpochBegin(t *txn, c Command) (any, error) {
 	if err := validate(); err != nil {
 		return nil, err
 	}
-	j, err := mustJob(t, p.Job)
+	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +263,7 @@ func applyEpochAbort(t *txn, c Command) (any, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	j, err := mustJob(t, p.Job)
+	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +305,7 @@ func applyEpochPin(t *txn, c Command) (any, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	j, err := mustJob(t, p.Job)
+	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +347,7 @@ func applyEpochUnpin(t *txn, c Command) (any, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	j, err := mustJob(t, p.Job)
+	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,11 @@ func init() {
 	register(CmdMemberUpsert, "member-upsert", 2, applyMemberUpsert)
 	register(CmdMemberRemove, "member-remove", 1, applyMemberRemove)
 	register(CmdJobPut, "job-put", 1, applyJobPut)
-	register(CmdAttemptStart, "attempt-start", 2, applyAttemptStart)
+	// Version 3 releases the task manifests (lineages) the new attempt
+	// does not extend as they are: see releaseHeads. Entries of versions 1
+	// and 2 are applied as they were written, without it.
+	register(CmdAttemptStart, "attempt-start", 3, applyAttemptStart)
+	register(CmdJobDelete, "job-delete", 1, applyJobDelete)
 }
 
 // MemberUpsert records a member's addresses.
@@ -111,6 +115,19 @@ func applyJobPut(t *txn, c Command) (any, error) {
 	}
 	if j == nil {
 		j = &Job{ID: p.Job, CreatedAt: c.Time, CreateIndex: t.index, Pending: []uint64{}, Retained: []uint64{}, Ended: []uint64{}}
+		ts, err := t.tombstone(p.Job)
+		if err != nil {
+			return nil, err
+		}
+		if ts != nil {
+			// The name of a deleted job, used again: the new job's
+			// generations start above the deleted one's, so its workers
+			// stay fenced.
+			j.Generation, j.GenerationBase = ts.Generation, ts.Generation
+			if err := t.del(bucketJobTombstones, []byte(p.Job)); err != nil {
+				return nil, err
+			}
+		}
 	} else if j.Config == p.Config {
 		return j, nil
 	}
@@ -134,7 +151,10 @@ func applyJobPut(t *txn, c Command) (any, error) {
 // 2 it also records the checkpoint the attempt resumes from (the job's
 // latest completed epoch, 0 for a fresh start) on the attempt, and counts
 // the attempts that resumed from one on the job; an entry of version 1 is
-// applied as it was written, without either.
+// applied as it was written, without either. From version 3 the task
+// manifests of the earlier attempts are released (releaseHeads): each
+// keeps only what the job's live checkpoints hold, and goes with the last
+// of them, whether or not its task is in the new attempt.
 type AttemptStart struct {
 	Job string `json:"job"`
 	// AttemptID is chosen by the caller and makes a retried start
@@ -198,6 +218,9 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	if j == nil {
+		if err := deletedJobErr(t, p.Job); err != nil {
+			return nil, err
+		}
 		return nil, ruleErr(wire.CodeNotFound, "job", "job %q does not exist; create it first", p.Job)
 	}
 	hash := p.contentHash()
@@ -206,6 +229,9 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 			return nil, &corruptError{fmt.Sprintf("generation of attempt %q of job %q", p.AttemptID, p.Job)}
 		}
 		gen := binary.BigEndian.Uint64(raw)
+		if gen <= j.GenerationBase {
+			return nil, ruleErr(wire.CodeFenced, "attempt_id", "attempt %q (generation %d) belongs to a deleted job of the same name", p.AttemptID, gen)
+		}
 		if gen != j.Generation {
 			return nil, ruleErr(wire.CodeFenced, "attempt_id", "attempt %q (generation %d) was superseded by generation %d", p.AttemptID, gen, j.Generation)
 		}
@@ -250,6 +276,11 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 	}
 	for _, n := range append([]uint64(nil), j.Pending...) {
 		if err := abortEpoch(t, j, n, c.Time, "superseded by attempt generation "+strconv.FormatUint(gen, 10)); err != nil {
+			return nil, err
+		}
+	}
+	if c.Version >= 3 {
+		if err := releaseHeads(t, j.ID, c.Time); err != nil {
 			return nil, err
 		}
 	}

@@ -38,6 +38,9 @@ const (
 
 	// What the object store reported for new blobs (observe.go).
 	CmdBlobsObserved CommandType = 20
+
+	// Deleting a job (jobdelete.go).
+	CmdJobDelete CommandType = 21
 )
 
 func (t CommandType) String() string {

@@ -49,7 +49,7 @@ type ackOp struct {
 func (op *ackOp) check(t *txn) (*AckResult, error) {
 	p := op.p
 	var err error
-	if op.j, err = mustJob(t, p.Job); err != nil {
+	if op.j, err = writableJob(t, p.Job); err != nil {
 		return nil, err
 	}
 	if err := checkGeneration(op.j, p.Generation); err != nil {
@@ -228,10 +228,13 @@ func completeAckedEpoch(t *txn, j *Job, e *Epoch, now time.Time) error {
 	return t.putJob(j)
 }
 
-// checkGeneration fences writes from older attempts.
+// checkGeneration fences writes from older attempts, and from the
+// attempts of a deleted job of the same name (GenerationBase).
 func checkGeneration(j *Job, gen uint64) error {
 	switch {
-	case j.Generation == 0:
+	case gen <= j.GenerationBase:
+		return ruleErr(wire.CodeFenced, "generation", "generation %d belongs to a deleted job of the same name; this job's generations start above %d", gen, j.GenerationBase)
+	case !j.hasAttempt():
 		return ruleErr(wire.CodeNoAttempt, "generation", "job %q has no attempt yet; start one first", j.ID)
 	case gen < j.Generation:
 		return ruleErr(wire.CodeFenced, "generation", "generation %d was superseded by generation %d", gen, j.Generation)
@@ -239,6 +242,19 @@ func checkGeneration(j *Job, gen uint64) error {
 		return ruleErr(wire.CodeInvalid, "generation", "generation %d does not exist (current is %d)", gen, j.Generation)
 	}
 	return nil
+}
+
+// writableJob is mustJob for the writes of a job's workers and operators:
+// a job that was deleted answers job_deleted.
+func writableJob(t *txn, id string) (*Job, error) {
+	j, err := t.job(id)
+	if err != nil || j != nil {
+		return j, err
+	}
+	if err := deletedJobErr(t, id); err != nil {
+		return nil, err
+	}
+	return nil, ruleErr(wire.CodeNotFound, "job", "job %q does not exist", id)
 }
 
 func mustJob(t *txn, id string) (*Job, error) {

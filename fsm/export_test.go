@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"encoding/json"
+
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
 )
@@ -111,4 +113,22 @@ func TryApply(f *FSM, data []byte) (tr Trial, err error) {
 	}
 	tr.Fsck = &FsckReport{Mismatches: []RefMismatch{}, Problems: []string{}}
 	return tr, t.fsck(tr.Fsck)
+}
+
+// BlobRefs reads the reference count of every blob record.
+func BlobRefs(f *FSM) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	_, err := f.view(func(t *txn) error {
+		return t.scan(bucketBlobs, nil, func(k, v []byte) (bool, error) {
+			var b struct {
+				Refs uint64 `json:"refs"`
+			}
+			if err := json.Unmarshal(v, &b); err != nil {
+				return false, err
+			}
+			out[string(k)] = b.Refs
+			return true, nil
+		})
+	})
+	return out, err
 }

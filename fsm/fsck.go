@@ -148,7 +148,7 @@ func (t *txn) fsckJobs(rep *FsckReport) error {
 				return false, err
 			}
 		}
-		if j.Generation != 0 {
+		if j.hasAttempt() {
 			if _, err := t.attemptRef(j.ID, j.Generation); problem(err) != nil {
 				return false, err
 			}

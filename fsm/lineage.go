@@ -40,6 +40,13 @@ type Lineage struct {
 	// Epochs lists the live epochs (pending, retained, pinned) the
 	// lineage's task acknowledged, ascending.
 	Epochs []uint64 `json:"epochs"`
+	// Released marks a lineage no attempt extends any more (set by
+	// attempt-start version 3, releaseHeads): it holds exactly what its
+	// live epochs hold, is rolled back to the newest as newer ones leave,
+	// and is deleted with the last. A lineage an attempt continues again
+	// (the first ack of an attempt, from its newest epoch) is no longer
+	// released.
+	Released bool `json:"released,omitempty"`
 }
 
 type record struct {

@@ -31,6 +31,7 @@ func applyManifest(t *txn, j *Job, gen, epoch uint64, task string, p *manifestPl
 			return 0, err
 		}
 		target.Generation = gen
+		target.Released = false
 	case "fork", "fresh":
 		if target, err = newLineage(t, j.ID, task, gen); err != nil {
 			return 0, err

@@ -224,6 +224,12 @@ func epochLeft(t *txn, job string, epoch uint64, now time.Time) error {
 				}
 			}
 		}
+		if l.Released {
+			if err := settle(t, l, now); err != nil {
+				return err
+			}
+			continue
+		}
 		hid, err := t.head(l.Job, l.Task)
 		if err != nil {
 			return err
@@ -235,6 +241,59 @@ func epochLeft(t *txn, job string, epoch uint64, now time.Time) error {
 			continue
 		}
 		if err := t.putLineage(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle brings a released lineage to what its live epochs hold: rolled
+// back to the newest of them, or deleted (with its head) when none is left.
+func settle(t *txn, l *Lineage, now time.Time) error {
+	if len(l.Epochs) == 0 {
+		return deleteLineage(t, l, now)
+	}
+	if newest := l.Epochs[len(l.Epochs)-1]; l.LastEpoch != newest {
+		if err := rollback(t, l, newest, now); err != nil {
+			return err
+		}
+	}
+	return t.putLineage(l)
+}
+
+// releaseHeads releases the lineage of every task of job as a new attempt
+// starts (attempt-start version 3), after the pending epochs were aborted.
+// The new attempt extends none of them as it is: its first ack continues a
+// task's lineage only from the newest checkpoint the lineage holds
+// (rolling back what came after), forks another, or starts afresh. So
+// what came after that checkpoint (acks of aborted epochs) dies now; a
+// lineage no live epoch holds (its task was removed from the topology, or
+// lost its state capability, and its checkpoints were subsumed; or only
+// aborted epochs had it) is deleted now; the others go with their last
+// live epoch (epochLeft), unless an ack of the new attempt continues them.
+// The heads stay, so such a continuation costs no copy.
+func releaseHeads(t *txn, job string, now time.Time) error {
+	var lids []uint64
+	err := t.scan(bucketHeads, jobPrefix(job), func(_, v []byte) (bool, error) {
+		if len(v) != 8 {
+			return false, &corruptError{"head of job " + job}
+		}
+		lids = append(lids, binary.BigEndian.Uint64(v))
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, lid := range lids {
+		l, err := t.lineage(lid)
+		if err != nil {
+			return err
+		}
+		if l == nil {
+			return &corruptError{fmt.Sprintf("a head of job %q names lineage %d, which has no record", job, lid)}
+		}
+		l.Released = true
+		if err := settle(t, l, now); err != nil {
 			return err
 		}
 	}

@@ -43,6 +43,12 @@ type Job struct {
 	// first attempt.
 	Generation uint64 `json:"generation"`
 	AttemptID  string `json:"attempt_id,omitempty"`
+	// GenerationBase is the last generation of a deleted job of the same
+	// name (JobTombstone.Generation), 0 for a job whose name was never
+	// deleted: this job's generations start above it, and writes of it or
+	// an older one are fenced. Generation equals it until the first
+	// attempt.
+	GenerationBase uint64 `json:"generation_base,omitempty"`
 	// LastEpoch is the highest epoch ever begun.
 	LastEpoch uint64 `json:"last_epoch"`
 	// LatestCompleted is the newest completed epoch, 0 if none.
@@ -69,6 +75,9 @@ type Job struct {
 	CreateIndex         uint64    `json:"create_index"`
 	ModifyIndex         uint64    `json:"modify_index"`
 }
+
+// hasAttempt reports whether the job has started an attempt of its own.
+func (j *Job) hasAttempt() bool { return j.Generation > j.GenerationBase }
 
 // Task is one task of an attempt.
 type Task struct {

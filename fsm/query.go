@@ -77,6 +77,9 @@ func (f *FSM) Attempt(job string, gen uint64) (*AttemptDetail, uint64, error) {
 			return err
 		}
 		if gen == 0 {
+			if !j.hasAttempt() {
+				return ruleErr(wire.CodeNoAttempt, "generation", "job %q has no attempt yet", job)
+			}
 			gen = j.Generation
 		}
 		if gen == 0 {
@@ -537,7 +540,12 @@ func (f *FSM) StateHash() (uint64, string, error) {
 // stateHash digests every record visible in t except the applied index.
 func (t *txn) stateHash() (string, error) {
 	h := sha256.New()
-	for _, name := range allBuckets {
+	for i, name := range allBuckets {
+		if i >= optionalFrom {
+			if k, _ := t.b(name).Cursor().First(); k == nil {
+				continue
+			}
+		}
 		h.Write(name)
 		h.Write([]byte{0})
 		err := t.scan(name, nil, func(k, v []byte) (bool, error) {

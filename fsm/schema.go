@@ -85,9 +85,20 @@ var (
 	bucketRecSeq = bucket("rec_seq")
 )
 
+// Deleted jobs (jobdelete.go).
+var (
+	// jobTombstones: job -> JobTombstone: what remains of a deleted job,
+	// so its zombie writers are answered job_deleted and a job created
+	// again under the name starts above its generations.
+	bucketJobTombstones = bucket("job_tombstones")
+)
+
 // allBuckets is every bucket, in the order the state hash digests them
 // (stateHash). Members compare the hash, so the order is part of the
-// format: a new bucket goes at the end, and none moves.
+// format: a new bucket goes at the end, and none moves. Buckets from
+// job_tombstones on are digested only when they hold a record
+// (optionalFrom), so a state that has none of their records hashes as it
+// did before they existed.
 var allBuckets = []bucket{
 	bucketMeta,
 	bucketMembers,
@@ -111,7 +122,13 @@ var allBuckets = []bucket{
 	bucketRecChanges,
 	bucketRecSeq,
 	bucketBlobUnobserved,
+	bucketJobTombstones,
 }
+
+// optionalFrom is the index in allBuckets of the first bucket added after
+// the state hash's format was fixed: it and the ones after it are digested
+// only when not empty.
+const optionalFrom = 22
 
 // Keys of the meta bucket.
 var (

@@ -54,6 +54,10 @@ type Job struct {
 	// first attempt.
 	Generation uint64 `json:"generation"`
 	AttemptID  string `json:"attempt_id,omitempty"`
+	// GenerationBase is the last generation of a deleted job of the same
+	// name: this job's generations start above it (generation equals it
+	// until the first attempt). Absent (0) when the name was never deleted.
+	GenerationBase uint64 `json:"generation_base,omitempty"`
 	// LastEpoch is the highest epoch ever begun.
 	LastEpoch uint64 `json:"last_epoch"`
 	// LatestCompleted is the newest completed epoch, 0 if none.
@@ -77,6 +81,35 @@ type Job struct {
 	UpdatedAt           time.Time `json:"updated_at"`
 	CreateIndex         uint64    `json:"create_index"`
 	ModifyIndex         uint64    `json:"modify_index"`
+}
+
+// JobDeletion is the answer to a job delete: what remains of the deleted
+// job (its tombstone). A repeated delete answers the same.
+type JobDeletion struct {
+	Job string `json:"job"`
+	// Generation is the deleted job's last attempt generation: its writers
+	// are answered job_deleted, and a job created again under the name
+	// starts above it.
+	Generation uint64 `json:"generation"`
+	// LastEpoch is the highest epoch the deleted job began.
+	LastEpoch uint64 `json:"last_epoch"`
+	// Forced: the delete was forced (?force=true).
+	Forced bool `json:"forced"`
+	// PinsReleased lists the savepoints a forced delete released.
+	PinsReleased []PinRef `json:"pins_released"`
+	// LineagesReleased counts the task manifests whose references were
+	// dropped; IntentsExpired the upload intents ended.
+	LineagesReleased int       `json:"lineages_released"`
+	IntentsExpired   int       `json:"intents_expired"`
+	DeletedAt        time.Time `json:"deleted_at"`
+	// Index is the Raft index of the delete.
+	Index uint64 `json:"index"`
+}
+
+// PinRef names a savepoint: its epoch and pin name.
+type PinRef struct {
+	Epoch uint64 `json:"epoch"`
+	Name  string `json:"name,omitempty"`
 }
 
 // Task is one task of an attempt.

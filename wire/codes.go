@@ -64,6 +64,13 @@ const (
 	// CodeBlobExpired (409): a manifest commits an upload whose intent
 	// expired before it was committed.
 	CodeBlobExpired Code = "blob_expired"
+	// CodeJobPinned (409): a job delete without force while the job has
+	// pinned savepoints; the message names them.
+	CodeJobPinned Code = "job_pinned"
+	// CodeJobDeleted (410): a write for a job that was deleted (a zombie
+	// worker of one of its attempts); nothing was changed. A job created
+	// again under the name answers fenced to the old generations instead.
+	CodeJobDeleted Code = "job_deleted"
 )
 
 // Codes of the HTTP layer: what happens before or around the state machine.
@@ -155,6 +162,8 @@ var ruleStatus = map[Code]int{
 	CodeBlobDeleting:       http.StatusConflict,
 	CodeBlobGone:           http.StatusConflict,
 	CodeBlobExpired:        http.StatusConflict,
+	CodeJobPinned:          http.StatusConflict,
+	CodeJobDeleted:         http.StatusGone,
 }
 
 // RuleStatus is the HTTP status a rule violation with code c answers with;
@@ -187,6 +196,8 @@ var (
 	ErrBlobDeleting       = &RuleError{Code: CodeBlobDeleting}
 	ErrBlobGone           = &RuleError{Code: CodeBlobGone}
 	ErrBlobExpired        = &RuleError{Code: CodeBlobExpired}
+	ErrJobPinned          = &RuleError{Code: CodeJobPinned}
+	ErrJobDeleted         = &RuleError{Code: CodeJobDeleted}
 )
 
 // RuleError is a rule violation: a request whose shape is wrong (found by

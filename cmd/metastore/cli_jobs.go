@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/metastore/metastore/client"
@@ -426,6 +427,45 @@ func runEpochsAbort(inv *invocation, args []string) int {
 		return printJSON(inv.stdout, inv.stderr, body)
 	}
 	fmt.Fprintf(inv.stdout, "aborted epoch %d of job %s (generation %d)\n", epoch, job, gen)
+	return exitOK
+}
+
+func runJobsDelete(inv *invocation, args []string) int {
+	fs, o := inv.flags()
+	var force bool
+	fs.BoolVar(&force, "force", false, "delete even while the job has pinned savepoints, releasing them")
+	pos, code, ok := inv.parse(fs, args, 1)
+	if !ok {
+		return code
+	}
+	job := pos[0]
+	path := apiPath("/v1/jobs", job)
+	if force {
+		path = withQuery(path, url.Values{"force": {"true"}})
+	}
+	body, err := o.call(http.MethodDelete, path, func(ctx context.Context, c *client.Client) error { _, err := c.DeleteJob(ctx, job, force); return err })
+	if err != nil {
+		return inv.fail(err)
+	}
+	if o.json {
+		return printJSON(inv.stdout, inv.stderr, body)
+	}
+	var d wire.JobDeletion
+	if err := decodeJSON(body, &d); err != nil {
+		return inv.fail(fmt.Errorf("job %s from %s: %w", job, o.addr, err))
+	}
+	fmt.Fprintf(inv.stdout, "deleted job %s (last generation %d, last epoch %d): %d task manifests released, %d upload intents expired", d.Job, d.Generation, d.LastEpoch, d.LineagesReleased, d.IntentsExpired)
+	if len(d.PinsReleased) > 0 {
+		pins := make([]string, len(d.PinsReleased))
+		for i, p := range d.PinsReleased {
+			pins[i] = strconv.FormatUint(p.Epoch, 10)
+			if p.Name != "" {
+				pins[i] += " (" + p.Name + ")"
+			}
+		}
+		fmt.Fprintf(inv.stdout, ", savepoints released: %s", strings.Join(pins, ", "))
+	}
+	fmt.Fprintln(inv.stdout)
 	return exitOK
 }
 

@@ -300,6 +300,8 @@ func TestEpochsCommands(t *testing.T) {
 		"PUT /v1/jobs/orders/epochs/7/pin":    answer(200, `{"job":"orders","epoch":7,"pinned":true}`),
 		"DELETE /v1/jobs/orders/epochs/7/pin": answer(200, `{"job":"orders","epoch":7,"pinned":false}`),
 		"GET /v1/jobs/fresh":                  answer(200, string(list[1])),
+		"DELETE /v1/jobs/orders": answer(200, `{"job":"orders","generation":3,"last_epoch":9,"forced":true,"pins_released":[{"epoch":7,"name":"before-upgrade"}],`+
+			`"lineages_released":4,"intents_expired":1,"deleted_at":"2025-03-14T09:26:53Z","index":77}`),
 	})
 	for _, tc := range []struct {
 		args []string
@@ -310,6 +312,7 @@ func TestEpochsCommands(t *testing.T) {
 		{[]string{"epochs", "pin", "orders", "7", "--name", "before-upgrade"}, "pinned epoch 7 of job orders as before-upgrade\n"},
 		{[]string{"epochs", "pin", "orders", "7"}, "pinned epoch 7 of job orders\n"},
 		{[]string{"epochs", "unpin", "orders", "7"}, "unpinned epoch 7 of job orders\n"},
+		{[]string{"jobs", "delete", "orders", "--force"}, "deleted job orders (last generation 3, last epoch 9): 4 task manifests released, 1 upload intents expired, savepoints released: 7 (before-upgrade)\n"},
 	} {
 		code, out, errOut := runCmd(append(tc.args, "--addr", srv.URL), nil)
 		if code != exitOK || out != tc.out || errOut != "" {
@@ -320,7 +323,7 @@ func TestEpochsCommands(t *testing.T) {
 	gotReq, gotBodies := f.requests, f.bodies
 	f.mu.Unlock()
 	wantReq := []string{"GET /v1/jobs/orders", "POST /v1/jobs/orders/epochs/9/abort", "POST /v1/jobs/orders/epochs/9/abort",
-		"PUT /v1/jobs/orders/epochs/7/pin", "PUT /v1/jobs/orders/epochs/7/pin", "DELETE /v1/jobs/orders/epochs/7/pin"}
+		"PUT /v1/jobs/orders/epochs/7/pin", "PUT /v1/jobs/orders/epochs/7/pin", "DELETE /v1/jobs/orders/epochs/7/pin", "DELETE /v1/jobs/orders"}
 	if strings.Join(gotReq, "|") != strings.Join(wantReq, "|") {
 		t.Fatalf("requests = %q, want %q", gotReq, wantReq)
 	}

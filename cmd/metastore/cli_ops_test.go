@@ -169,6 +169,7 @@ var clientCommandLines = map[string][]string{
 	"leader transfer":  {"leader", "transfer"},
 	"jobs list":        {"jobs", "list"},
 	"jobs show":        {"jobs", "show", "orders"},
+	"jobs delete":      {"jobs", "delete", "orders"},
 	"checkpoints list": {"checkpoints", "list", "orders"},
 	"checkpoints show": {"checkpoints", "show", "orders", "1"},
 	"restore-plan":     {"restore-plan", "orders", "t"},
@@ -257,7 +258,7 @@ func TestUsageListsEveryCommand(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ group, subs string }{
-		{"jobs", "list or show"}, {"checkpoints", "list or show"}, {"gc", "status or run"},
+		{"jobs", "list, show or delete"}, {"checkpoints", "list or show"}, {"gc", "status or run"},
 		{"snapshot", "save or restore"}, {"epochs", "abort, pin or unpin"}, {"leader", "transfer"}, {"members", "list, add or remove"},
 	} {
 		code, out, errOut := runCmd([]string{tc.group}, nil)

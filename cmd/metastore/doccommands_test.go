@@ -116,6 +116,10 @@ type docGroup struct {
 	// actions are what the test does for a printed command a shell of
 	// its own cannot run, by the command's key.
 	actions map[string]docAction
+	// before, when set, puts in place what the group's commands act on
+	// (an example job), once the node is ready and before the first
+	// command.
+	before func(t *testing.T, n *docNode)
 	// check, when set, checks what the group's commands did.
 	check func(t *testing.T, n *docNode)
 	// then are commands the prose after a printed command describes
@@ -207,6 +211,53 @@ var docRunGroups = []docGroup{
 				}},
 			"systemctl start metastore": {"start the member again with the same command line",
 				func(t *testing.T, n *docNode) { startServe(t, n, n.proc, n.proc.args) }},
+		},
+	},
+	{
+		file:   "docs/operations.md",
+		blocks: []string{"metastore epochs unpin orders 42        # release a savepoint you no longer need, or use --force below"},
+		node:   "tls",
+		env: func(n *docNode) []string {
+			return []string{"METASTORE_ADDR=" + n.url(), "METASTORE_CA_FILE=" + n.caFile}
+		},
+		before: func(t *testing.T, n *docNode) {
+			// Job orders with a savepoint, epoch 42, which the first
+			// command unpins; the delete after it then needs no --force,
+			// and the forced one repeats it (the same answer, exit 0).
+			hc := httpsClient(t, n.caFile)
+			for _, r := range []struct{ method, path, body string }{
+				{"PUT", "/v1/jobs/orders", `{"config": {"retained": 1}}`},
+				{"POST", "/v1/jobs/orders/attempts", `{"attempt_id": "a1", "tasks": [{"id": "src", "capabilities": ["input"]}]}`},
+				{"POST", "/v1/jobs/orders/epochs", `{"generation": 1, "epoch": 42}`},
+				{"PUT", "/v1/jobs/orders/epochs/42/acks/src", `{"generation": 1, "payloads": {"input": "b2Zmc2V0PTQy"}}`},
+				{"PUT", "/v1/jobs/orders/epochs/42/pin", `{"name": "before-upgrade"}`},
+			} {
+				req, err := http.NewRequest(r.method, n.url()+r.path, strings.NewReader(r.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s %s: %d %s", r.method, r.path, resp.StatusCode, body)
+				}
+			}
+		},
+		check: func(t *testing.T, n *docNode) {
+			// The job is gone (each printed command exited 0).
+			resp, err := httpsClient(t, n.caFile).Get(n.url() + "/v1/jobs/orders")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("job orders after the printed deletes: %d, want 404", resp.StatusCode)
+			}
 		},
 	},
 	{
@@ -628,6 +679,10 @@ func runDocGroup(t *testing.T, g *docGroup, cmds []docCommand) {
 	}
 	for _, s := range g.subst {
 		t.Logf("substitution: %q -> %q (%s)", s.old, s.new(n, ""), s.why)
+	}
+	if g.before != nil {
+		waitReady(t, n)
+		g.before(t, n)
 	}
 	var exports []string
 	var outputs strings.Builder

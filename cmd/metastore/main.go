@@ -6,7 +6,7 @@
 //	metastore status [--addr URL] [--json]  show the node and cluster status
 //	metastore members list|add|remove ...   show or change the Raft membership
 //	metastore leader transfer               hand leadership to another voter
-//	metastore jobs list|show ...            jobs, their attempts and tasks
+//	metastore jobs list|show|delete ...     jobs, their attempts and tasks
 //	metastore checkpoints list|show ...     epochs of a job, one epoch's acks
 //	metastore restore-plan JOB TASK         what a task restores, per kind
 //	metastore gc status|run                 the garbage collector
@@ -123,6 +123,7 @@ var commands = []*command{
 	{name: "leader transfer", client: true, summary: "hand leadership to another voter", run: runLeaderTransfer},
 	{name: "jobs list", client: true, summary: "list jobs: generation, epochs, pending and retained checkpoints", run: runJobsList},
 	{name: "jobs show", args: "JOB", client: true, summary: "show a job with its current attempt, tasks and capabilities", run: runJobsShow},
+	{name: "jobs delete", args: "JOB", flags: "[--force]", client: true, summary: "delete a job and release its blobs (--force: even with pinned savepoints)", run: runJobsDelete},
 	{name: "checkpoints list", args: "JOB", flags: "[--state pending|completed|aborted|subsumed]", client: true, summary: "list the epochs of a job (--state filters)", run: runCheckpointsList},
 	{name: "checkpoints show", args: "JOB EPOCH", client: true, summary: "show an epoch: per-task ack delay and sizes, stragglers, duration", run: runCheckpointsShow},
 	{name: "restore-plan", args: "JOB TASK", flags: "[--epoch N | --pin NAME] [--source-job JOB] [--source-task TASK]", client: true, summary: "what TASK restores, per kind, and the object-store reads it costs", run: runRestorePlan},
