@@ -226,6 +226,7 @@ func expireJobIntents(t *txn, job string, now time.Time) (int, error) {
 			return false, err
 		}
 		if b.Job == job && b.State == BlobIntent {
+			b.counted = blobUsage(b.State, b.Size) // as t.blob does: putBlob counts the change
 			intents = append(intents, &b)
 		}
 		return true, nil
