@@ -123,6 +123,21 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 		gauge("metastore_node_raft_last_snapshot_index", "Raft index of the newest snapshot.", func() float64 {
 			return float64(n.lastSnapshotIndex())
 		}),
+		gauge("metastore_node_fsm_committed_index", "Last Raft index the state machine file holds committed (group commits: at most --state-commit-interval behind the applied index).", func() float64 {
+			return float64(n.fsm.CommittedIndex())
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metastore_node_fsm_commits_total",
+			Help: "Transactions of the state machine file committed (each holds the Raft entries applied since the previous one).",
+		}, func() float64 { return float64(n.fsm.CommitStats().Commits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metastore_node_fsm_committed_entries_total",
+			Help: "Raft entries in the committed transactions of the state machine file (divided by metastore_node_fsm_commits_total: entries per commit).",
+		}, func() float64 { return float64(n.fsm.CommitStats().Entries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metastore_node_fsm_commit_failures_total",
+			Help: "Commits of the state machine file that failed (a full file system); their entries are applied again and the commit retried.",
+		}, func() float64 { return float64(n.fsm.CommitStats().Failed) }),
 	}
 	if n.tlsStream != nil {
 		m.collectors = append(m.collectors, n.tlsStream.failures)
