@@ -68,6 +68,11 @@ type bucketWorker struct {
 // applies to, live even when its epoch was aborted, as in
 // fsm.TestOnlyLiveCheckpointsHoldReferences). The member's grace is
 // testmember's (1ns), so no garbage may remain within its grace.
+//
+// Seen failing: with job deletion not releasing the job's lineages
+// (fsm/jobdelete.go), and with the collector recording the last key of
+// each batch gone without deleting it (gc/collector.go), every seed
+// reports the leaked keys.
 func TestBucketHoldsOnlyLiveBlobs(t *testing.T) {
 	steps := 400
 	if testing.Short() {
