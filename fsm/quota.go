@@ -91,30 +91,14 @@ func (c *usageCounts) apply(d map[string]JobUsage, index uint64) {
 // that cannot be decoded counts nothing: the file was accepted by its
 // checks, and fsck names such a record.
 func (c *usageCounts) rebuild(db *bolt.DB) error {
-	jobs := map[string]*JobUsage{}
+	var jobs map[string]*JobUsage
 	var index uint64
 	err := db.View(func(tx *bolt.Tx) error {
 		t := &txn{tx: tx}
 		index = t.appliedIndex()
-		return t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
-			var b struct {
-				Job   string    `json:"job"`
-				State BlobState `json:"state"`
-				Size  uint64    `json:"size"`
-			}
-			if json.Unmarshal(v, &b) != nil {
-				return true, nil // counts nothing; the consistency check reports the record
-			}
-			u := blobUsage(b.State, b.Size)
-			if u.zero() {
-				return true, nil
-			}
-			if jobs[b.Job] == nil {
-				jobs[b.Job] = &JobUsage{}
-			}
-			jobs[b.Job].add(u)
-			return true, nil
-		})
+		var err error
+		jobs, err = t.scanUsage(nil, false)
+		return err
 	})
 	if err != nil {
 		return err
@@ -125,6 +109,34 @@ func (c *usageCounts) rebuild(db *bolt.DB) error {
 	return nil
 }
 
+// scanUsage counts the usage of every job owning a blob under prefix. A
+// record that cannot be decoded is an error when strict, else it counts
+// nothing.
+func (t *txn) scanUsage(prefix []byte, strict bool) (map[string]*JobUsage, error) {
+	jobs := map[string]*JobUsage{}
+	err := t.scan(bucketBlobs, prefix, func(_, v []byte) (bool, error) {
+		var b struct {
+			Job   string    `json:"job"`
+			State BlobState `json:"state"`
+			Size  uint64    `json:"size"`
+		}
+		if err := json.Unmarshal(v, &b); err != nil {
+			if strict {
+				return false, err
+			}
+			return true, nil
+		}
+		if u := blobUsage(b.State, b.Size); !u.zero() {
+			if jobs[b.Job] == nil {
+				jobs[b.Job] = &JobUsage{}
+			}
+			jobs[b.Job].add(u)
+		}
+		return true, nil
+	})
+	return jobs, err
+}
+
 // check adds to rep every job whose count differs from a scan of the blob
 // table, when the counts are those of the state t shows (the caller holds
 // c.mu). It reports whether they were.
@@ -132,24 +144,7 @@ func (c *usageCounts) check(t *txn, rep *FsckReport) (bool, error) {
 	if c.index != t.index {
 		return false, nil
 	}
-	scanned := map[string]*JobUsage{}
-	err := t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
-		var b struct {
-			Job   string    `json:"job"`
-			State BlobState `json:"state"`
-			Size  uint64    `json:"size"`
-		}
-		if err := json.Unmarshal(v, &b); err != nil {
-			return false, err
-		}
-		if u := blobUsage(b.State, b.Size); !u.zero() {
-			if scanned[b.Job] == nil {
-				scanned[b.Job] = &JobUsage{}
-			}
-			scanned[b.Job].add(u)
-		}
-		return true, nil
-	})
+	scanned, err := t.scanUsage(nil, true)
 	if err != nil {
 		return false, err
 	}
@@ -178,20 +173,11 @@ func (f *FSM) JobUsage(job string) JobUsage { return f.usage.get(job) }
 func (f *FSM) ScanJobUsage(job string) (JobUsage, uint64, error) {
 	var u JobUsage
 	idx, err := f.view(func(t *txn) error {
-		return t.scan(bucketBlobs, []byte(job+"/"), func(_, v []byte) (bool, error) {
-			var b struct {
-				Job   string    `json:"job"`
-				State BlobState `json:"state"`
-				Size  uint64    `json:"size"`
-			}
-			if err := json.Unmarshal(v, &b); err != nil {
-				return false, err
-			}
-			if b.Job == job {
-				u.add(blobUsage(b.State, b.Size))
-			}
-			return true, nil
-		})
+		jobs, err := t.scanUsage([]byte(job+"/"), true)
+		if j := jobs[job]; j != nil {
+			u = *j
+		}
+		return err
 	})
 	return u, idx, err
 }
