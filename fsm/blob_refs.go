@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -9,9 +11,22 @@ import (
 // count falls to zero becomes a GC candidate, keyed by the time it did.
 
 func (t *txn) blob(key string) (*Blob, error) {
+	v := t.b(bucketBlobs).Get([]byte(key))
+	if v == nil {
+		return nil, nil
+	}
+	b, err := decodeBlob(v)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: decode %s/%q: %w", bucketBlobs, key, err)
+	}
+	return b, nil
+}
+
+// decodeBlob decodes a blob record as stored, with what it counts in its
+// job's usage (putBlob moves the usage by the difference).
+func decodeBlob(v []byte) (*Blob, error) {
 	var b Blob
-	ok, err := t.getJSON(bucketBlobs, []byte(key), &b)
-	if err != nil || !ok {
+	if err := json.Unmarshal(v, &b); err != nil {
 		return nil, err
 	}
 	b.counted = blobUsage(b.State, b.Size)

@@ -221,13 +221,12 @@ func releaseJobLineages(t *txn, j *Job, now time.Time) (int, error) {
 func expireJobIntents(t *txn, job string, now time.Time) (int, error) {
 	var intents []*Blob
 	err := t.scan(bucketBlobs, []byte(job+"/"), func(_, v []byte) (bool, error) {
-		var b Blob
-		if err := json.Unmarshal(v, &b); err != nil {
+		b, err := decodeBlob(v)
+		if err != nil {
 			return false, err
 		}
 		if b.Job == job && b.State == BlobIntent {
-			b.counted = blobUsage(b.State, b.Size) // as t.blob does: putBlob counts the change
-			intents = append(intents, &b)
+			intents = append(intents, b)
 		}
 		return true, nil
 	})
