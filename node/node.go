@@ -274,7 +274,14 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		raftFSM = faultFSM(n.fsm) // test builds only: snapshot persist passes a fault point
 	}
 	stable := stallingStable{StableStore: n.boltStore, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
-	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, stable, n.checkedSnaps(), n.trans)
+	// As a leader, an append a follower refuses only for a gap at its
+	// snapshot's index is retried from its last entry (appendretry.go).
+	trans := retryPastGap{serialHeartbeats: n.trans, termAt: n.termAt,
+		retried: func(id raft.ServerID, prev, from uint64, ok bool) {
+			n.log.Info("append refused for a missing previous entry; retried from the follower's last entry",
+				"follower", id, "prev_index", prev, "follower_last_index", from, "accepted", ok)
+		}}
+	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, stable, n.checkedSnaps(), trans)
 	if err != nil {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
