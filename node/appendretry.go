@@ -14,25 +14,28 @@ import (
 //
 // A follower of hashicorp/raft (v1.7.3) checks the previous entry of an
 // append against its last entry, which may be its snapshot's, or else
-// against the entry of that index in its log. After it installed a
-// snapshot at index S its log has no entry S, so once it holds entries
-// after S, an append whose previous index is S fails ("failed to get
-// previous log"; hashicorp/raft issue #205, never fixed). The leader then
-// steps its next index down one entry at a time to the start of its log,
-// finds it compacted, sends its newest snapshot again (index S once more),
-// resumes at S+1 and is refused again: an endless loop that only a newer
-// snapshot on the leader ends. A follower is sent a snapshot and then more
-// entries than the leader's next index for it knows of whenever two appends
-// cross: the one left over from a replication to the same address that
-// was being stopped. That is exactly what `metastore rebuild` does: the
-// member is removed and at once added back at the same address, and the
-// old replication goroutine of the removed member, asleep in its back-off
-// after the member went down, sends one last append after it wakes; when
-// it lands while the rebuilt member installs its snapshot, it appends past
-// the snapshot before the new replication does. The leader then reinstalled
-// its snapshot on the rebuilt member tens of times a second, rewinding its
-// state machine each time, and the member never caught up
-// (TestCorruptMemberDetectedAndRebuilt under load).
+// against the entry of that index in its log. After it installed a snapshot
+// at index S its log has no entry S, so once it holds entries after S, an
+// append whose previous index is S fails ("failed to get previous log";
+// reported as hashicorp/raft issue #205, closed without a change). The
+// leader then steps its next index down one entry at a time to the start of
+// its log, finds it compacted, sends its newest snapshot again (index S
+// once more), resumes at S+1 and is refused again: an endless loop that
+// only a newer snapshot on the leader past the follower's log ends (with
+// the default settings, some 8192 entries later).
+//
+// A follower gets there when another append of the leader crosses the
+// snapshot install: one that reaches it while it installs the snapshot is
+// taken right after, and appends past the snapshot before the replication
+// that sent the snapshot resumes at S+1. `metastore rebuild` makes that
+// crossing: the member is removed and at once added back at the same
+// address, and the replication goroutine of its previous incarnation,
+// stopped by the removal but possibly asleep in its back-off since the
+// member went down, still sends one last append when it wakes. In
+// TestCorruptMemberDetectedAndRebuilt under load the leader then reinstalled
+// its snapshot on the rebuilt member thousands of times (tens a second),
+// each restore rewinding the member's state machine, and the member never
+// caught up.
 //
 // The retry is an ordinary append that the follower checks in full: its
 // previous entry is the follower's last one (the index the refusal
