@@ -274,17 +274,32 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		raftFSM = faultFSM(n.fsm) // test builds only: snapshot persist passes a fault point
 	}
 	stable := stallingStable{StableStore: n.boltStore, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
-	n.raft, err = raft.NewRaft(n.raftConfig(newHCLogger(raftLog, "")), raftFSM, n.logs, stable, n.checkedSnaps(), n.trans)
+	// As a leader, an append a follower refuses only for a gap at its
+	// snapshot's index is retried from its last entry (appendretry.go).
+	trans := retryPastGap{serialHeartbeats: n.trans, termAt: n.termAt,
+		retried: func(id raft.ServerID, prev, from uint64, ok bool) {
+			n.log.Info("append refused for a missing previous entry; retried from the follower's last entry",
+				"follower", id, "prev_index", prev, "follower_last_index", from, "accepted", ok)
+		}}
+	raftConf := n.raftConfig(newHCLogger(raftLog, ""))
+	// A new member bootstraps into its stores before Raft starts: the
+	// transport already listens, and a member of the initial cluster that
+	// starts later than the others is sent the leader's appends at once.
+	// Bootstrapping a running Raft (Raft.BootstrapCluster) after one of
+	// them has set a term fails with "bootstrap only works on new
+	// clusters", and the member exits.
+	if !hasState && len(cfg.Join) == 0 {
+		if err := n.bootstrap(raftConf, stable, trans); err != nil {
+			return nil, err
+		}
+	}
+	n.raft, err = raft.NewRaft(raftConf, raftFSM, n.logs, stable, n.checkedSnaps(), trans)
 	if err != nil {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
 	closers = append(closers, func() error { return n.raft.Shutdown().Error() }, n.stopDiskWaits)
 
-	if !hasState && len(cfg.Join) == 0 {
-		if err := n.bootstrap(); err != nil {
-			return nil, err
-		}
-	} else if !hasState {
+	if !hasState && len(cfg.Join) > 0 {
 		n.log.Info("empty data directory and join addresses set: not bootstrapping, waiting to be added", "join", cfg.Join)
 	}
 
@@ -513,9 +528,9 @@ func commandIn(logs raft.LogStore, lo, hi uint64) (uint64, error) {
 	return 0, nil
 }
 
-// bootstrap writes the first configuration: the initial cluster (all
-// voters), or this node alone.
-func (n *Node) bootstrap() error {
+// bootstrap writes the first configuration into the stores, before Raft
+// starts: the initial cluster (all voters), or this node alone.
+func (n *Node) bootstrap(conf *raft.Config, stable raft.StableStore, trans raft.Transport) error {
 	var servers []raft.Server
 	for _, p := range n.cfg.InitialCluster {
 		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
@@ -524,7 +539,7 @@ func (n *Node) bootstrap() error {
 		servers = []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.cfg.RaftAdvertiseAddr())}}
 	}
 	n.log.Info("bootstrapping a new cluster", "servers", len(servers))
-	if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+	if err := raft.BootstrapCluster(conf, n.logs, stable, n.checkedSnaps(), trans, raft.Configuration{Servers: servers}); err != nil {
 		return fmt.Errorf("node: bootstrap: %w", err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -33,6 +34,7 @@ type clProc struct {
 	stderr *lockedBuffer
 	exited chan struct{}
 	err    error
+	starts int // how many times start was called, for the kept log files
 }
 
 type lockedBuffer struct {
@@ -60,6 +62,13 @@ var clRaftFlags = []string{
 	"--log-level", "info",
 }
 
+// keepLogsEnv names a directory; when it is set, the whole stderr of every
+// process a cluster test starts is also written there, one file a start
+// (<dir>/<test>/<id>.<n>.log), so that the logs of a failed run, even one
+// ended by go test's -timeout, can be read afterwards. The test buffers
+// keep only the current start's log and print its last 4 KiB.
+const keepLogsEnv = "METASTORE_TEST_KEEP_LOGS"
+
 func (p *clProc) start(t *testing.T) {
 	t.Helper()
 	p.stderr = &lockedBuffer{}
@@ -69,11 +78,28 @@ func (p *clProc) start(t *testing.T) {
 	p.cmd.Env = cleanEnv(p.env...)
 	p.cmd.Stdout = io.Discard
 	p.cmd.Stderr = p.stderr
+	var logFile *os.File
+	if dir := os.Getenv(keepLogsEnv); dir != "" {
+		dir = filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s.%d.log", p.id, p.starts)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logFile = f
+		p.cmd.Stderr = io.MultiWriter(p.stderr, f)
+	}
+	p.starts++
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", p.id, err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
+		if logFile != nil {
+			logFile.Close()
+		}
 		close(p.exited)
 	}()
 }
