@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Group commits of the state machine file.
@@ -272,12 +271,5 @@ func (f *FSM) viewCommitted(fn func(t *txn) error) (uint64, error) {
 	if f.db == nil {
 		return 0, errors.New("fsm: closed")
 	}
-	var idx uint64
-	err := f.db.View(func(tx *bolt.Tx) error {
-		t := &txn{tx: tx}
-		idx = t.appliedIndex()
-		t.index = idx
-		return fn(t)
-	})
-	return idx, err
+	return f.readCommitted(fn)
 }

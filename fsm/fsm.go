@@ -262,6 +262,12 @@ func (f *FSM) view(fn func(t *txn) error) (uint64, error) {
 			return idx, err
 		}
 	}
+	return f.readCommitted(fn)
+}
+
+// readCommitted runs fn in a read transaction of the last commit; the
+// caller holds f.mu (read) and checked the file is open.
+func (f *FSM) readCommitted(fn func(t *txn) error) (uint64, error) {
 	var idx uint64
 	err := f.db.View(func(tx *bolt.Tx) error {
 		t := &txn{tx: tx}
