@@ -2,6 +2,7 @@ package mssut
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -99,21 +100,49 @@ func (s *System) Footprint(ctx context.Context, blobs, jobs int) (sut.FootprintR
 	}
 	res.SnapshotBytes = st.Size()
 
-	in, err := os.Open(backup)
-	if err != nil {
-		return res, fmt.Errorf("mssut: Footprint: %w", err)
-	}
 	start = time.Now()
-	err = s.send(ctx, leader.url(), http.MethodPut, "/v1/snapshot", in, st.Size(), nil, snapshotTimeout)
-	in.Close()
-	if err != nil {
-		return res, fmt.Errorf("mssut: Footprint: snapshot restore on %s: %w", leader.id, err)
+	if err := s.restoreSnapshot(ctx, backup, st.Size()); err != nil {
+		return res, err
 	}
 	if err := s.waitRestored(ctx); err != nil {
 		return res, fmt.Errorf("mssut: Footprint: after the snapshot restore: %w", err)
 	}
 	res.RestoreSecs = time.Since(start).Seconds()
 	return res, nil
+}
+
+// restoreAttempts bounds how often Footprint sends its restore: a restore
+// that loses leadership while it commits answers 503 outcome_unknown, and
+// repeating it is safe (the server says so: a restore is idempotent by
+// content).
+const restoreAttempts = 5
+
+// restoreSnapshot sends the backup to the leader, again to the new leader
+// after an answer that says it may be repeated. The measured time includes
+// the repeats.
+func (s *System) restoreSnapshot(ctx context.Context, backup string, size int64) error {
+	var last error
+	for attempt := 1; attempt <= restoreAttempts; attempt++ {
+		leader, err := s.leader(ctx)
+		if err != nil {
+			return fmt.Errorf("mssut: Footprint: snapshot restore: %w (after %v)", err, last)
+		}
+		in, err := os.Open(backup)
+		if err != nil {
+			return fmt.Errorf("mssut: Footprint: %w", err)
+		}
+		err = s.send(ctx, leader.url(), http.MethodPut, "/v1/snapshot", in, size, nil, snapshotTimeout)
+		in.Close()
+		if err == nil {
+			return nil
+		}
+		last = fmt.Errorf("mssut: Footprint: snapshot restore on %s (attempt %d): %w", leader.id, attempt, err)
+		var ae *apiError
+		if !errors.As(err, &ae) || !(ae.Retryable || ae.Status == http.StatusServiceUnavailable) {
+			return last
+		}
+	}
+	return last
 }
 
 // loadJob creates one job of Footprint and gives its task n live blobs.
