@@ -160,7 +160,18 @@ func (f *FSM) commitLocked() error {
 		panic(fmt.Sprintf("fsm: applying entries %d to %d again after a failed commit (%v): %v",
 			logs[0].Index, last, err, rerr))
 	}
+	f.noteOpenUsage()
 	return err
+}
+
+// noteOpenUsage hands the usage changes of the open transaction to the
+// counts (quota.go), the caller holding f.txMu.
+func (f *FSM) noteOpenUsage() {
+	if f.wt == nil {
+		f.usage.setOpen(nil)
+		return
+	}
+	f.usage.setOpen(f.wt.usage)
 }
 
 // flush commits the open transaction if it holds entries (readers call it
@@ -244,6 +255,7 @@ func (f *FSM) discardLocked() {
 	f.pending = nil
 	f.pendingLast = f.committed.Load()
 	f.applied.Store(f.committed.Load())
+	f.usage.setOpen(nil)
 }
 
 // readOpen runs fn inside the open write transaction, which holds every

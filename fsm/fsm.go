@@ -314,6 +314,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if err != nil {
 		panic(fmt.Sprintf("fsm: apply batch ending at index %d: %v", last, err))
 	}
+	f.noteOpenUsage()
 	// A batch whose commit is due counts as applied once it is committed:
 	// while the file system is full, it is the entry the member waits on.
 	if f.due() {

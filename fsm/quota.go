@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -58,15 +59,31 @@ type usageCounts struct {
 	jobs map[string]*JobUsage
 	// index is the applied index of the last transaction counted.
 	index uint64
+	// open is the changes of the open write transaction (commit.go):
+	// applied, not committed yet. get adds them, so a quota check between
+	// an apply and its commit sees the applied writes.
+	open map[string]JobUsage
 }
 
 func (c *usageCounts) get(job string) JobUsage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if u := c.jobs[job]; u != nil {
-		return *u
+	var u JobUsage
+	if cu := c.jobs[job]; cu != nil {
+		u = *cu
 	}
-	return JobUsage{}
+	if d, ok := c.open[job]; ok {
+		u.add(d)
+	}
+	return u
+}
+
+// setOpen records the changes of the open transaction so far (nil: none
+// is open).
+func (c *usageCounts) setOpen(d map[string]JobUsage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.open = maps.Clone(d)
 }
 
 // apply adds the changes of the transaction committed at index.
@@ -74,6 +91,7 @@ func (c *usageCounts) apply(d map[string]JobUsage, index uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.index = index
+	c.open = nil
 	for job, du := range d {
 		u := c.jobs[job]
 		if u == nil {
@@ -104,7 +122,7 @@ func (c *usageCounts) rebuild(db *bolt.DB) error {
 		return err
 	}
 	c.mu.Lock()
-	c.jobs, c.index = jobs, index
+	c.jobs, c.index, c.open = jobs, index, nil
 	c.mu.Unlock()
 	return nil
 }

@@ -90,3 +90,29 @@ func TestJobUsageFollowsTheBlobs(t *testing.T) {
 	}
 	dst.fsck()
 }
+
+// TestJobUsageCountsAppliedWrites: the quotas read JobUsage between an
+// apply and the commit of the state file (group commits, commit.go); the
+// intents applied but not yet committed count, or one request too many
+// is admitted (api: TestUploadIntentFlood granted 51,000 of 50,000).
+func TestJobUsageCountsAppliedWrites(t *testing.T) {
+	h := newHarness(t)
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
+	h.putJob("u", fsm.JobConfig{})
+	h.start("u", "a1", task(t, "t", "state"))
+	committed := h.f.CommitStats().Commits
+	h.intents("u", 1, "u/t/k1", "u/t/k2", "u/t/k3")
+	if got := h.f.CommitStats().Commits; got != committed {
+		t.Fatalf("the intents were committed (%d commits); the test needs them applied only", got-committed)
+	}
+	if u := h.f.JobUsage("u"); u.Intents != 3 {
+		t.Fatalf("usage %+v with 3 intents applied, not committed: want them counted", u)
+	}
+	if err := h.f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if u := h.f.JobUsage("u"); u.Intents != 3 {
+		t.Fatalf("usage %+v after the commit: want the 3 intents counted once", u)
+	}
+	checkUsage(t, h.f, "after the commit", "u")
+}
