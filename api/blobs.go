@@ -1,8 +1,6 @@
 package api
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
@@ -50,7 +48,7 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	now := s.now()
 	p := fsm.IntentCreate{Job: job, Generation: b.Generation, Task: b.Task, LeaseUntil: now.Add(s.cfg.UploadLease).UTC()}
 	for i := 0; i < b.Count; i++ {
-		p.Keys = append(p.Keys, job+"/"+dir+"/"+randomID())
+		p.Keys = append(p.Keys, blobstore.NewKey(job+"/"+dir, now))
 	}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
@@ -85,16 +83,6 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		out = append(out, u)
 	}
 	return wire.Uploads{LeaseUntil: p.LeaseUntil, Uploads: out}, index, nil
-}
-
-// randomID is 16 random bytes in hex: upload keys never collide and cannot
-// be guessed.
-func randomID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("crypto/rand: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
 }
 
 func pathKey(r *http.Request) (string, error) {

@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
 )
@@ -36,23 +38,49 @@ func wchar() int64 {
 // of the jobs' epochs applied as Raft hands them over, 16 entries a batch.
 // It reports the apply time and the bytes written (pwrite) per ack, with
 // the state machine file committed after every batch and with group
-// commits (commit.go), alternating in one run.
+// commits (commit.go), and with upload keys as the API makes them (time
+// first, blobstore.NewKey) and random, alternating in one run.
 //
 //	go test -run '^$' -bench BenchmarkAckState -benchtime 5000x ./fsm/
 func BenchmarkAckState(b *testing.B) {
-	for _, p := range []struct {
+	type policy struct {
 		name   string
 		policy fsm.CommitPolicy
-	}{
+	}
+	type shape struct {
+		name string
+		key  func(dir string, n int) string
+	}
+	clock := time.Unix(1_800_000_000, 0)
+	for _, p := range []policy{
 		{"commit-every-batch", fsm.CommitPolicy{Interval: 0, MaxEntries: 1}},
 		{"group-commit-20ms", fsm.DefaultCommitPolicy},
 	} {
-		b.Run(p.name, func(b *testing.B) {
+		for _, k := range []shape{
+			// What the API hands out (blobstore.NewKey): time first.
+			{"keys=time-ordered", func(dir string, n int) string {
+				return blobstore.NewKey(dir, clock.Add(time.Duration(n)*time.Microsecond))
+			}},
+			// Random keys, the shape before NewKey.
+			{"keys=random", func(dir string, _ int) string {
+				return fmt.Sprintf("%s/%016x%016x", dir, rand.Uint64(), rand.Uint64())
+			}},
+		} {
+			benchAckState(b, p.name+"/"+k.name, p.policy, k.key)
+		}
+	}
+}
+
+func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey func(dir string, n int) string) {
+	{
+		p := struct{ policy fsm.CommitPolicy }{policy}
+		b.Run(name, func(b *testing.B) {
 			h := newHarness(b)
 			h.f.SetCommitPolicy(p.policy)
 			const jobs, tasks = 16, 4
 			keys := map[string][]string{}
 			seq := uint64(0)
+			issued := 0
 			epoch := make([]uint64, jobs)
 			for j := range jobs {
 				job := fmt.Sprintf("j%d", j)
@@ -95,8 +123,9 @@ func BenchmarkAckState(b *testing.B) {
 						slot := job + "/" + tk
 						if len(keys[slot]) < 3 {
 							var ks []string
-							for i := range 300 {
-								ks = append(ks, fmt.Sprintf("%s/%d-%d", slot, epoch[j], i))
+							for range 300 {
+								ks = append(ks, newKey(slot, issued))
+								issued++
 							}
 							add(fsm.CmdIntentCreate, fsm.IntentCreate{Job: job, Generation: 1, Task: tk, Keys: ks, LeaseUntil: h.now.Add(time.Hour)})
 							keys[slot] = ks
