@@ -229,6 +229,14 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	}, nil
 }
 
+// MaxIdleConnsPerHost is how many idle connections to the object store
+// the client keeps. The SDK keeps 10; the collector's observation and
+// verify HEADs alone run gc.VerifyConcurrency (16) at a time, and every
+// connection above the idle limit was closed after its request and dialed
+// again for the next (a leader at 64 acking workers spent 3.6% of its CPU
+// dialing).
+const MaxIdleConnsPerHost = 64
+
 // httpClient is the SDK's buildable HTTP client with cfg's connect and
 // attempt timeouts.
 func httpClient(cfg S3Config) *awshttp.BuildableClient {
@@ -239,6 +247,8 @@ func httpClient(cfg S3Config) *awshttp.BuildableClient {
 		WithTransportOptions(func(tr *http.Transport) {
 			tr.TLSHandshakeTimeout = connect
 			tr.ResponseHeaderTimeout = attempt
+			tr.MaxIdleConnsPerHost = MaxIdleConnsPerHost
+			tr.MaxIdleConns = max(tr.MaxIdleConns, MaxIdleConnsPerHost)
 		})
 }
 
