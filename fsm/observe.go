@@ -50,6 +50,9 @@ type BlobsObserved struct {
 type ObservedResult struct {
 	Observed []string `json:"observed"`
 	Flagged  []string `json:"flagged"`
+	// Declared is the size each flagged blob's ack declared, in the order
+	// of Flagged.
+	Declared []uint64 `json:"declared"`
 }
 
 // Validate checks the payload on its own.
@@ -76,7 +79,7 @@ func applyBlobsObserved(t *txn, c Command) (any, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	out := &ObservedResult{Observed: []string{}, Flagged: []string{}}
+	out := &ObservedResult{Observed: []string{}, Flagged: []string{}, Declared: []uint64{}}
 	for _, o := range p.Blobs {
 		if !t.has(bucketBlobUnobserved, []byte(o.Key)) {
 			continue
@@ -99,6 +102,7 @@ func applyBlobsObserved(t *txn, c Command) (any, error) {
 		out.Observed = append(out.Observed, o.Key)
 		if b.Flagged {
 			out.Flagged = append(out.Flagged, o.Key)
+			out.Declared = append(out.Declared, b.Size)
 		}
 	}
 	return out, nil

@@ -83,15 +83,36 @@ func (c *Collector) Observe(ctx context.Context) (ObserveReport, error) {
 		rep.Flagged += len(out.Flagged)
 		c.m.observed.Add(float64(len(out.Observed)))
 		c.m.flagged.Add(float64(len(out.Flagged)))
-		for _, k := range out.Flagged {
-			b, _, _ := c.f.Blob(k)
-			if b != nil && b.Observed != nil {
-				c.log.Error("new blob does not match its ack", "key", k, "declared_size", b.Size, "observed_size", b.Observed.Size, "missing", b.Observed.Missing)
-			}
-		}
+		c.logFlagged(obs, out)
 		if failed > 0 || len(keys) < c.cfg.ObserveBatch {
 			return rep, nil // the rest waits for the next pass
 		}
+	}
+}
+
+// flaggedLogged is how many flagged blobs one pass logs one by one; the
+// rest are counted in one line (a worker that acks without uploading
+// would otherwise write a line per blob, and each used to read its record
+// back).
+const flaggedLogged = 10
+
+// logFlagged logs the blobs the state machine flagged in one
+// blobs-observed entry, from what was observed and what the acks
+// declared.
+func (c *Collector) logFlagged(obs []fsm.BlobObservation, out *fsm.ObservedResult) {
+	if len(out.Flagged) == 0 {
+		return
+	}
+	seen := make(map[string]fsm.BlobObservation, len(obs))
+	for _, o := range obs {
+		seen[o.Key] = o
+	}
+	for i, k := range out.Flagged[:min(len(out.Flagged), flaggedLogged)] {
+		o := seen[k]
+		c.log.Error("new blob does not match its ack", "key", k, "declared_size", out.Declared[i], "observed_size", o.Size, "missing", o.Missing)
+	}
+	if n := len(out.Flagged) - flaggedLogged; n > 0 {
+		c.log.Error("more new blobs do not match their acks", "count", n, "metric", "metastore_blobs_flagged_total")
 	}
 }
 

@@ -1,8 +1,11 @@
 package gc
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -164,5 +167,64 @@ func TestObserveConfig(t *testing.T) {
 		if _, err := bad.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
+	}
+}
+
+// TestObserveLogsFlaggedBlobs: blobs whose objects are missing or of
+// another size than their acks declared are logged with both sizes, at
+// most flaggedLogged one by one per entry and the rest counted in one
+// line.
+func TestObserveLogsFlaggedBlobs(t *testing.T) {
+	e := newEnv(t)
+	w := e.startJob("j", 100)
+	var keys []string
+	for n := uint64(1); n <= flaggedLogged+3; n++ {
+		keys = append(keys, e.epoch(w, n, false)...)
+	}
+	// The first object holds 7 bytes instead of logSize; the others are
+	// gone.
+	e.put(keys[0], 7)
+	for _, k := range keys[1:] {
+		if _, err := e.local.Delete(context.Background(), []string{k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	c := e.collector(baseConfig(), func(d *Deps) { d.Logger = slog.New(slog.NewJSONHandler(&buf, nil)) })
+	rep, err := c.Observe(context.Background())
+	if err != nil || rep.Flagged != len(keys) {
+		t.Fatalf("observe: %+v %v, want %d flagged", rep, err, len(keys))
+	}
+	var each, more int
+	dec := json.NewDecoder(&buf)
+	for dec.More() {
+		var line struct {
+			Msg      string `json:"msg"`
+			Key      string `json:"key"`
+			Declared uint64 `json:"declared_size"`
+			Observed uint64 `json:"observed_size"`
+			Missing  bool   `json:"missing"`
+			Count    int    `json:"count"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			t.Fatal(err)
+		}
+		switch line.Msg {
+		case "new blob does not match its ack":
+			each++
+			want := line.Key == keys[0] && line.Observed == 7 && !line.Missing ||
+				line.Key != keys[0] && line.Observed == 0 && line.Missing
+			if !want || line.Declared != logSize {
+				t.Errorf("logged %+v", line)
+			}
+		case "more new blobs do not match their acks":
+			more++
+			if line.Count != len(keys)-flaggedLogged {
+				t.Errorf("summary counts %d, want %d", line.Count, len(keys)-flaggedLogged)
+			}
+		}
+	}
+	if each != flaggedLogged || more != 1 {
+		t.Fatalf("%d lines of single blobs and %d summaries, want %d and 1:\n%s", each, more, flaggedLogged, buf.String())
 	}
 }
