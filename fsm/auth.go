@@ -3,7 +3,6 @@ package fsm
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -203,7 +202,7 @@ func applyTokenCreate(t *txn, c Command) (any, error) {
 		Accessor: p.Accessor, Role: p.Role, Job: p.Job, JobPrefix: p.JobPrefix, Description: p.Description,
 		Hash: p.Hash, CreatedAt: c.Time, CreateIndex: t.index,
 	}
-	if err := t.putJSON(bucketAuth, append(authTokenPrefix, p.Accessor...), tok); err != nil {
+	if err := t.putRecord(bucketAuth, append(authTokenPrefix, p.Accessor...), tok); err != nil {
 		return nil, err
 	}
 	if err := t.b(bucketAuth).Put(append(authHashPrefix, p.Hash...), []byte(p.Accessor)); err != nil {
@@ -239,7 +238,7 @@ func applyTokenRevoke(t *txn, c Command) (any, error) {
 		others := 0
 		err := t.scan(bucketAuth, authTokenPrefix, func(k, v []byte) (bool, error) {
 			var o Token
-			if err := json.Unmarshal(v, &o); err != nil {
+			if err := decodeRecord(v, &o); err != nil {
 				return false, fmt.Errorf("fsm: decode %s/%q: %w", bucketAuth, k, err)
 			}
 			if o.Role == RoleOperator && o.Accessor != tok.Accessor {
@@ -289,7 +288,7 @@ func applyURLKeyInit(t *txn, c Command) (any, error) {
 
 func (t *txn) token(accessor string) (*Token, error) {
 	var tok Token
-	ok, err := t.getJSON(bucketAuth, append(authTokenPrefix, accessor...), &tok)
+	ok, err := t.getRecord(bucketAuth, append(authTokenPrefix, accessor...), &tok)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -318,7 +317,7 @@ func (f *FSM) Tokens() ([]Token, uint64, error) {
 	idx, err := f.view(func(t *txn) error {
 		return t.scan(bucketAuth, authTokenPrefix, func(k, _ []byte) (bool, error) {
 			var tok Token
-			if _, err := t.getJSON(bucketAuth, k, &tok); err != nil {
+			if _, err := t.getRecord(bucketAuth, k, &tok); err != nil {
 				return false, err
 			}
 			out = append(out, tok)

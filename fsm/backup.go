@@ -37,7 +37,7 @@ func PrepareRestore(r io.Reader, w io.Writer, dir string) (uint64, error) {
 	if err := checkSnapshotFile(path); err != nil {
 		return 0, fmt.Errorf("fsm: backup: snapshot content: %w", err)
 	}
-	db, err := openDB(path)
+	db, err := openDB(path, nil)
 	if err != nil {
 		return 0, fmt.Errorf("fsm: backup: snapshot content: %w", err)
 	}

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -26,7 +25,7 @@ func (t *txn) blob(key string) (*Blob, error) {
 // job's usage (putBlob moves the usage by the difference).
 func decodeBlob(v []byte) (*Blob, error) {
 	var b Blob
-	if err := json.Unmarshal(v, &b); err != nil {
+	if err := decodeRecord(v, &b); err != nil {
 		return nil, err
 	}
 	b.counted = blobUsage(b.State, b.Size)
@@ -37,7 +36,7 @@ func decodeBlob(v []byte) (*Blob, error) {
 // (quota.go) from what the record counted when it was read.
 func (t *txn) putBlob(b *Blob) error {
 	b.ModifyIndex = t.index
-	if err := t.putJSON(bucketBlobs, []byte(b.Key), b); err != nil {
+	if err := t.putRecord(bucketBlobs, []byte(b.Key), b); err != nil {
 		return err
 	}
 	now := blobUsage(b.State, b.Size)

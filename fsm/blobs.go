@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -36,41 +35,6 @@ const (
 	// while so late references are answered clearly.
 	BlobGone BlobState = "gone"
 )
-
-// Blob is an object in the object store, as the metastore knows it.
-type Blob struct {
-	Key  string `json:"key"`
-	Job  string `json:"job"`
-	Task string `json:"task,omitempty"`
-	// Generation is the attempt whose upload slot created the intent (0:
-	// recorded before intent-create version 2). An ack of another attempt
-	// cannot commit it.
-	Generation uint64    `json:"generation,omitempty"`
-	State      BlobState `json:"state"`
-	Size       uint64    `json:"size"`
-	// Checksum is what the worker declared when it committed the blob.
-	Checksum string `json:"checksum,omitempty"`
-	// Observed is what the object store reported for the blob when the
-	// leader looked right after its ack (observe.go); nil: not yet.
-	Observed *Observation `json:"observed,omitempty"`
-	// Flagged: the observed object did not match the declared size, or
-	// was missing. Restore plans list flagged blobs.
-	Flagged bool `json:"flagged,omitempty"`
-	// Refs counts the manifest references (segments and bases, in every
-	// lineage) to this blob.
-	Refs       uint64     `json:"refs"`
-	LeaseUntil *time.Time `json:"lease_until,omitempty"`
-	CreatedAt  time.Time  `json:"created_at"`
-	// UnreferencedAt is when Refs last fell to zero (or the lease ended).
-	UnreferencedAt *time.Time `json:"unreferenced_at,omitempty"`
-	DeletingAt     *time.Time `json:"deleting_at,omitempty"`
-	GoneAt         *time.Time `json:"gone_at,omitempty"`
-	ModifyIndex    uint64     `json:"modify_index"`
-
-	// counted is what the record counts in its job's usage as stored
-	// (quota.go): set when it is read, moved when it is written.
-	counted JobUsage
-}
 
 // corruptError is an inconsistency in the stored state: fatal.
 type corruptError struct{ msg string }
@@ -372,7 +336,7 @@ func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
 	idx, err := f.view(func(t *txn) error {
 		if err := t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
 			var b Blob
-			if err := json.Unmarshal(v, &b); err != nil {
+			if err := decodeRecord(v, &b); err != nil {
 				return false, err
 			}
 			s.Count[wire.BlobState(b.State)]++

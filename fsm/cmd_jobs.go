@@ -76,7 +76,7 @@ func applyMemberUpsert(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	m := Member(p)
-	return &m, t.putJSON(bucketMembers, []byte(p.ID), &m)
+	return &m, t.putRecord(bucketMembers, []byte(p.ID), &m)
 }
 
 func applyMemberRemove(t *txn, c Command) (any, error) {
@@ -264,11 +264,11 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 		if tk.Caps.Expected() {
 			a.Expected++
 		}
-		if err := t.putJSON(bucketTasks, taskKey(p.Job, gen, tk.ID), &tk); err != nil {
+		if err := t.putRecord(bucketTasks, taskKey(p.Job, gen, tk.ID), &tk); err != nil {
 			return nil, err
 		}
 	}
-	if err := t.putJSON(bucketAttempts, jobNumKey(p.Job, gen), a); err != nil {
+	if err := t.putRecord(bucketAttempts, jobNumKey(p.Job, gen), a); err != nil {
 		return nil, err
 	}
 	if err := t.b(bucketAttemptIDs).Put(append(jobPrefix(p.Job), p.AttemptID...), u64(gen)); err != nil {

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -105,7 +104,7 @@ func inherited(t *txn, view lineageView, key string) (bool, error) {
 				return true, nil
 			}
 			var r record
-			if err := json.Unmarshal(v, &r); err != nil {
+			if err := decodeRecord(v, &r); err != nil {
 				return false, err
 			}
 			if view.present(&r) {

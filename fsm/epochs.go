@@ -181,7 +181,7 @@ func (op *ackOp) write(t *txn) (*AckResult, error) {
 	if err := op.writeManifest(t, ack); err != nil {
 		return nil, err
 	}
-	if err := t.putJSON(bucketAcks, taskKey(p.Job, p.Epoch, p.Task), ack); err != nil {
+	if err := t.putRecord(bucketAcks, taskKey(p.Job, p.Epoch, p.Task), ack); err != nil {
 		return nil, err
 	}
 	e.Acked++

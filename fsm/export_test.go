@@ -1,7 +1,7 @@
 package fsm
 
 import (
-	"encoding/json"
+	"fmt"
 
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
@@ -10,7 +10,8 @@ import (
 // Test-only access to the file layout, for the black-box tests in fsm_test.
 
 // Dump is every key/value of every top-level bucket of the file, keyed by
-// bucket name then by key (raw bytes as strings).
+// bucket name then by key (raw bytes as strings, the MessagePack records
+// of encoding.go as JSON).
 type Dump map[string]map[string]string
 
 // DumpBuckets reads every bucket of the state machine's file in one read
@@ -23,7 +24,11 @@ func DumpBuckets(f *FSM) (Dump, error) {
 			kv := map[string]string{}
 			out[string(name)] = kv
 			return b.ForEach(func(k, v []byte) error {
-				kv[string(k)] = string(v)
+				js, err := recordJSON(name, v)
+				if err != nil {
+					return fmt.Errorf("%s/%q: %w", name, k, err)
+				}
+				kv[string(k)] = string(js)
 				return nil
 			})
 		})
@@ -120,10 +125,8 @@ func BlobRefs(f *FSM) (map[string]uint64, error) {
 	out := map[string]uint64{}
 	_, err := f.view(func(t *txn) error {
 		return t.scan(bucketBlobs, nil, func(k, v []byte) (bool, error) {
-			var b struct {
-				Refs uint64 `json:"refs"`
-			}
-			if err := json.Unmarshal(v, &b); err != nil {
+			var b Blob
+			if err := decodeRecord(v, &b); err != nil {
 				return false, err
 			}
 			out[string(k)] = b.Refs
@@ -131,4 +134,50 @@ func BlobRefs(f *FSM) (map[string]uint64, error) {
 		})
 	})
 	return out, err
+}
+
+// RecordJSON returns a stored record of the named bucket as JSON.
+func RecordJSON(bucket string, raw []byte) ([]byte, error) { return recordJSON([]byte(bucket), raw) }
+
+// WriteSchema1 makes the state machine write its records as schema version
+// 1 did (all JSON, encoding.go) and record version 1 in f's file, until
+// the returned function is called.
+func WriteSchema1(f *FSM) (restore func(), err error) {
+	jsonRecords = true
+	err = RawUpdate(f, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(metaSchema, u64(1))
+	})
+	return func() { jsonRecords = false }, err
+}
+
+// SchemaVersionOf reads the schema version f's file records.
+func SchemaVersionOf(f *FSM) (v uint64) {
+	_, _ = f.view(func(t *txn) error {
+		v = schemaVersionOf(t.tx)
+		return nil
+	})
+	return v
+}
+
+// BinaryBuckets names the buckets whose records are MessagePack.
+func BinaryBuckets() []string {
+	var out []string
+	for _, b := range binaryBuckets {
+		out = append(out, string(b.name))
+	}
+	return out
+}
+
+// RawView runs fn in a read transaction of f's committed file.
+func RawView(f *FSM, fn func(tx *bolt.Tx) error) error {
+	_, err := f.view(func(t *txn) error { return fn(t.tx) })
+	return err
+}
+
+// SetMigrateChunk sets how many records a transaction of the migration to
+// schema version 2 rewrites, until the test ends.
+func SetMigrateChunk(t interface{ Cleanup(func()) }, n int) {
+	prev := migrateChunk
+	migrateChunk = n
+	t.Cleanup(func() { migrateChunk = prev })
 }

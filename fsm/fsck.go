@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -84,7 +83,7 @@ func (t *txn) fsck(rep *FsckReport) error {
 	}
 	err = t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
 		var b Blob
-		if err := json.Unmarshal(v, &b); err != nil {
+		if err := decodeRecord(v, &b); err != nil {
 			return false, err
 		}
 		rep.Blobs++
@@ -136,7 +135,7 @@ func (t *txn) fsckJobs(rep *FsckReport) error {
 	}
 	return t.scan(bucketJobs, nil, func(_, v []byte) (bool, error) {
 		var j Job
-		if err := json.Unmarshal(v, &j); err != nil {
+		if err := decodeRecord(v, &j); err != nil {
 			return false, err
 		}
 		names := append(append([]uint64{}, j.Retained...), j.Pending...)
@@ -183,7 +182,7 @@ func (f *FSM) ReferencedBlobs(job string) ([]BlobRef, uint64, error) {
 			}
 			err = t.scan(bucketAcks, jobNumKey(job, n), func(_, v []byte) (bool, error) {
 				var a Ack
-				if err := json.Unmarshal(v, &a); err != nil {
+				if err := decodeRecord(v, &a); err != nil {
 					return false, err
 				}
 				if a.Lineage == 0 {

@@ -140,14 +140,17 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 // openDB opens a state machine file, unsynced when the FSM writes without
 // sync (see durability.go).
 func (f *FSM) openDB(path string) (*bolt.DB, error) {
-	db, err := openDB(path)
+	db, err := openDB(path, f.logger)
 	if err == nil {
 		db.NoSync = f.noSync
 	}
 	return db, err
 }
 
-func openDB(path string) (*bolt.DB, error) {
+// openDB opens a state machine file, creating its buckets and rewriting
+// the records of an older schema version (migrateRecords). logger may be
+// nil.
+func openDB(path string, logger *slog.Logger) (*bolt.DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("fsm: %w", err)
 	}
@@ -161,6 +164,16 @@ func openDB(path string) (*bolt.DB, error) {
 	if err := db.Update(initSchema); err != nil {
 		db.Close()
 		return nil, err
+	}
+	start := time.Now()
+	n, err := migrateRecords(db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if n > 0 && logger != nil {
+		logger.Info("state machine records rewritten in the binary encoding of schema version 2",
+			"file", path, "records", n, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return db, nil
 }
@@ -544,7 +557,7 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 		os.Remove(tmp)
 		return fmt.Errorf("fsm: restore: snapshot content: %w", err)
 	}
-	check, err := openDB(tmp)
+	check, err := openDB(tmp, f.logger)
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("fsm: restore: snapshot content: %w", err)

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -57,7 +56,7 @@ type JobTombstone struct {
 
 func (t *txn) tombstone(job string) (*JobTombstone, error) {
 	var ts JobTombstone
-	ok, err := t.getJSON(bucketJobTombstones, []byte(job), &ts)
+	ok, err := t.getRecord(bucketJobTombstones, []byte(job), &ts)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -145,7 +144,7 @@ func deleteJob(t *txn, p *JobDelete, now time.Time) (*JobTombstone, error) {
 	if err := t.del(bucketJobs, []byte(j.ID)); err != nil {
 		return nil, err
 	}
-	return ts, t.putJSON(bucketJobTombstones, []byte(j.ID), ts)
+	return ts, t.putRecord(bucketJobTombstones, []byte(j.ID), ts)
 }
 
 // jobPins lists the pinned savepoints of j, by epoch.
@@ -188,7 +187,7 @@ func releaseJobLineages(t *txn, j *Job, now time.Time) (int, error) {
 	for _, n := range append(append([]uint64(nil), j.Pending...), j.Retained...) {
 		err := t.scan(bucketAcks, jobNumKey(j.ID, n), func(_, v []byte) (bool, error) {
 			var a Ack
-			if err := json.Unmarshal(v, &a); err != nil {
+			if err := decodeRecord(v, &a); err != nil {
 				return false, err
 			}
 			add(a.Lineage)

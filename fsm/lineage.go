@@ -29,36 +29,6 @@ const (
 	opDrop      byte = 'd'
 )
 
-// Lineage is one chain of a task's manifests.
-type Lineage struct {
-	ID         uint64 `json:"id"`
-	Job        string `json:"job"`
-	Task       string `json:"task"`
-	Generation uint64 `json:"generation"`
-	// LastEpoch is the epoch of the latest ack applied to the lineage.
-	LastEpoch uint64 `json:"last_epoch"`
-	// Epochs lists the live epochs (pending, retained, pinned) the
-	// lineage's task acknowledged, ascending.
-	Epochs []uint64 `json:"epochs"`
-	// Released marks a lineage no attempt extends any more (set by
-	// attempt-start version 3, releaseHeads): it holds exactly what its
-	// live epochs hold, is rolled back to the newest as newer ones leave,
-	// and is deleted with the last. A lineage an attempt continues again
-	// (the first ack of an attempt, from its newest epoch) is no longer
-	// released.
-	Released bool `json:"released,omitempty"`
-}
-
-type record struct {
-	Length   uint64 `json:"length"`
-	FirstSeq uint64 `json:"first_seq,omitempty"`
-	LastSeq  uint64 `json:"last_seq,omitempty"`
-	Added    uint64 `json:"added"`
-	Dropped  uint64 `json:"dropped,omitempty"`
-	// CRC32C is the checksum the ack declared for the range (empty: none).
-	CRC32C string `json:"crc32c,omitempty"`
-}
-
 func (r *record) presentAt(e uint64) bool { return r.Added <= e && (r.Dropped == 0 || r.Dropped > e) }
 
 func refSuffix(ref manifests.Ref) []byte {
@@ -98,14 +68,14 @@ func headKey(job, task string) []byte { return append(jobPrefix(job), task...) }
 
 func (t *txn) lineage(id uint64) (*Lineage, error) {
 	var l Lineage
-	ok, err := t.getJSON(bucketLineages, u64(id), &l)
+	ok, err := t.getRecord(bucketLineages, u64(id), &l)
 	if err != nil || !ok {
 		return nil, err
 	}
 	return &l, nil
 }
 
-func (t *txn) putLineage(l *Lineage) error { return t.putJSON(bucketLineages, u64(l.ID), l) }
+func (t *txn) putLineage(l *Lineage) error { return t.putRecord(bucketLineages, u64(l.ID), l) }
 
 func (t *txn) head(job, task string) (uint64, error) {
 	raw := t.b(bucketHeads).Get(headKey(job, task))
@@ -120,7 +90,7 @@ func (t *txn) head(job, task string) (uint64, error) {
 
 func (t *txn) record(lid uint64, kind byte, ref manifests.Ref) (*record, error) {
 	var r record
-	ok, err := t.getJSON(bucketRecords, recKey(lid, kind, ref), &r)
+	ok, err := t.getRecord(bucketRecords, recKey(lid, kind, ref), &r)
 	if err != nil || !ok {
 		return nil, err
 	}

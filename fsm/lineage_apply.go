@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -125,7 +124,7 @@ func newLineage(t *txn, job, task string, gen uint64) (*Lineage, error) {
 }
 
 func addRecord(t *txn, lid uint64, kind byte, ref manifests.Ref, r *record, epoch uint64) error {
-	if err := t.putJSON(bucketRecords, recKey(lid, kind, ref), r); err != nil {
+	if err := t.putRecord(bucketRecords, recKey(lid, kind, ref), r); err != nil {
 		return err
 	}
 	if epoch > 0 {
@@ -160,7 +159,7 @@ func dropRecord(t *txn, l *Lineage, kind byte, ref manifests.Ref, epoch uint64, 
 	if !liveIn(l.Epochs, r) {
 		return deleteRecord(t, l.ID, kind, ref, r, now)
 	}
-	if err := t.putJSON(bucketRecords, recKey(l.ID, kind, ref), r); err != nil {
+	if err := t.putRecord(bucketRecords, recKey(l.ID, kind, ref), r); err != nil {
 		return err
 	}
 	return t.b(bucketRecChanges).Put(changeKey(l.ID, epoch, opDrop, kind, ref), nil)
@@ -177,7 +176,7 @@ func copyManifest(t *txn, src *Lineage, at uint64, dst *Lineage) error {
 	var items []item
 	err := t.scan(bucketRecords, u64(src.ID), func(k, v []byte) (bool, error) {
 		var r record
-		if err := json.Unmarshal(v, &r); err != nil {
+		if err := decodeRecord(v, &r); err != nil {
 			return false, err
 		}
 		if !r.presentAt(at) {

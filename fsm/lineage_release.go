@@ -3,7 +3,6 @@ package fsm
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -102,7 +101,7 @@ func rollback(t *txn, l *Lineage, at uint64, now time.Time) error {
 				return err
 			}
 			r.Dropped = 0
-			if err := t.putJSON(bucketRecords, recKey(l.ID, ch.kind, ch.ref), r); err != nil {
+			if err := t.putRecord(bucketRecords, recKey(l.ID, ch.kind, ch.ref), r); err != nil {
 				return err
 			}
 			if ch.kind == kindSegment {
@@ -138,7 +137,7 @@ func deleteLineage(t *txn, l *Lineage, now time.Time) error {
 	var items []item
 	err := t.scan(bucketRecords, u64(l.ID), func(k, v []byte) (bool, error) {
 		var r record
-		if err := json.Unmarshal(v, &r); err != nil {
+		if err := decodeRecord(v, &r); err != nil {
 			return false, err
 		}
 		ref, ok := parseRecordKey(k)
@@ -173,7 +172,7 @@ func epochLeft(t *txn, job string, epoch uint64, now time.Time) error {
 	var lids []uint64
 	err := t.scan(bucketAcks, jobNumKey(job, epoch), func(_, v []byte) (bool, error) {
 		var a Ack
-		if err := json.Unmarshal(v, &a); err != nil {
+		if err := decodeRecord(v, &a); err != nil {
 			return false, err
 		}
 		if a.Lineage != 0 {

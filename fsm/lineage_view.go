@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"encoding/binary"
-	"encoding/json"
 
 	"github.com/metastore/metastore/manifests"
 )
@@ -96,7 +95,7 @@ func (v lineageView) each(kind byte, fn func(manifests.Ref, *record) error) erro
 	prefix := append(u64(v.lid), kind)
 	return v.t.scan(bucketRecords, prefix, func(k, val []byte) (bool, error) {
 		var r record
-		if err := json.Unmarshal(val, &r); err != nil {
+		if err := decodeRecord(val, &r); err != nil {
 			return false, err
 		}
 		if !v.present(&r) {

@@ -26,12 +26,17 @@ func TestMalformedRecordsInARestoredState(t *testing.T) {
 	put := func(bucket string, k, v []byte) func(*bolt.Tx) error {
 		return func(tx *bolt.Tx) error { return tx.Bucket([]byte(bucket)).Put(k, v) }
 	}
-	// edit rewrites the JSON record at bucket/key.
+	// edit rewrites the record at bucket/key, as JSON (which every reader
+	// accepts, encoding.go).
 	edit := func(bucket, key string, fn func(map[string]any)) func(*bolt.Tx) error {
 		return func(tx *bolt.Tx) error {
 			b := tx.Bucket([]byte(bucket))
 			m := map[string]any{}
-			if err := json.Unmarshal(b.Get([]byte(key)), &m); err != nil {
+			js, err := fsm.RecordJSON(bucket, b.Get([]byte(key)))
+			if err != nil {
+				return err
+			}
+			if err := json.Unmarshal(js, &m); err != nil {
 				return err
 			}
 			fn(m)

@@ -1,9 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
-	"time"
-
 	"github.com/metastore/metastore/wire"
 )
 
@@ -18,18 +15,6 @@ import (
 
 func init() {
 	register(CmdBlobsObserved, "blobs-observed", 1, applyBlobsObserved)
-}
-
-// Observation is what the object store reported for a blob after its ack.
-type Observation struct {
-	// Size and ETag as a HEAD request answered them (ETag without quotes;
-	// empty from a store that has none, the local directory store).
-	Size uint64 `json:"size"`
-	ETag string `json:"etag,omitempty"`
-	// Missing: the object store had no object under the key.
-	Missing bool `json:"missing,omitempty"`
-	// At is the leader's clock when it proposed the observation.
-	At time.Time `json:"at"`
 }
 
 // BlobObservation is one entry of a blobs-observed command.
@@ -142,7 +127,7 @@ func flaggedIn(t *txn, keys []string) ([]FlaggedBlob, error) {
 			continue
 		}
 		var b Blob
-		if err := json.Unmarshal(raw, &b); err != nil {
+		if err := decodeRecord(raw, &b); err != nil {
 			return nil, err
 		}
 		if b.Flagged {

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"slices"
 	"sort"
 	"strings"
@@ -25,7 +24,7 @@ func (f *FSM) Members() ([]Member, error) {
 	_, err := f.view(func(t *txn) error {
 		return t.scan(bucketMembers, nil, func(_, v []byte) (bool, error) {
 			var m Member
-			if err := json.Unmarshal(v, &m); err != nil {
+			if err := decodeRecord(v, &m); err != nil {
 				return false, err
 			}
 			out = append(out, m)
@@ -51,7 +50,7 @@ func (f *FSM) Jobs() ([]Job, uint64, error) {
 	idx, err := f.view(func(t *txn) error {
 		return t.scan(bucketJobs, nil, func(_, v []byte) (bool, error) {
 			var j Job
-			if err := json.Unmarshal(v, &j); err != nil {
+			if err := decodeRecord(v, &j); err != nil {
 				return false, err
 			}
 			out = append(out, j)
@@ -95,7 +94,7 @@ func (f *FSM) Attempt(job string, gen uint64) (*AttemptDetail, uint64, error) {
 		out = &AttemptDetail{Attempt: *a, TaskList: []Task{}}
 		return t.scan(bucketTasks, jobNumKey(job, gen), func(_, v []byte) (bool, error) {
 			var tk Task
-			if err := json.Unmarshal(v, &tk); err != nil {
+			if err := decodeRecord(v, &tk); err != nil {
 				return false, err
 			}
 			out.TaskList = append(out.TaskList, tk)
@@ -135,7 +134,7 @@ func (f *FSM) Attempts(job string, limit int, withTasks bool) (*AttemptList, uin
 		}
 		err := t.scan(bucketAttempts, jobPrefix(job), func(_, v []byte) (bool, error) {
 			var a AttemptEntry
-			if err := json.Unmarshal(v, &a.Attempt); err != nil {
+			if err := decodeRecord(v, &a.Attempt); err != nil {
 				return false, err
 			}
 			out.Attempts = append(out.Attempts, a)
@@ -157,7 +156,7 @@ func (f *FSM) Attempts(job string, limit int, withTasks bool) (*AttemptList, uin
 			a.TaskList = []Task{}
 			err := t.scan(bucketTasks, jobNumKey(job, a.Generation), func(_, v []byte) (bool, error) {
 				var tk Task
-				if err := json.Unmarshal(v, &tk); err != nil {
+				if err := decodeRecord(v, &tk); err != nil {
 					return false, err
 				}
 				a.TaskList = append(a.TaskList, tk)
@@ -200,7 +199,7 @@ func (f *FSM) Epoch(job string, n uint64) (*EpochDetail, uint64, error) {
 		acked := map[string]bool{}
 		err = t.scan(bucketAcks, jobNumKey(job, n), func(_, v []byte) (bool, error) {
 			var a Ack
-			if err := json.Unmarshal(v, &a); err != nil {
+			if err := decodeRecord(v, &a); err != nil {
 				return false, err
 			}
 			acked[a.Task] = true
@@ -224,7 +223,7 @@ func (f *FSM) Epoch(job string, n uint64) (*EpochDetail, uint64, error) {
 		}
 		return t.scan(bucketTasks, jobNumKey(job, e.Generation), func(_, v []byte) (bool, error) {
 			var tk Task
-			if err := json.Unmarshal(v, &tk); err != nil {
+			if err := decodeRecord(v, &tk); err != nil {
 				return false, err
 			}
 			if tk.Caps.Expected() && !acked[tk.ID] {
@@ -246,7 +245,7 @@ func (f *FSM) Epochs(job string, state EpochState) ([]Epoch, uint64, error) {
 		}
 		return t.scan(bucketEpochs, jobPrefix(job), func(_, v []byte) (bool, error) {
 			var e Epoch
-			if err := json.Unmarshal(v, &e); err != nil {
+			if err := decodeRecord(v, &e); err != nil {
 				return false, err
 			}
 			if state == "" || e.State == state {

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"sync"
@@ -133,12 +132,8 @@ func (c *usageCounts) rebuild(db *bolt.DB) error {
 func (t *txn) scanUsage(prefix []byte, strict bool) (map[string]*JobUsage, error) {
 	jobs := map[string]*JobUsage{}
 	err := t.scan(bucketBlobs, prefix, func(_, v []byte) (bool, error) {
-		var b struct {
-			Job   string    `json:"job"`
-			State BlobState `json:"state"`
-			Size  uint64    `json:"size"`
-		}
-		if err := json.Unmarshal(v, &b); err != nil {
+		var b Blob
+		if err := decodeRecord(v, &b); err != nil {
 			if strict {
 				return false, err
 			}

@@ -3,7 +3,6 @@ package fsm
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -11,7 +10,15 @@ import (
 
 // SchemaVersion is the layout version of the state machine's bbolt file
 // and of its snapshots. A build refuses data written with a newer version.
-const SchemaVersion = 1
+//
+//   - 1: every record JSON.
+//   - 2: the records of records.go MessagePack (encoding.go); a file of
+//     version 1 is rewritten when it is opened.
+const SchemaVersion = binaryRecordsVersion
+
+// binaryRecordsVersion is the schema version from which the records of
+// records.go are MessagePack.
+const binaryRecordsVersion = 2
 
 // bucket is a bbolt bucket of the state machine. Every bucket is declared
 // here once; nothing else names buckets.
@@ -184,19 +191,19 @@ func (t *txn) b(name bucket) *bolt.Bucket {
 	return b
 }
 
-func (t *txn) getJSON(name bucket, key []byte, v any) (bool, error) {
+func (t *txn) getRecord(name bucket, key []byte, v any) (bool, error) {
 	raw := t.b(name).Get(key)
 	if raw == nil {
 		return false, nil
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
+	if err := decodeRecord(raw, v); err != nil {
 		return false, fmt.Errorf("fsm: decode %s/%q: %w", name, key, err)
 	}
 	return true, nil
 }
 
-func (t *txn) putJSON(name bucket, key []byte, v any) error {
-	raw, err := json.Marshal(v)
+func (t *txn) putRecord(name bucket, key []byte, v any) error {
+	raw, err := encodeRecord(v)
 	if err != nil {
 		return fmt.Errorf("fsm: encode %s/%q: %w", name, key, err)
 	}
@@ -240,18 +247,18 @@ func (t *txn) scan(name bucket, prefix []byte, fn func(k, v []byte) (bool, error
 
 func (t *txn) job(id string) (*Job, error) {
 	var j Job
-	ok, err := t.getJSON(bucketJobs, []byte(id), &j)
+	ok, err := t.getRecord(bucketJobs, []byte(id), &j)
 	if err != nil || !ok {
 		return nil, err
 	}
 	return &j, nil
 }
 
-func (t *txn) putJob(j *Job) error { return t.putJSON(bucketJobs, []byte(j.ID), j) }
+func (t *txn) putJob(j *Job) error { return t.putRecord(bucketJobs, []byte(j.ID), j) }
 
 func (t *txn) epoch(job string, n uint64) (*Epoch, error) {
 	var e Epoch
-	ok, err := t.getJSON(bucketEpochs, jobNumKey(job, n), &e)
+	ok, err := t.getRecord(bucketEpochs, jobNumKey(job, n), &e)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -279,11 +286,13 @@ func (t *txn) attemptRef(job string, gen uint64) (*Attempt, error) {
 	return a, err
 }
 
-func (t *txn) putEpoch(e *Epoch) error { return t.putJSON(bucketEpochs, jobNumKey(e.Job, e.Epoch), e) }
+func (t *txn) putEpoch(e *Epoch) error {
+	return t.putRecord(bucketEpochs, jobNumKey(e.Job, e.Epoch), e)
+}
 
 func (t *txn) attempt(job string, gen uint64) (*Attempt, error) {
 	var a Attempt
-	ok, err := t.getJSON(bucketAttempts, jobNumKey(job, gen), &a)
+	ok, err := t.getRecord(bucketAttempts, jobNumKey(job, gen), &a)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -292,7 +301,7 @@ func (t *txn) attempt(job string, gen uint64) (*Attempt, error) {
 
 func (t *txn) task(job string, gen uint64, task string) (*Task, error) {
 	var tk Task
-	ok, err := t.getJSON(bucketTasks, taskKey(job, gen, task), &tk)
+	ok, err := t.getRecord(bucketTasks, taskKey(job, gen, task), &tk)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -301,7 +310,7 @@ func (t *txn) task(job string, gen uint64, task string) (*Task, error) {
 
 func (t *txn) ack(job string, epoch uint64, task string) (*Ack, error) {
 	var a Ack
-	ok, err := t.getJSON(bucketAcks, taskKey(job, epoch, task), &a)
+	ok, err := t.getRecord(bucketAcks, taskKey(job, epoch, task), &a)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -335,4 +344,17 @@ func initSchema(tx *bolt.Tx) error {
 		return fmt.Errorf("fsm: data written by schema version %d; this build reads up to %d", v, SchemaVersion)
 	}
 	return nil
+}
+
+// schemaVersionOf is the schema version the file of tx records (0: none).
+func schemaVersionOf(tx *bolt.Tx) uint64 {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return 0
+	}
+	raw := meta.Get(metaSchema)
+	if len(raw) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(raw)
 }

@@ -1,0 +1,174 @@
+package fsm
+
+// The state machine's records: what the jobs, epochs, blobs and lineages
+// buckets (schema.go) hold, one record per key. They are stored as
+// MessagePack, through the methods records_msgp.go has generated from
+// these declarations (field names from the json tags, times in UTC).
+// Records written by releases before the binary encoding are JSON; both
+// are read (decodeRecord), and Open rewrites the JSON ones once
+// (encoding.go). Regenerate after changing a type here:
+//
+//	go generate ./fsm/
+
+//go:generate go run github.com/tinylib/msgp@v1.6.5 -file records.go -o records_msgp.go -tests=false -io=false -unexported
+
+//msgp:tag json
+//msgp:timezone utc
+//msgp:replace Duration with:int64
+//msgp:replace EpochState with:string
+//msgp:replace BlobState with:string
+
+import "time"
+
+// JobConfig is the configuration of a job as records and commands hold it.
+type JobConfig struct {
+	// Retained is the number of completed checkpoints kept; older ones are
+	// subsumed unless pinned.
+	Retained int `json:"retained,allownil"`
+	// AckTimeout is how long an epoch may stay pending before the leader
+	// aborts it.
+	AckTimeout Duration `json:"ack_timeout"`
+	// History is the number of ended epochs remembered for inspection.
+	History int `json:"history"`
+}
+
+// Job is a streaming job.
+type Job struct {
+	ID     string    `json:"id"`
+	Config JobConfig `json:"config"`
+	// Generation is the generation of the current attempt; 0 before the
+	// first attempt.
+	Generation uint64 `json:"generation"`
+	AttemptID  string `json:"attempt_id,omitempty"`
+	// GenerationBase is the last generation of a deleted job of the same
+	// name (JobTombstone.Generation), 0 for a job whose name was never
+	// deleted: this job's generations start above it, and writes of it or
+	// an older one are fenced. Generation equals it until the first
+	// attempt.
+	GenerationBase uint64 `json:"generation_base,omitempty"`
+	// LastEpoch is the highest epoch ever begun.
+	LastEpoch uint64 `json:"last_epoch"`
+	// LatestCompleted is the newest completed epoch, 0 if none.
+	LatestCompleted uint64 `json:"latest_completed"`
+	// Pending lists the pending epochs, ascending.
+	Pending []uint64 `json:"pending,allownil"`
+	// Retained lists the completed epochs not subsumed (pinned ones
+	// included), ascending.
+	Retained []uint64 `json:"retained,allownil"`
+	// Ended lists the aborted and subsumed epochs still remembered,
+	// ascending by the time they ended.
+	Ended []uint64 `json:"ended,allownil"`
+	// RestoredAttempts counts the attempts that resumed from a checkpoint
+	// (an Attempt.RestoredFrom above 0) among the attempts of generation
+	// RestoresCountedFrom and later; absent means 0.
+	RestoredAttempts uint64 `json:"restored_attempts,omitempty"`
+	// RestoresCountedFrom is the first generation whose start recorded the
+	// checkpoint it resumed from (attempt-start version 2); absent (0) while
+	// no start has. Attempts of older generations started before the store
+	// recorded restores: the count does not know them.
+	RestoresCountedFrom uint64    `json:"restores_counted_from,omitempty"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
+	CreateIndex         uint64    `json:"create_index"`
+	ModifyIndex         uint64    `json:"modify_index"`
+}
+
+// Epoch is one checkpoint of a job.
+type Epoch struct {
+	Job        string     `json:"job"`
+	Epoch      uint64     `json:"epoch"`
+	Generation uint64     `json:"generation"`
+	State      EpochState `json:"state"`
+	BeganAt    time.Time  `json:"began_at"`
+	Deadline   time.Time  `json:"deadline"`
+	// CompletedAt is set when the epoch completed, EndedAt when it was
+	// aborted or subsumed.
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+	EndedAt     *time.Time `json:"ended_at,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Expected    int        `json:"expected"`
+	Acked       int        `json:"acked"`
+	// PayloadBytes is the total inline payload size of the acks.
+	PayloadBytes int64  `json:"payload_bytes"`
+	Pinned       bool   `json:"pinned"`
+	PinName      string `json:"pin_name,omitempty"`
+	CreateIndex  uint64 `json:"create_index"`
+	ModifyIndex  uint64 `json:"modify_index"`
+}
+
+// Blob is an object in the object store, as the metastore knows it.
+type Blob struct {
+	Key  string `json:"key"`
+	Job  string `json:"job"`
+	Task string `json:"task,omitempty"`
+	// Generation is the attempt whose upload slot created the intent (0:
+	// recorded before intent-create version 2). An ack of another attempt
+	// cannot commit it.
+	Generation uint64    `json:"generation,omitempty"`
+	State      BlobState `json:"state"`
+	Size       uint64    `json:"size"`
+	// Checksum is what the worker declared when it committed the blob.
+	Checksum string `json:"checksum,omitempty"`
+	// Observed is what the object store reported for the blob when the
+	// leader looked right after its ack (observe.go); nil: not yet.
+	Observed *Observation `json:"observed,omitempty"`
+	// Flagged: the observed object did not match the declared size, or
+	// was missing. Restore plans list flagged blobs.
+	Flagged bool `json:"flagged,omitempty"`
+	// Refs counts the manifest references (segments and bases, in every
+	// lineage) to this blob.
+	Refs       uint64     `json:"refs"`
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	// UnreferencedAt is when Refs last fell to zero (or the lease ended).
+	UnreferencedAt *time.Time `json:"unreferenced_at,omitempty"`
+	DeletingAt     *time.Time `json:"deleting_at,omitempty"`
+	GoneAt         *time.Time `json:"gone_at,omitempty"`
+	ModifyIndex    uint64     `json:"modify_index"`
+
+	// counted is what the record counts in its job's usage as stored
+	// (quota.go): set when it is read, moved when it is written.
+	counted JobUsage `json:"-"`
+}
+
+// Observation is what the object store reported for a blob after its ack.
+type Observation struct {
+	// Size and ETag as a HEAD request answered them (ETag without quotes;
+	// empty from a store that has none, the local directory store).
+	Size uint64 `json:"size"`
+	ETag string `json:"etag,omitempty"`
+	// Missing: the object store had no object under the key.
+	Missing bool `json:"missing,omitempty"`
+	// At is the leader's clock when it proposed the observation.
+	At time.Time `json:"at"`
+}
+
+// Lineage is one chain of a task's manifests.
+type Lineage struct {
+	ID         uint64 `json:"id"`
+	Job        string `json:"job"`
+	Task       string `json:"task"`
+	Generation uint64 `json:"generation"`
+	// LastEpoch is the epoch of the latest ack applied to the lineage.
+	LastEpoch uint64 `json:"last_epoch"`
+	// Epochs lists the live epochs (pending, retained, pinned) the
+	// lineage's task acknowledged, ascending.
+	Epochs []uint64 `json:"epochs,allownil"`
+	// Released marks a lineage no attempt extends any more (set by
+	// attempt-start version 3, releaseHeads): it holds exactly what its
+	// live epochs hold, is rolled back to the newest as newer ones leave,
+	// and is deleted with the last. A lineage an attempt continues again
+	// (the first ack of an attempt, from its newest epoch) is no longer
+	// released.
+	Released bool `json:"released,omitempty"`
+}
+
+type record struct {
+	Length   uint64 `json:"length"`
+	FirstSeq uint64 `json:"first_seq,omitempty"`
+	LastSeq  uint64 `json:"last_seq,omitempty"`
+	Added    uint64 `json:"added"`
+	Dropped  uint64 `json:"dropped,omitempty"`
+	// CRC32C is the checksum the ack declared for the range (empty: none).
+	CRC32C string `json:"crc32c,omitempty"`
+}
