@@ -10,6 +10,16 @@ import (
 	"time"
 )
 
+// NameLister is implemented by stores that list the objects whose keys
+// start with any prefix, the start of a name included, at a cost that does
+// not grow with the objects outside it (S3: ListObjectsV2's Prefix). The
+// collector's observer learns the sizes of a task's new blobs with one
+// such request instead of a HEAD each (gc/observe.go): keys from NewKey
+// made within seconds of each other share the start of their names.
+type NameLister interface {
+	ListNames(ctx context.Context, prefix string, fn func(Info) error) error
+}
+
 // Sentinel errors, for errors.Is. Errors returned by the stores wrap them
 // with the operation and the key.
 var (

@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// NewKeyNameLen is the length of the last segment of NewKey's keys.
+const NewKeyNameLen = 40
+
 // NewKey returns a new object key under dir (no trailing "/"): 16 hex
 // digits of now in nanoseconds since 1970, then 12 random bytes in hex.
 //

@@ -631,13 +631,27 @@ func (s *S3) deleteBatch(ctx context.Context, batch []string) (map[string]error,
 // List pages through ListObjectsV2 under the store's prefix plus prefix.
 // Objects whose names are not valid keys (say, a console's "folder/"
 // marker) cannot have been written through a Store and are skipped.
-func (s *S3) List(ctx context.Context, prefix string, fn func(Info) error) (err error) {
-	start := time.Now()
-	n := 0
-	defer func() { s.observer.observe(OpList, n, err, start) }()
+func (s *S3) List(ctx context.Context, prefix string, fn func(Info) error) error {
 	if err := ValidatePrefix(prefix); err != nil {
 		return err
 	}
+	return s.list(ctx, prefix, fn)
+}
+
+// ListNames lists the objects whose keys start with prefix, a valid key
+// whose last segment may be the start of a name ("job/task/0189ab"), in
+// one ListObjectsV2 request per 1,000 objects it matches (NameLister).
+func (s *S3) ListNames(ctx context.Context, prefix string, fn func(Info) error) error {
+	if err := ValidateKey(prefix); err != nil {
+		return err
+	}
+	return s.list(ctx, prefix, fn)
+}
+
+func (s *S3) list(ctx context.Context, prefix string, fn func(Info) error) (err error) {
+	start := time.Now()
+	n := 0
+	defer func() { s.observer.observe(OpList, n, err, start) }()
 	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
 		Bucket: aws.String(s.bucket),
 		Prefix: aws.String(s.prefix + prefix),

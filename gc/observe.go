@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,22 +117,171 @@ func (c *Collector) logFlagged(obs []fsm.BlobObservation, out *fsm.ObservedResul
 	}
 }
 
-// head HEADs keys (headAll): an observation for each key the store
-// answered (found or missing), and the count of failures.
+// head reads what the object store holds under keys: an observation for
+// each key the store answered (found or missing), and the count of keys
+// it could not check. On a store that lists by name prefix (S3), keys
+// made by blobstore.NewKey in one directory within a listing window share
+// one listing (listGroups); the others are HEADed. Listings and HEADs run
+// VerifyConcurrency at a time.
 func (c *Collector) head(ctx context.Context, keys []string) ([]fsm.BlobObservation, int) {
-	var out []fsm.BlobObservation
-	failed := 0
-	c.headAll(ctx, keys, func(k string, info blobstore.Info, err error) {
-		switch {
-		case err == nil:
-			out = append(out, fsm.BlobObservation{Key: k, Size: uint64(max(info.Size, 0)), ETag: info.ETag})
-		case errors.Is(err, blobstore.ErrNotFound):
-			out = append(out, fsm.BlobObservation{Key: k, Missing: true})
-		default:
-			failed++
-		}
-	})
+	var (
+		out    []fsm.BlobObservation
+		failed int
+	)
+	found := func(k string, info blobstore.Info) {
+		out = append(out, fsm.BlobObservation{Key: k, Size: uint64(max(info.Size, 0)), ETag: info.ETag})
+	}
+	missing := func(k string) { out = append(out, fsm.BlobObservation{Key: k, Missing: true}) }
+	heads := keys
+	var lists []listGroup
+	nl, listable := c.store.(blobstore.NameLister)
+	if listable {
+		lists, heads = listGroups(keys)
+	}
+	var work []func() func()
+	for _, g := range lists {
+		work = append(work, func() func() {
+			seen, err := listObserved(ctx, nl, g)
+			return func() {
+				if err != nil {
+					// Unobserved still: the next pass tries again.
+					failed += len(g.keys)
+					return
+				}
+				for _, k := range g.keys {
+					if info, ok := seen[k]; ok {
+						found(k, info)
+					} else {
+						missing(k)
+					}
+				}
+			}
+		})
+	}
+	for _, k := range heads {
+		work = append(work, func() func() {
+			info, err := c.store.Head(ctx, k)
+			return func() {
+				switch {
+				case err == nil:
+					found(k, info)
+				case errors.Is(err, blobstore.ErrNotFound):
+					missing(k)
+				default:
+					failed++
+				}
+			}
+		})
+	}
+	runConcurrently(ctx, work)
 	return out, failed
+}
+
+// listWindow is how many hex digits of blobstore.NewKey's time (16 in
+// all, nanoseconds) the keys of one listing share: 8, a window of 2^32 ns
+// (4.3 s) of one directory's uploads.
+const listWindow = 8
+
+// listGroup is the keys one listing observes.
+type listGroup struct {
+	prefix string
+	keys   []string
+}
+
+// listGroups sorts keys into listings, one per directory and window of
+// blobstore.NewKey's time that holds two keys or more, and the keys left
+// to HEAD (others' names, and a window's only key).
+func listGroups(keys []string) ([]listGroup, []string) {
+	var heads []string
+	byPrefix := map[string][]string{}
+	var order []string
+	for _, k := range keys {
+		i := strings.LastIndexByte(k, '/')
+		name := k[i+1:]
+		if i < 0 || len(name) != blobstore.NewKeyNameLen || !isHex(name) {
+			heads = append(heads, k)
+			continue
+		}
+		p := k[:i+1+listWindow]
+		if byPrefix[p] == nil {
+			order = append(order, p)
+		}
+		byPrefix[p] = append(byPrefix[p], k)
+	}
+	var lists []listGroup
+	for _, p := range order {
+		if ks := byPrefix[p]; len(ks) >= 2 {
+			lists = append(lists, listGroup{prefix: p, keys: ks})
+		} else {
+			heads = append(heads, ks...)
+		}
+	}
+	return lists, heads
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// errListTooLong ends a listing that matches far more objects than the
+// keys it observes (a directory with a burst of uploads nobody acked): its
+// keys are HEADed by the next pass instead.
+var errListTooLong = errors.New("gc: observe: listing matches too many objects")
+
+// listObserved lists g's prefix and returns what it found of g's keys.
+func listObserved(ctx context.Context, nl blobstore.NameLister, g listGroup) (map[string]blobstore.Info, error) {
+	want := make(map[string]bool, len(g.keys))
+	for _, k := range g.keys {
+		want[k] = true
+	}
+	seen := make(map[string]blobstore.Info, len(g.keys))
+	limit, n := 10*len(g.keys)+1000, 0
+	err := nl.ListNames(ctx, g.prefix, func(info blobstore.Info) error {
+		if n++; n > limit {
+			return errListTooLong
+		}
+		if want[info.Key] {
+			seen[info.Key] = info
+		}
+		return nil
+	})
+	return seen, err
+}
+
+// runConcurrently runs work VerifyConcurrency at a time until ctx ends;
+// each item returns a function that records its result, called one at a
+// time.
+func runConcurrently(ctx context.Context, work []func() func()) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	ch := make(chan func() func())
+	for range min(VerifyConcurrency, len(work)) {
+		wg.Go(func() {
+			for w := range ch {
+				record := w()
+				mu.Lock()
+				record()
+				mu.Unlock()
+			}
+		})
+	}
+send:
+	for _, w := range work {
+		select {
+		case ch <- w:
+		case <-ctx.Done():
+			break send
+		}
+	}
+	close(ch)
+	wg.Wait()
 }
 
 // headAll HEADs keys, VerifyConcurrency at a time, until ctx ends, and
