@@ -132,3 +132,10 @@ func BlobRefs(f *FSM) (map[string]uint64, error) {
 	})
 	return out, err
 }
+
+// HoldFile takes the lock a restore takes while it swaps the file (every
+// read of the file waits for it) and returns its release.
+func HoldFile(f *FSM) (release func()) {
+	f.mu.Lock()
+	return f.mu.Unlock
+}

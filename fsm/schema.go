@@ -172,6 +172,9 @@ type txn struct {
 	// (quota.go); the FSM adds them to its counts once the transaction
 	// commits.
 	usage map[string]JobUsage
+	// members is set when a command wrote a member record: the FSM
+	// publishes the records again after the batch (members.go).
+	members bool
 }
 
 func (t *txn) b(name bucket) *bolt.Bucket {
