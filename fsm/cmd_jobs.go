@@ -76,6 +76,7 @@ func applyMemberUpsert(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	m := Member(p)
+	t.memberChanged(p.ID)
 	return &m, t.putRecord(bucketMembers, []byte(p.ID), &m)
 }
 
@@ -84,6 +85,7 @@ func applyMemberRemove(t *txn, c Command) (any, error) {
 	if err := decodePayload(c, &p); err != nil {
 		return nil, err
 	}
+	t.memberChanged(p.ID)
 	return nil, t.del(bucketMembers, []byte(p.ID))
 }
 

@@ -181,3 +181,10 @@ func SetMigrateChunk(t interface{ Cleanup(func()) }, n int) {
 	migrateChunk = n
 	t.Cleanup(func() { migrateChunk = prev })
 }
+
+// HoldFile takes the lock a restore takes while it swaps the file (every
+// read of the file waits for it) and returns its release.
+func HoldFile(f *FSM) (release func()) {
+	f.mu.Lock()
+	return f.mu.Unlock
+}

@@ -41,6 +41,9 @@ type FSM struct {
 	noSync bool
 
 	applied atomic.Uint64
+	// members are the member records as of the last applied entry, read
+	// by Members without a lock (members.go).
+	members atomic.Pointer[memberList]
 
 	// stop ends a wait for disk space (StopWaiting); aborted is set when a
 	// batch was left unapplied at shutdown: nothing more is applied or
@@ -131,6 +134,7 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 		db.Close()
 		return nil, fmt.Errorf("fsm: %s: counting the jobs' blobs: %w", path, err)
 	}
+	_ = db.View(func(tx *bolt.Tx) error { f.publishMembers(&txn{tx: tx}); return nil })
 	f.db = db
 	f.applied.Store(readApplied(db))
 	f.committed.Store(f.applied.Load())
@@ -211,6 +215,7 @@ func (f *FSM) Close() error {
 		errs = append(errs, err)
 	}
 	f.db = nil
+	f.members.Store(&memberList{err: errClosed})
 	if f.noSync && len(errs) == 0 {
 		if err := setMarker(f.path, markerClosed); err != nil {
 			errs = append(errs, err)
@@ -328,6 +333,10 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		panic(fmt.Sprintf("fsm: apply batch ending at index %d: %v", last, err))
 	}
 	f.noteOpenUsage()
+	if f.wt != nil && len(f.wt.members) > 0 {
+		f.updateMembers(f.wt, f.wt.members)
+		f.wt.members = nil
+	}
 	// A batch whose commit is due counts as applied once it is committed:
 	// while the file system is full, it is the entry the member waits on.
 	if f.due() {
@@ -611,6 +620,7 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	if err := f.usage.rebuild(db); err != nil {
 		panic(fmt.Sprintf("fsm: restore: cannot read the restored state machine file %s: %v", f.path, err))
 	}
+	_ = db.View(func(tx *bolt.Tx) error { f.publishMembers(&txn{tx: tx}); return nil })
 	f.db = db
 	f.applied.Store(idx)
 	f.committed.Store(idx)

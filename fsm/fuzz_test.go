@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
 	"github.com/metastore/metastore/wire"
@@ -261,13 +263,30 @@ func TestRestoreAcceptsLargeSnapshots(t *testing.T) {
 	h := newHarness(t)
 	fuzzState(h)
 	const n = 4000
+	// In batches of 500 entries, as Raft hands them over under load: the
+	// member list (members.go) is published once per batch.
+	var batch []*raft.Log
+	apply := func(typ fsm.CommandType, payload any) {
+		batch = append(batch, h.nextLog(h.encode(typ, payload)))
+		if len(batch) == 500 {
+			for i, r := range h.f.ApplyBatch(batch) {
+				if res, ok := r.(*fsm.Result); !ok || res.Err != nil {
+					t.Fatalf("entry %d: %v", batch[i].Index, r)
+				}
+			}
+			batch = batch[:0]
+		}
+	}
 	for i := range n {
-		h.mustApply(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: fmt.Sprintf("member-%05d-%s", i, strings.Repeat("x", 40)), RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"})
+		apply(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: fmt.Sprintf("member-%05d-%s", i, strings.Repeat("x", 40)), RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"})
 	}
 	for i := 0; i < n; i++ {
 		if i%7 != 0 {
-			h.mustApply(fsm.CmdMemberRemove, fsm.MemberRemove{ID: fmt.Sprintf("member-%05d-%s", i, strings.Repeat("x", 40))})
+			apply(fsm.CmdMemberRemove, fsm.MemberRemove{ID: fmt.Sprintf("member-%05d-%s", i, strings.Repeat("x", 40))})
 		}
+	}
+	for len(batch) > 0 {
+		apply(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "member-last", RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"})
 	}
 	snap := snapshotOf(t, h.f)
 	other := openFSM(t, filepath.Join(t.TempDir(), "other.db"))

@@ -16,23 +16,8 @@ import (
 )
 
 // Every read runs in one bbolt read transaction and returns the applied
-// Raft index the answer reflects.
-
-// Members lists the member records, ordered by id.
-func (f *FSM) Members() ([]Member, error) {
-	var out []Member
-	_, err := f.view(func(t *txn) error {
-		return t.scan(bucketMembers, nil, func(_, v []byte) (bool, error) {
-			var m Member
-			if err := decodeRecord(v, &m); err != nil {
-				return false, err
-			}
-			out = append(out, m)
-			return true, nil
-		})
-	})
-	return out, err
-}
+// Raft index the answer reflects (Members, kept in memory, is in
+// members.go).
 
 // Job returns a job.
 func (f *FSM) Job(id string) (*Job, uint64, error) {

@@ -179,6 +179,9 @@ type txn struct {
 	// (quota.go); the FSM adds them to its counts once the transaction
 	// commits.
 	usage map[string]JobUsage
+	// members lists the member records commands wrote or removed: the
+	// FSM publishes them after the batch (members.go).
+	members []string
 }
 
 func (t *txn) b(name bucket) *bolt.Bucket {

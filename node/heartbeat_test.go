@@ -3,7 +3,6 @@ package node
 import (
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/internal/freeport"
 )
 
 // TestHeartbeatsReachTheMainGoroutine sends a heartbeat of a newer term to a
@@ -21,12 +21,7 @@ import (
 // append entries under the new leader's term (heartbeat.go).
 func TestHeartbeatsReachTheMainGoroutine(t *testing.T) {
 	cfg := config.DefaultConfig()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RaftAddr = l.Addr().String() // free a moment ago
-	l.Close()
+	cfg.RaftAddr = freeport.Addr(t)
 	logger := hclog.NewNullLogger()
 	recv, _, err := newTransport(cfg, logger, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

@@ -172,8 +172,9 @@ func (m *nodeMetrics) observeBatch(commands int) {
 	m.batchCommands.Observe(float64(commands))
 }
 
-// lastSnapshotIndex reads the snapshot store rather than raft.Stats, which
-// needs the Raft main loop (and warns once Raft is shut down).
+// lastSnapshotIndex reads the snapshot store's directory (no lock of Raft
+// or of the state machine) rather than raft.Stats, which formats the whole
+// configuration for the one number.
 func (n *Node) lastSnapshotIndex() uint64 {
 	metas, err := n.snaps.List()
 	if err != nil || len(metas) == 0 {

@@ -620,6 +620,18 @@ func (n *Node) Snapshot() error {
 
 // Status returns a point-in-time view of the node. Fields that cannot be
 // read (Raft shut down) are left zero.
+//
+// It never waits for Raft's main goroutine or for the state machine, so it
+// answers while the member is in trouble: installing or restoring a
+// snapshot, stalled on a slow or full disk. Everything it reads is kept
+// current outside them (DESIGN.md, "Status without waiting"): Raft's
+// state, term, indexes, leader and last contact are atomics or briefly
+// held locks of hashicorp/raft; the configuration is Raft's own copy of
+// the latest one (configuration); the member records are the state
+// machine's in memory (fsm.Members); the snapshot index is read from the
+// snapshot store's directory and the free space at most once a second.
+// Do not add a call that goes through Raft's main goroutine (a future,
+// Barrier, VerifyLeader) or reads the state machine's file.
 func (n *Node) Status() Status {
 	leaderAddr, leaderID := n.raft.LeaderWithID()
 	st := Status{
@@ -681,7 +693,14 @@ func (n *Node) Status() Status {
 	return st
 }
 
-// configuration returns the latest Raft configuration known to this node.
+// configuration returns the latest Raft configuration known to this node
+// (possibly not yet committed). It does not wait for Raft's main
+// goroutine: since hashicorp/raft v1.1.2 (PR #379) GetConfiguration answers
+// from a copy of the latest configuration that the main goroutine stores
+// (an atomic.Value in v1.7.3) whenever the configuration changes: an
+// entry appended or received, a snapshot installed or restored. Before,
+// it was a request to the main goroutine, and hung as long as that was
+// busy. A second copy kept here from observations could only lag Raft's.
 func (n *Node) configuration() ([]raft.Server, error) {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/internal/freeport"
 	"github.com/metastore/metastore/node"
 	"github.com/metastore/metastore/wire"
 )
@@ -76,16 +76,13 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
+// freeAddr returns a loopback address whose port is free now, outside the
+// kernel's ephemeral range, so that nothing but an explicit bind takes it
+// before the node does, or between a node's stop and its restart on the
+// same address (internal/freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return freeport.Addr(t)
 }
 
 // withFreePorts picks k free loopback addresses and calls start with them;

@@ -61,12 +61,13 @@ func newFaultProc(t *testing.T) *faultProc {
 }
 
 // startWith starts the member from the faultinject binary with FAULTPOINTS
-// set to points ("" arms nothing) and waits until it leads.
-func (p *faultProc) startWith(t *testing.T, points string) {
+// set to points ("" arms nothing) and the variables env (for example
+// FAULTPOINT_ADDR), and waits until it leads.
+func (p *faultProc) startWith(t *testing.T, points string, env ...string) {
 	t.Helper()
-	p.env = nil
+	p.env = append([]string(nil), env...)
 	if points != "" {
-		p.env = []string{"FAULTPOINTS=" + points}
+		p.env = append(p.env, "FAULTPOINTS="+points)
 	}
 	saved := binary
 	binary = faultBinary(t)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/metastore/metastore/internal/freeport"
 )
 
 // binary is the metastore command built once by TestMain.
@@ -283,15 +284,14 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
+// freeAddr returns a loopback address for a member process to bind: its
+// port is free now, outside the kernel's ephemeral range, and never given
+// twice, so that nothing but an explicit bind takes it before the process
+// does, or between a kill and a restart on the same address
+// (internal/freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return freeport.Addr(t)
 }
 
 // waitFor polls cond until it returns nil or timeout passes.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/metastore/metastore/internal/freeport"
 )
 
 // These tests build the metastore binary and this example, start real
@@ -141,14 +142,12 @@ func runJob(t *testing.T, bin string, args ...string) string {
 	return p.stdout.String()
 }
 
+// freeAddr returns a loopback address for a process to bind: free now,
+// outside the kernel's ephemeral range and never given twice
+// (internal/freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return freeport.Addr(t)
 }
 
 // poll calls cond every 10ms until it returns nil or timeout passes.

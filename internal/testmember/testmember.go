@@ -25,6 +25,7 @@ import (
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/internal/datadir"
+	"github.com/metastore/metastore/internal/freeport"
 	"github.com/metastore/metastore/leader"
 	"github.com/metastore/metastore/node"
 )
@@ -55,12 +56,12 @@ func FreeAddr(t testing.TB) (net.Listener, string) {
 	return l, l.Addr().String()
 }
 
-// FreePort returns a loopback address that was free a moment ago.
+// FreePort returns a loopback address for a server that binds it later
+// (Raft's transport binds its own): free now, outside the kernel's
+// ephemeral range and never given twice (internal/freeport).
 func FreePort(t testing.TB) string {
 	t.Helper()
-	l, addr := FreeAddr(t)
-	l.Close()
-	return addr
+	return freeport.Addr(t)
 }
 
 // Config is a member configuration with fast Raft timings and its data in

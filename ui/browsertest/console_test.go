@@ -13,7 +13,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/metastore/metastore/api"
+	"github.com/metastore/metastore/internal/freeport"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/console-job.png, the README's screenshot of the job view")
@@ -87,14 +87,12 @@ func cleanEnv() []string {
 	return out
 }
 
+// freeAddr returns a loopback address for a process to bind: free now,
+// outside the kernel's ephemeral range and never given twice
+// (internal/freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return freeport.Addr(t)
 }
 
 // waitFor polls cond until it returns nil or timeout passes.
