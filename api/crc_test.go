@@ -45,7 +45,7 @@ func TestCRC32COverHTTP(t *testing.T) {
 		len(st.Manifest.Bases) != 1 || st.Manifest.Bases[0].CRC32C != manifests.CRC32C([]byte(body[:50])) {
 		t.Fatalf("restore plan without the declared crc32c: %s", r.body)
 	}
-	if !strings.Contains(string(r.body), `"crc32c": "`+want+`"`) {
+	if !strings.Contains(string(r.body), `"crc32c":"`+want+`"`) {
 		t.Fatalf("restore plan JSON lacks crc32c %s: %s", want, r.body)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
@@ -124,7 +123,10 @@ func (s *Server) limit(next http.Handler) http.Handler {
 			}
 			defer release()
 		}
-		s.setDeadlines(w, r)
+		// The deadlines of most routes; wrap moves those of the transfer
+		// and long routes once the router has matched them (matching
+		// here too cost as much as the routing itself).
+		s.setDeadlines(w, r, "")
 		next.ServeHTTP(w, r)
 	})
 }
@@ -133,12 +135,7 @@ func (s *Server) limit(next http.Handler) http.Handler {
 // Once the body is read, the read deadline moves to the write deadline:
 // the server keeps reading the connection to notice a client that goes
 // away, and a timeout there would cancel the request.
-func (s *Server) setDeadlines(w http.ResponseWriter, r *http.Request) {
-	var m mux.RouteMatch
-	name := ""
-	if s.router.Match(r, &m) && m.Route != nil {
-		name = m.Route.GetName()
-	}
+func (s *Server) setDeadlines(w http.ResponseWriter, r *http.Request, name string) {
 	lim := s.cfg.HTTPLimits
 	now := time.Now()
 	body, write := lim.BodyTimeout, lim.WriteTimeout
@@ -156,10 +153,18 @@ func (s *Server) setDeadlines(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = rc.SetReadDeadline(now.Add(body))
+	if db, ok := r.Body.(*deadlineBody); ok {
+		db.after, db.timeout = writeBy, body
+		return
+	}
 	r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, after: writeBy, timeout: body, onTimeout: func() {
 		s.metrics.rejections.WithLabelValues(rejectBodyTimeout).Inc()
 	}}
 }
+
+// routeDeadlines reports whether the route's deadlines differ from those
+// limit sets before routing.
+func routeDeadlines(name string) bool { return transferRoutes[name] || longRoutes[name] }
 
 // deadlineBody moves the read deadline once the body is read, and turns a
 // read that hit the body deadline into a request timeout.

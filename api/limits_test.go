@@ -273,3 +273,97 @@ func TestSlowClientsDoNotStarve(t *testing.T) {
 	}
 	ok(t, "POST", m.URL+"/v1/jobs/s/epochs", map[string]any{"generation": 1, "epoch": 2}, nil)
 }
+
+// TestRouteDeadlines: the transfer routes get the transfer timeout for
+// their bodies and the long routes MaxWait on top of the write timeout,
+// although both are set after the router matched them (limit sets the
+// ordinary ones first). An upload whose body comes in two halves further
+// apart than the body timeout is stored; a blocking query that waits longer
+// than the write timeout is answered. (TestHostileRequests: an ordinary
+// route's slow body is refused.)
+func TestRouteDeadlines(t *testing.T) {
+	const ordinary = 300 * time.Millisecond
+	m := testmember.StartSingleWith(t, func(c *config.Config) {
+		c.BodyTimeout, c.WriteTimeout, c.TransferTimeout = ordinary, ordinary, 30*time.Second
+	})
+	j := createJob(t, m.URL, "d", []taskSpec{{ID: "agg", Caps: []string{"state"}}})
+	var ua uploadsAnswer
+	ok(t, "POST", j.base+"/uploads", map[string]any{"generation": j.gen, "task": "agg", "count": 1}, &ua)
+
+	// slowBody sends half, then the rest 3 body timeouts later.
+	slowBody := func(body string) io.Reader {
+		pr, pw := io.Pipe()
+		go func() {
+			_, _ = io.WriteString(pw, body[:len(body)/2])
+			<-time.After(3 * ordinary) // pacing the client, not waiting for the server
+			_, _ = io.WriteString(pw, body[len(body)/2:])
+			pw.Close()
+		}()
+		return pr
+	}
+	send := func(method, url, body string) (int, string, error) {
+		req, err := http.NewRequest(method, url, slowBody(body))
+		if err != nil {
+			return 0, "", err
+		}
+		req.ContentLength = int64(len(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw), nil
+	}
+	if status, raw, err := send("PUT", ua.Uploads[0].URL, strings.Repeat("x", 1000)); err != nil || status != http.StatusOK {
+		t.Fatalf("a slow upload on a transfer route: %d %s %v", status, raw, err)
+	}
+
+	// A blocking query on the job that nothing changes: it answers after
+	// its wait, past the write timeout.
+	var jb struct {
+		ModifyIndex uint64 `json:"modify_index"`
+	}
+	r := ok(t, "GET", j.base, nil, &jb)
+	index := r.header.Get("X-Metastore-Index")
+	start := time.Now()
+	resp := do(t, "GET", j.base+"?index="+index+"&wait=1s", nil)
+	if resp.status != http.StatusOK || time.Since(start) < 3*ordinary {
+		t.Fatalf("blocking query: %d after %v: %s", resp.status, time.Since(start), resp.body)
+	}
+}
+
+// TestAnswersIndentedForPeople: answers are compact for programs and
+// indented for curl, wget, browsers and ?pretty.
+func TestAnswersIndentedForPeople(t *testing.T) {
+	m := startSingle(t)
+	get := func(ua, query string) string {
+		req, err := http.NewRequest("GET", m.URL+"/v1/status"+query, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ua != "" {
+			req.Header.Set("User-Agent", ua)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return string(raw)
+	}
+	for _, c := range []struct {
+		ua, query string
+		indented  bool
+	}{
+		{"", "", false}, {"metastore-client", "", false}, {"curl/8.5.0", "", true}, {"Wget/1.21", "", true},
+		{"Mozilla/5.0 (X11)", "", true}, {"", "?pretty", true}, {"", "?pretty=1", true}, {"curl/8.5.0", "?pretty=false", false},
+	} {
+		body := get(c.ua, c.query)
+		if got := strings.Contains(body, "\n  \""); got != c.indented || !json.Valid([]byte(body)) {
+			t.Errorf("User-Agent %q, query %q: indented %v, want %v: %.80s", c.ua, c.query, got, c.indented, body)
+		}
+	}
+}
