@@ -163,9 +163,10 @@ func protectedDuring(ivs []interval, a, b time.Time) (interval, bool) {
 // saw. Missing blobs: GET and HEAD requests the server answered 404, and
 // the workload's own blob reads answered not found (or "deleting", "gone")
 // by the metastore. Each is a violation when it happened entirely inside
-// a protection interval of its key (Protections). At the end, every key of
-// a retained, pinned or pending checkpoint's manifest and of every worker's
-// head must be in the bucket.
+// a protection interval of its key (Protections). At the end, every key
+// the live checkpoints certainly reference (LiveSet: a retained, pinned or
+// pending checkpoint's manifest, a task's working manifest in its job's
+// current attempt) must be in the bucket.
 func GCSafety(in *Input) Verdict {
 	start := time.Now()
 	var p problems
@@ -223,40 +224,182 @@ func GCSafety(in *Input) Verdict {
 		for _, k := range in.Final.Bucket {
 			bucket[k] = true
 		}
-		need := map[string]string{}
-		for _, job := range sortedKeys(in.Final.Jobs) {
-			for _, e := range in.Final.Jobs[job].Epochs {
-				if e.State != "completed" && e.State != "pending" {
-					continue
-				}
-				for task, tc := range e.Tasks {
-					for _, k := range tc.Keys {
-						need[k] = fmt.Sprintf("%s checkpoint %d (%s) of %s", job, e.Epoch, e.State, task)
-					}
-				}
+		live := LiveSet(in.Ops, in.Final)
+		for _, k := range sortedKeys(live) {
+			if !live[k].Certain {
+				continue // held only if an ack of unknown outcome took effect
 			}
-		}
-		if in.Workload != nil {
-			for job, heads := range in.Workload.Heads {
-				for task, keys := range heads {
-					for _, k := range keys {
-						if _, ok := need[k]; !ok {
-							need[k] = fmt.Sprintf("the head manifest of %s/%s", job, task)
-						}
-					}
-				}
-			}
-		}
-		referenced = len(need)
-		for _, k := range sortedKeys(need) {
+			referenced++
 			if !bucket[k] {
-				p.addf("blob %s referenced by %s is missing from the bucket at the end", k, need[k])
+				p.addf("blob %s referenced by %s is missing from the bucket at the end", k, live[k].Why)
 			}
 		}
 	} else if in.Final != nil {
 		p.addf("final state incomplete: %s%s", in.Final.CollectErr, in.Final.BucketErr)
 	}
 	return p.verdict("gc-safety", fmt.Sprintf("%d deletions and %d misses outside protection; %d referenced blobs present at the end", deletes, misses, referenced), start)
+}
+
+// Live says why a blob key is live at the end of a run (LiveSet).
+type Live struct {
+	// Why names the checkpoint or working manifest that references the
+	// key.
+	Why string
+	// Certain: the store must hold the key, so gc-safety requires it in
+	// the bucket. Otherwise the store may hold it: the key is in a
+	// working manifest only if an ack whose outcome stayed unknown took
+	// effect.
+	Certain bool
+}
+
+// LiveSet is the set of blobs that live checkpoints reference at the end
+// of a run, computed from the final state and the history, never from the
+// store's reference counts. It is what the store promises to keep and all
+// it may keep (fsm/DESIGN.md, "Releasing what no attempt extends";
+// fsm.TestOnlyLiveCheckpointsHoldReferences): "the blobs with references
+// are exactly those of pending, retained and pinned checkpoints plus the
+// current attempts' working manifests". So:
+//
+//   - every key of a retained, pinned or pending checkpoint's manifest
+//     (Final.Jobs: each task's restore of a completed epoch, the manifests
+//     acknowledged so far in a pending one). What else a lineage holds
+//     comes down to these: "a detached lineage is rolled back to its
+//     newest live epoch and deleted with its last one", and a fork into
+//     another job holds a savepoint's blobs through its own checkpoints'
+//     manifests, which list them;
+//   - the working manifest of each task in its job's current attempt (the
+//     generation Final.Jobs reports): "within an attempt, a head keeps the
+//     manifest of its task's last ack even when that epoch was aborted:
+//     the next ack's delta applies to it". It is the manifest of the
+//     task's last ok ack of that generation (an ack op's Keys are its
+//     whole manifest). Nothing older counts: as an attempt starts "every
+//     head lineage of the job is marked released and settled: rolled back
+//     to its newest live epoch (what acks of aborted epochs added dies),
+//     or deleted, head included, when no live epoch holds it (a task
+//     removed from the topology or left without state whose checkpoints
+//     were subsumed, an attempt abandoned before completing a
+//     checkpoint ...)". So a task the current attempt removed or made
+//     stateless, or one that has not acknowledged in it yet, has no working
+//     manifest here, whatever it held before. The acks of the generation
+//     whose outcome stayed unknown after the last ok one may each have
+//     become the head: a key in every candidate is certain, a key in some
+//     only possible.
+//
+// Pins add nothing beyond their epochs (a pinned epoch stays completed
+// until unpinned, then retention subsumes it like any other).
+func LiveSet(ops []history.Op, f *Final) map[string]Live {
+	out := map[string]Live{}
+	if f == nil {
+		return out
+	}
+	for _, job := range sortedKeys(f.Jobs) {
+		for _, e := range f.Jobs[job].Epochs {
+			if e.State != "completed" && e.State != "pending" {
+				continue
+			}
+			state := e.State
+			if e.Pinned {
+				state += ", pinned"
+			}
+			for _, task := range sortedKeys(e.Tasks) {
+				for _, k := range e.Tasks[task].Keys {
+					if _, ok := out[k]; !ok {
+						out[k] = Live{fmt.Sprintf("%s checkpoint %d (%s) of %s", job, e.Epoch, state, task), true}
+					}
+				}
+			}
+		}
+	}
+	for _, h := range workingManifests(ops, f) {
+		n := map[string]int{}
+		first := map[string]history.Op{}
+		for _, c := range h.candidates {
+			for _, k := range c.Keys {
+				if _, ok := first[k]; !ok {
+					first[k] = c
+				}
+			}
+			for _, k := range uniq(c.Keys) {
+				n[k]++
+			}
+		}
+		for _, k := range sortedKeys(n) {
+			certain := h.certain && n[k] == len(h.candidates)
+			if cur, ok := out[k]; ok && (cur.Certain || !certain) {
+				continue
+			}
+			c := first[k]
+			why := fmt.Sprintf("the working manifest of %s/%s in generation %d (its last ok ack, epoch %d)", h.job, h.task, h.gen, c.Epoch)
+			if c.Outcome != history.OK {
+				why = fmt.Sprintf("the working manifest of %s/%s in generation %d if its ack of epoch %d (outcome %s) took effect", h.job, h.task, h.gen, c.Epoch, c.Outcome)
+			}
+			out[k] = Live{why, certain}
+		}
+	}
+	return out
+}
+
+// head is a task's working manifest in its job's current attempt: one of
+// candidates, the acks that may have set it (each op's Keys is the whole
+// manifest after it).
+type head struct {
+	job, task string
+	gen       uint64
+	// candidates are the task's last ok ack of the generation, if any,
+	// then every later ack whose outcome is unknown.
+	candidates []history.Op
+	// certain: one of the candidates is the head (an ok ack of the
+	// generation exists); otherwise the task may have none.
+	certain bool
+}
+
+// workingManifests finds, for each task of each job, what its working
+// manifest in the job's current attempt (Final.Jobs' generation) may be:
+// the acks of that generation with a state manifest that may have taken
+// effect, from the last ok one. A worker's acks are sequential and, after
+// an unknown outcome, it only retries the same ack (then an ok answer is
+// that same ack) or stops: so acks of unknown outcome before the last ok
+// one cannot have set the head.
+func workingManifests(ops []history.Op, f *Final) []head {
+	type tk struct{ job, task string }
+	acks := map[tk][]history.Op{}
+	for _, o := range ops {
+		if o.Kind != history.KindAck || !o.HasManifest || o.Outcome == history.Fail {
+			continue
+		}
+		if jf := f.Jobs[o.Job]; jf == nil || o.Gen != jf.Generation {
+			continue
+		}
+		acks[tk{o.Job, o.Task}] = append(acks[tk{o.Job, o.Task}], o)
+	}
+	keys := make([]tk, 0, len(acks))
+	for k := range acks {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].job < keys[j].job || keys[i].job == keys[j].job && keys[i].task < keys[j].task
+	})
+	var out []head
+	for _, k := range keys {
+		list := acks[k]
+		sort.SliceStable(list, func(i, j int) bool { return list[i].Invoke.Before(list[j].Invoke) })
+		last := -1
+		for i, a := range list {
+			if a.Outcome == history.OK {
+				last = i
+			}
+		}
+		h := head{job: k.job, task: k.task, gen: f.Jobs[k.job].Generation, certain: last >= 0}
+		h.candidates = list[max(last, 0):]
+		out = append(out, h)
+	}
+	return out
+}
+
+func uniq(keys []string) []string {
+	out := slices.Clone(keys)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // GCLiveness checks that, after the cluster was healed and quiet for the

@@ -466,20 +466,13 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		f.BucketErr = err.Error()
 	}
 	sort.Strings(f.Bucket)
+	// The records of every object outside the checkpoints read above
+	// (working manifests included): gc-liveness judges those.
 	referenced := map[string]bool{}
 	for _, jf := range f.Jobs {
 		for _, e := range jf.Epochs {
 			for _, tc := range e.Tasks {
 				for _, k := range tc.Keys {
-					referenced[k] = true
-				}
-			}
-		}
-	}
-	if wres != nil {
-		for _, heads := range wres.Heads {
-			for _, keys := range heads {
-				for _, k := range keys {
 					referenced[k] = true
 				}
 			}
