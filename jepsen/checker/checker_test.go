@@ -218,44 +218,6 @@ func TestGCSafety(t *testing.T) {
 	}
 }
 
-func TestGCLiveness(t *testing.T) {
-	now := time.Now()
-	later := now.Add(time.Minute)
-	earlier := now.Add(-time.Second)
-	f := &Final{ListedAt: now, GCStart: now, Grace: 2 * time.Second, Bucket: []string{"a", "b", "c", "d"}, Records: map[string]BlobRecord{
-		"a": {State: "live", Refs: 1},
-		"b": {State: "intent", LeaseUntil: &later},
-		"d": {State: "expired", LeaseUntil: &earlier}, // within the grace period
-	}}
-	if v := GCLiveness(&Input{Final: f}); !v.OK {
-		t.Fatalf("referenced and young refused: %v", v.Problems)
-	}
-	f.Records["c"] = BlobRecord{State: "live"}
-	if v := GCLiveness(&Input{Final: f}); v.OK {
-		t.Fatal("unreferenced live blob left in the bucket accepted")
-	}
-	old := now.Add(-time.Minute)
-	f.Records["c"] = BlobRecord{State: "expired", LeaseUntil: &old}
-	if v := GCLiveness(&Input{Final: f}); v.OK {
-		t.Fatal("expired upload past its grace left in the bucket accepted")
-	}
-	// Unreferenced by a leader whose clock was a minute ahead: not
-	// collectable yet, if and only if clocks were set that far apart.
-	ahead := now.Add(time.Minute)
-	f.Records["c"] = BlobRecord{State: "live", UnreferencedAt: &ahead}
-	if v := GCLiveness(&Input{Final: f, ClockSkew: 90 * time.Second}); !v.OK {
-		t.Fatalf("a blob unreferenced by a leader 1m ahead refused under 90s of skew: %v", v.Problems)
-	}
-	if v := GCLiveness(&Input{Final: f}); v.OK {
-		t.Fatal("a blob unreferenced in the future accepted without clock skew")
-	}
-	long := now.Add(-time.Hour)
-	f.Records["c"] = BlobRecord{State: "live", UnreferencedAt: &long}
-	if v := GCLiveness(&Input{Final: f, ClockSkew: 90 * time.Second}); v.OK {
-		t.Fatal("a blob unreferenced an hour ago accepted under skew")
-	}
-}
-
 // liveRun is the end of a run with every kind of object the store
 // legitimately keeps, and the history that led there.
 //
@@ -309,14 +271,107 @@ func liveRun() ([]history.Op, *Final) {
 			{Epoch: 9, Generation: 1, State: "aborted"},
 		}},
 	}, Records: map[string]BlobRecord{
-		"j/b5": {State: "live", Refs: 1},
-		"j/b6": {State: "live", Refs: 1},
-		"k/p9": {State: "live", Refs: 1},
+		"j/b5": {State: "live", Refs: 1, Job: "j", Task: "agg-0", Generation: 2},
+		"j/b6": {State: "live", Refs: 1, Job: "j", Task: "agg-0", Generation: 2},
+		"k/p9": {State: "live", Refs: 1, Job: "k", Task: "agg-0", Generation: 1},
 		"j/u1": {State: "intent", LeaseUntil: &lease},
 		"j/u2": {State: "expired", LeaseUntil: &ended}, // within the grace period
 	}}
 	f.Bucket = []string{"j/b1", "j/b2", "j/b4", "j/b5", "j/b6", "j/s1", "j/u1", "j/u2", "k/p1", "k/p7", "k/p8", "k/p9"}
 	return b.ops, f
+}
+
+// TestGCLiveness: the bucket at the end may hold the blobs of retained,
+// pinned and pending checkpoints (a fork's included), of the working
+// manifests of the current attempts (possibly of an ack whose outcome is
+// unknown), young uploads and garbage in its grace; a blob the store
+// still counts references to but that no live checkpoint holds is a leak.
+func TestGCLiveness(t *testing.T) {
+	ops, f := liveRun()
+	if v := GCLiveness(&Input{Ops: ops, Final: f}); !v.OK {
+		t.Errorf("what live checkpoints reference, and young uploads, refused: %v", v.Problems)
+	}
+	if v := GCSafety(&Input{Ops: ops, Final: f}); !v.OK {
+		t.Errorf("gc-safety refused the same end: %v", v.Problems)
+	}
+
+	long, ahead := f.GCStart.Add(-time.Hour), f.GCStart.Add(time.Minute)
+	old := f.GCStart.Add(-time.Minute)
+	leaks := []struct {
+		name string
+		key  string
+		rec  BlobRecord
+		// change, if set, changes the final state instead.
+		change func(*Final)
+		want   []string
+	}{
+		{name: "removed task's blob still referenced", key: "j/r2",
+			rec:  BlobRecord{State: "live", Refs: 1, Job: "j", Task: "agg-1", Generation: 1},
+			want: []string{"leak: object j/r2", "live with 1 reference(s), but no live checkpoint references it", "uploaded by j/agg-1 in generation 1", "j/agg-1 epoch 2 in generation 1 (ok), that epoch subsumed", "current attempt generation 2"}},
+		{name: "abandoned attempt's blob still referenced", key: "j/b3",
+			rec:  BlobRecord{State: "live", Refs: 1, Job: "j", Task: "agg-0", Generation: 1},
+			want: []string{"leak: object j/b3", "no live checkpoint references it", "epoch 3 in generation 1 (ok), that epoch aborted"}},
+		{name: "subsumed checkpoint's blob still referenced", key: "j/s0",
+			rec:  BlobRecord{State: "live", Refs: 2},
+			want: []string{"leak: object j/s0", "live with 2 reference(s)", "epoch 1 in generation 1 (ok), that epoch subsumed"}},
+		{name: "working manifest of an earlier attempt", key: "j/b5",
+			change: func(f *Final) { f.Jobs["j"].Generation = 3 },
+			want:   []string{"leak: object j/b5", "no live checkpoint references it", "current attempt generation 3 (no working manifest of agg-0 from generation 2 counts)"}},
+		{name: "unknown ack's blob the store no longer counts", key: "j/b6",
+			rec:  BlobRecord{State: "live", UnreferencedAt: &old},
+			want: []string{"leak: object j/b6", "recorded live with 0 references"}},
+		{name: "unreferenced live blob", key: "j/x1", rec: BlobRecord{State: "live"},
+			want: []string{"leak: object j/x1", "recorded live with 0 references", "in no manifest an ack sent"}},
+		{name: "expired upload past its grace", key: "j/x2", rec: BlobRecord{State: "expired", LeaseUntil: &old},
+			want: []string{"recorded expired"}},
+		{name: "deleting", key: "j/x3", rec: BlobRecord{State: "deleting"}, want: []string{"recorded deleting"}},
+		{name: "no record", key: "j/x4", want: []string{"its record was not read"}},
+		{name: "unreferenced an hour ago under skew", key: "j/x5", rec: BlobRecord{State: "live", UnreferencedAt: &long},
+			want: []string{"recorded live with 0 references"}},
+	}
+	for _, c := range leaks {
+		t.Run(c.name, func(t *testing.T) {
+			ops, f := liveRun()
+			if c.change != nil {
+				c.change(f)
+			} else {
+				f.Bucket = append(f.Bucket, c.key)
+				if c.rec.State != "" {
+					f.Records[c.key] = c.rec
+				}
+			}
+			v := GCLiveness(&Input{Ops: ops, Final: f, ClockSkew: 90 * time.Second})
+			if v.OK {
+				t.Fatalf("leak of %s accepted: %s", c.key, v.Summary)
+			}
+			got := strings.Join(v.Problems, "\n")
+			for _, w := range c.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("no %q in %s", w, got)
+				}
+			}
+		})
+	}
+
+	// Unreferenced by a leader whose clock was a minute ahead: not
+	// collectable yet, if and only if clocks were set that far apart.
+	ops, f = liveRun()
+	f.Bucket = append(f.Bucket, "j/x6")
+	f.Records["j/x6"] = BlobRecord{State: "live", UnreferencedAt: &ahead}
+	if v := GCLiveness(&Input{Ops: ops, Final: f, ClockSkew: 90 * time.Second}); !v.OK {
+		t.Fatalf("a blob unreferenced by a leader 1m ahead refused under 90s of skew: %v", v.Problems)
+	}
+	if v := GCLiveness(&Input{Ops: ops, Final: f}); v.OK {
+		t.Fatal("a blob unreferenced in the future accepted without clock skew")
+	}
+
+	// Without the final state the live set is unknown: no verdict of
+	// "no leak".
+	ops, f = liveRun()
+	f.CollectErr = "not collected"
+	if v := GCLiveness(&Input{Ops: ops, Final: f}); v.OK {
+		t.Fatal("an incomplete final state accepted")
+	}
 }
 
 // TestLiveSetCertainty: gc-safety requires in the bucket what the store

@@ -403,33 +403,73 @@ func uniq(keys []string) []string {
 }
 
 // GCLiveness checks that, after the cluster was healed and quiet for the
-// grace period and ran two GC cycles, every object in the bucket is one
-// the store counts as referenced, or a young upload: an intent (or an
-// expired one) whose lease ended less than the grace period before the
-// final cycles began, so they could not collect it yet. An object without
-// a record, a live blob with no reference, a blob marked deleting, one
-// recorded gone, or an older expired intent is a leak.
+// grace period and ran two GC cycles, the bucket holds only the blobs that
+// live checkpoints reference (LiveSet), young uploads and garbage inside
+// its grace period (invariant 3 and the cost model's "the object store
+// holds exactly the blobs that live checkpoints reference, plus uploads
+// inside their lease and garbage inside its grace").
+//
+// It judges against the live set computed from the final state and the
+// history, not against the store's reference counts: a reference held by
+// a lineage that no live checkpoint needs (a task removed by a topology
+// change, an abandoned attempt, acks of aborted epochs, a subsumed
+// checkpoint) keeps the count above zero forever, and a check of counts
+// calls that leaked blob referenced (issue 16). Every object must be:
+//
+//   - in the live set, certainly; or possibly (an ack whose outcome stayed
+//     unknown) while the store still counts a reference to it;
+//   - an upload intent, or an expired one, whose lease ended less than the
+//     grace period before the final cycles began (not collectable yet);
+//   - a blob unreferenced by a leader whose clock was ahead, by at most
+//     the skew injected, less than the grace period before the final
+//     cycles in that leader's time.
+//
+// Anything else is a leak: a blob recorded live with references that no
+// live checkpoint holds, one with none, one left deleting, one recorded
+// gone or expired, an object without a record. Its message gives the
+// store's record (state, references, who uploaded it) and the last ack
+// whose manifest held it, with that epoch's state at the end.
 func GCLiveness(in *Input) Verdict {
 	start := time.Now()
 	var p problems
 	f := in.Final
-	if f == nil || f.BucketErr != "" {
-		if f != nil {
-			p.addf("bucket not listed: %s", f.BucketErr)
-		}
+	switch {
+	case f == nil:
+		p.addf("no final state")
+	case f.BucketErr != "":
+		p.addf("bucket not listed: %s", f.BucketErr)
+	case f.CollectErr != "":
+		p.addf("final state incomplete, so the live set is unknown: %s", f.CollectErr)
+	}
+	if p.total > 0 {
 		return p.verdict("gc-liveness", "", start)
 	}
-	young := 0
-	for _, k := range sortedKeys(f.Records) {
-		r := f.Records[k]
+	live := LiveSet(in.Ops, f)
+	var last map[string]history.Op // built at the first leak
+	young, held, maybe := 0, 0, 0
+	for _, k := range f.Bucket {
+		l, isLive := live[k]
+		if isLive && l.Certain {
+			held++
+			continue
+		}
+		r, ok := f.Records[k]
 		switch {
+		case !ok:
+			p.addf("leak: object %s is in no live checkpoint and its record was not read", k)
+			continue
 		case r.Err != "":
-			p.addf("leak: object %s has no usable record (%s)", k, r.Err)
-		case r.State == "live" && r.Refs > 0:
+			p.addf("leak: object %s is in no live checkpoint and has no usable record (%s)", k, r.Err)
+			continue
+		case isLive && r.State == "live" && r.Refs > 0:
+			// Held by the working manifest an ack of unknown outcome set.
+			maybe++
+			continue
 		case (r.State == "intent" || r.State == "expired") && r.LeaseUntil != nil && r.LeaseUntil.Add(f.Grace).After(f.GCStart):
 			// An upload whose lease ended less than the grace period
 			// before the final cycles: not collectable by them yet.
 			young++
+			continue
 		case r.State == "live" && r.Refs == 0 && r.UnreferencedAt != nil && r.UnreferencedAt.Add(f.Grace).After(f.GCStart) &&
 			r.UnreferencedAt.Before(f.GCStart.Add(in.ClockSkew)):
 			// Unreferenced by a leader whose clock was ahead (by at
@@ -437,9 +477,71 @@ func GCLiveness(in *Input) Verdict {
 			// the store's time. Without skew the quiet period before the
 			// final cycles rules this out.
 			young++
-		default:
-			p.addf("leak: object %s is still in the bucket after the final GC cycles, recorded %s with %d references", k, r.State, r.Refs)
+			continue
+		}
+		if last == nil {
+			last = lastHolders(in.Ops)
+		}
+		what := fmt.Sprintf("recorded %s with %d references", r.State, r.Refs)
+		if r.State == "live" && r.Refs > 0 {
+			what = fmt.Sprintf("recorded live with %d reference(s), but no live checkpoint references it", r.Refs)
+		}
+		p.addf("leak: object %s is still in the bucket after the final GC cycles, %s (%s)", k, what, leakContext(k, r, last, f))
+	}
+	return p.verdict("gc-liveness", fmt.Sprintf("%d objects in the bucket: %d in live checkpoints, %d possibly in a working manifest (an ack of unknown outcome), %d young uploads or garbage inside its grace; GC runs %v",
+		len(f.Bucket), held, maybe, young, f.GCRuns), start)
+}
+
+// lastHolders indexes, by blob key, the last ack (by invocation) whose
+// manifest held the key and that may have taken effect.
+func lastHolders(ops []history.Op) map[string]history.Op {
+	out := map[string]history.Op{}
+	for _, o := range ops {
+		if o.Kind != history.KindAck || !o.HasManifest || o.Outcome == history.Fail {
+			continue
+		}
+		for _, k := range o.Keys {
+			if cur, ok := out[k]; !ok || !o.Invoke.Before(cur.Invoke) {
+				out[k] = o
+			}
 		}
 	}
-	return p.verdict("gc-liveness", fmt.Sprintf("%d objects in the bucket, all referenced or young intents (%d); GC runs %v", len(f.Bucket), young, f.GCRuns), start)
+	return out
+}
+
+// leakContext says what the final state and the history tell about a
+// leaked key: who uploaded it, the last ack whose manifest held it, the
+// state of that ack's epoch at the end and the job's current attempt.
+func leakContext(k string, r BlobRecord, last map[string]history.Op, f *Final) string {
+	var parts []string
+	if r.Job != "" {
+		parts = append(parts, fmt.Sprintf("uploaded by %s/%s in generation %d", r.Job, r.Task, r.Generation))
+	}
+	a, ok := last[k]
+	if !ok {
+		parts = append(parts, "in no manifest an ack sent")
+		return strings.Join(parts, "; ")
+	}
+	state := "not remembered"
+	jf := f.Jobs[a.Job]
+	if jf != nil {
+		for _, e := range jf.Epochs {
+			if e.Epoch == a.Epoch {
+				state = e.State
+				if e.Pinned {
+					state += ", pinned"
+				}
+			}
+		}
+	}
+	s := fmt.Sprintf("last in the manifest of the ack of %s/%s epoch %d in generation %d (%s), that epoch %s at the end", a.Job, a.Task, a.Epoch, a.Gen, a.Outcome, state)
+	if jf != nil {
+		s += fmt.Sprintf(", the job's current attempt generation %d", jf.Generation)
+		if a.Gen == jf.Generation {
+			s += " (a later ack of the task dropped it)"
+		} else {
+			s += fmt.Sprintf(" (no working manifest of %s from generation %d counts)", a.Task, a.Gen)
+		}
+	}
+	return strings.Join(append(parts, s), "; ")
 }

@@ -486,7 +486,8 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := c.Send(bctx, "GET", workload.BlobPath(k), nil, &b)
 		cancel()
-		rec := checker.BlobRecord{State: string(b.State), Refs: b.Refs, LeaseUntil: b.LeaseUntil, UnreferencedAt: b.UnreferencedAt}
+		rec := checker.BlobRecord{State: string(b.State), Refs: b.Refs, Job: b.Job, Task: b.Task, Generation: b.Generation,
+			LeaseUntil: b.LeaseUntil, UnreferencedAt: b.UnreferencedAt}
 		if err != nil {
 			rec.Err = err.Error()
 		}
