@@ -138,6 +138,11 @@ type MemberFinal struct {
 // Final is what the runner collected after healing the cluster.
 type Final struct {
 	Jobs map[string]*JobFinal `json:"jobs"`
+	// Others are the jobs the store holds that the workload did not
+	// create (a fault's own: gc-crash-after-mark's garbage job), read
+	// like Jobs, each epoch's tasks from its attempt. The history has none
+	// of their operations: only the live set (LiveSet) reads them.
+	Others map[string]*JobFinal `json:"others,omitempty"`
 	// CollectErr is set when the final state could not be read.
 	CollectErr string `json:"collect_err,omitempty"`
 	// Bucket lists the keys in the bucket (metastore keys, prefix

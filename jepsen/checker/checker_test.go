@@ -231,6 +231,9 @@ func TestGCSafety(t *testing.T) {
 // Job k: epoch 1 completed and pinned; epoch 7 completed, holding a blob
 // of j it forked from j's savepoint; agg-0 acknowledged epoch 8 (pending)
 // and then epoch 9 (aborted: its working manifest).
+//
+// A job the workload did not create (gc-crash-after-mark's garbage job)
+// holds a blob in its retained checkpoint.
 func liveRun() ([]history.Op, *Final) {
 	b := newHB()
 	man := func(job string, gen, epoch uint64, task string, out history.Outcome, keys ...string) history.Op {
@@ -270,6 +273,12 @@ func liveRun() ([]history.Op, *Final) {
 			{Epoch: 8, Generation: 1, State: "pending", Tasks: map[string]TaskCheckpoint{"agg-0": tc("k/p7", "k/p8")}},
 			{Epoch: 9, Generation: 1, State: "aborted"},
 		}},
+	}, Others: map[string]*JobFinal{
+		// A fault's own job: its base blob is live in epoch 2.
+		"nemesis-gc-1": {Generation: 1, LatestCompleted: 2, Epochs: []EpochFinal{
+			{Epoch: 1, Generation: 1, State: "subsumed"},
+			{Epoch: 2, Generation: 1, State: "completed", Tasks: map[string]TaskCheckpoint{"t": tc("nemesis-gc-1/t/base")}},
+		}},
 	}, Records: map[string]BlobRecord{
 		"j/b5": {State: "live", Refs: 1, Job: "j", Task: "agg-0", Generation: 2},
 		"j/b6": {State: "live", Refs: 1, Job: "j", Task: "agg-0", Generation: 2},
@@ -277,7 +286,7 @@ func liveRun() ([]history.Op, *Final) {
 		"j/u1": {State: "intent", LeaseUntil: &lease},
 		"j/u2": {State: "expired", LeaseUntil: &ended}, // within the grace period
 	}}
-	f.Bucket = []string{"j/b1", "j/b2", "j/b4", "j/b5", "j/b6", "j/s1", "j/u1", "j/u2", "k/p1", "k/p7", "k/p8", "k/p9"}
+	f.Bucket = []string{"j/b1", "j/b2", "j/b4", "j/b5", "j/b6", "j/s1", "j/u1", "j/u2", "k/p1", "k/p7", "k/p8", "k/p9", "nemesis-gc-1/t/base"}
 	return b.ops, f
 }
 
@@ -382,13 +391,14 @@ func TestLiveSetCertainty(t *testing.T) {
 		key string
 		ok  bool
 	}{
-		{"j/b4", false}, // retained checkpoint
-		{"k/p1", false}, // pinned
-		{"k/p8", false}, // pending
-		{"j/s1", false}, // another job's checkpoint (a fork)
-		{"k/p9", false}, // working manifest of an ok ack of an aborted epoch
-		{"j/b5", false}, // working manifest, in the unknown ack's too
-		{"j/b6", true},  // only in the manifest of the ack of unknown outcome
+		{"j/b4", false},                // retained checkpoint
+		{"k/p1", false},                // pinned
+		{"k/p8", false},                // pending
+		{"j/s1", false},                // another job's checkpoint (a fork)
+		{"nemesis-gc-1/t/base", false}, // a checkpoint of a job the workload did not create
+		{"k/p9", false},                // working manifest of an ok ack of an aborted epoch
+		{"j/b5", false},                // working manifest, in the unknown ack's too
+		{"j/b6", true},                 // only in the manifest of the ack of unknown outcome
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			ops, f := liveRun()

@@ -262,7 +262,9 @@ type Live struct {
 //
 //   - every key of a retained, pinned or pending checkpoint's manifest
 //     (Final.Jobs: each task's restore of a completed epoch, the manifests
-//     acknowledged so far in a pending one). What else a lineage holds
+//     acknowledged so far in a pending one; and of Final.Others, the jobs
+//     the workload did not create, such as a fault's garbage job). What
+//     else a lineage holds
 //     comes down to these: "a detached lineage is rolled back to its
 //     newest live epoch and deleted with its last one", and a fork into
 //     another job holds a savepoint's blobs through its own checkpoints'
@@ -283,7 +285,10 @@ type Live struct {
 //     manifest here, whatever it held before. The acks of the generation
 //     whose outcome stayed unknown after the last ok one may each have
 //     become the head: a key in every candidate is certain, a key in some
-//     only possible.
+//     only possible. The jobs of Final.Others have no history, so no
+//     working manifest counts for them beyond their checkpoints (the
+//     garbage job of gc-crash-after-mark acknowledges only epochs that
+//     complete).
 //
 // Pins add nothing beyond their epochs (a pinned epoch stays completed
 // until unpinned, then retention subsumes it like any other).
@@ -292,8 +297,12 @@ func LiveSet(ops []history.Op, f *Final) map[string]Live {
 	if f == nil {
 		return out
 	}
-	for _, job := range sortedKeys(f.Jobs) {
-		for _, e := range f.Jobs[job].Epochs {
+	for _, job := range append(sortedKeys(f.Jobs), sortedKeys(f.Others)...) {
+		jf := f.Jobs[job]
+		if jf == nil {
+			jf = f.Others[job]
+		}
+		for _, e := range jf.Epochs {
 			if e.State != "completed" && e.State != "pending" {
 				continue
 			}
