@@ -8,10 +8,12 @@
 //     linearizable reads, awaits and acks, is linearizable (porcupine);
 //   - acks: no acknowledged write lost, no value that was never written,
 //     epochs strictly increasing, no write of a fenced generation accepted;
-//   - gc-safety: no referenced blob deleted or answered 404, every blob a
-//     retained, pinned or pending checkpoint references exists at the end;
+//   - gc-safety: no referenced blob deleted or answered 404, every blob
+//     live checkpoints reference (LiveSet) exists at the end;
 //   - gc-liveness: after quiescence, grace and two GC cycles the bucket
-//     holds only referenced blobs and young intents;
+//     holds only the blobs live checkpoints reference (LiveSet, not the
+//     store's reference counts), young uploads and garbage inside its
+//     grace;
 //   - convergence: every member at the same state hash and applied index,
 //     fsck clean on every member;
 //   - logs: no panic or race report in any member's log.
@@ -110,8 +112,12 @@ type JobFinal struct {
 
 // BlobRecord is the store's record of a blob (GET /v1/blobs/{key}).
 type BlobRecord struct {
-	State          string     `json:"state"`
-	Refs           uint64     `json:"refs"`
+	State string `json:"state"`
+	Refs  uint64 `json:"refs"`
+	// Job, Task and Generation are who asked for the upload slot.
+	Job            string     `json:"job,omitempty"`
+	Task           string     `json:"task,omitempty"`
+	Generation     uint64     `json:"generation,omitempty"`
 	LeaseUntil     *time.Time `json:"lease_until,omitempty"`
 	UnreferencedAt *time.Time `json:"unreferenced_at,omitempty"`
 	Err            string     `json:"err,omitempty"`
@@ -132,6 +138,11 @@ type MemberFinal struct {
 // Final is what the runner collected after healing the cluster.
 type Final struct {
 	Jobs map[string]*JobFinal `json:"jobs"`
+	// Others are the jobs the store holds that the workload did not
+	// create (a fault's own: gc-crash-after-mark's garbage job), read
+	// like Jobs, each epoch's tasks from its attempt. The history has none
+	// of their operations: only the live set (LiveSet) reads them.
+	Others map[string]*JobFinal `json:"others,omitempty"`
 	// CollectErr is set when the final state could not be read.
 	CollectErr string `json:"collect_err,omitempty"`
 	// Bucket lists the keys in the bucket (metastore keys, prefix
@@ -141,7 +152,8 @@ type Final struct {
 	BucketErr string    `json:"bucket_err,omitempty"`
 	ListedAt  time.Time `json:"listed_at"`
 	// Records are the store's records of the bucket's keys that no
-	// checkpoint references.
+	// retained, pinned or pending checkpoint of Jobs references, read
+	// after the final GC cycles.
 	Records map[string]BlobRecord `json:"records,omitempty"`
 	// GCRuns are the final GC cycles' outcomes; GCStart is when the first
 	// began, Grace the members' GC grace period.

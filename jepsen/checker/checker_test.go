@@ -2,6 +2,7 @@ package checker
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,41 +218,209 @@ func TestGCSafety(t *testing.T) {
 	}
 }
 
-func TestGCLiveness(t *testing.T) {
-	now := time.Now()
-	later := now.Add(time.Minute)
-	earlier := now.Add(-time.Second)
-	f := &Final{ListedAt: now, GCStart: now, Grace: 2 * time.Second, Bucket: []string{"a", "b", "c", "d"}, Records: map[string]BlobRecord{
-		"a": {State: "live", Refs: 1},
-		"b": {State: "intent", LeaseUntil: &later},
-		"d": {State: "expired", LeaseUntil: &earlier}, // within the grace period
+// liveRun is the end of a run with every kind of object the store
+// legitimately keeps, and the history that led there.
+//
+// Job j, retention 1. Generation 1 has the state tasks agg-0 and agg-1:
+// epochs 1 and 2 complete (and are subsumed later); agg-0 acknowledges
+// epoch 3, which the start of generation 2 aborts. Generation 2 removes
+// agg-1: agg-0 continues from epoch 2, epoch 4 completes, its ack of epoch
+// 5 is ok and the epoch is aborted (its manifest is agg-0's working
+// manifest), its ack of epoch 6 (still pending) has an unknown outcome.
+//
+// Job k: epoch 1 completed and pinned; epoch 7 completed, holding a blob
+// of j it forked from j's savepoint; agg-0 acknowledged epoch 8 (pending)
+// and then epoch 9 (aborted: its working manifest).
+//
+// A job the workload did not create (gc-crash-after-mark's garbage job)
+// holds a blob in its retained checkpoint.
+func liveRun() ([]history.Op, *Final) {
+	b := newHB()
+	man := func(job string, gen, epoch uint64, task string, out history.Outcome, keys ...string) history.Op {
+		return history.Op{Kind: history.KindAck, Job: job, Gen: gen, Epoch: epoch, Task: task, HasManifest: true, Keys: keys, Outcome: out, Client: 1}
+	}
+	b.add(history.Op{Kind: history.KindAttempt, Job: "j", Gen: 1}, 0, 10)
+	b.add(man("j", 1, 1, "agg-0", history.OK, "j/b1", "j/s0", "j/s1"), 20, 30)
+	b.add(man("j", 1, 1, "agg-1", history.OK, "j/r1"), 20, 30)
+	b.add(man("j", 1, 2, "agg-0", history.OK, "j/b1", "j/b2"), 40, 50)
+	b.add(man("j", 1, 2, "agg-1", history.OK, "j/r1", "j/r2"), 40, 50)
+	b.add(man("j", 1, 3, "agg-0", history.OK, "j/b1", "j/b2", "j/b3"), 60, 70)
+	b.add(history.Op{Kind: history.KindAttempt, Job: "j", Gen: 2}, 80, 90)
+	b.add(man("j", 2, 4, "agg-0", history.OK, "j/b1", "j/b2", "j/b4"), 100, 110)
+	b.add(man("j", 2, 5, "agg-0", history.OK, "j/b1", "j/b5"), 120, 130)
+	b.add(man("j", 2, 6, "agg-0", history.Unknown, "j/b1", "j/b5", "j/b6"), 140, 150)
+	b.add(history.Op{Kind: history.KindAttempt, Job: "k", Gen: 1}, 0, 10)
+	b.add(man("k", 1, 1, "agg-0", history.OK, "k/p1"), 20, 30)
+	b.add(man("k", 1, 7, "agg-0", history.OK, "k/p7", "j/s1"), 40, 50)
+	b.add(man("k", 1, 8, "agg-0", history.OK, "k/p7", "k/p8"), 60, 70)
+	b.add(man("k", 1, 9, "agg-0", history.OK, "k/p7", "k/p9"), 80, 90)
+
+	now := b.ms(10_000)
+	lease, ended := now.Add(time.Minute), now.Add(-time.Second)
+	tc := func(keys ...string) TaskCheckpoint { return TaskCheckpoint{HasManifest: true, Keys: keys} }
+	f := &Final{ListedAt: now, GCStart: now, Grace: 2 * time.Second, Jobs: map[string]*JobFinal{
+		"j": {Generation: 2, LatestCompleted: 4, Epochs: []EpochFinal{
+			{Epoch: 1, Generation: 1, State: "subsumed"},
+			{Epoch: 2, Generation: 1, State: "subsumed"},
+			{Epoch: 3, Generation: 1, State: "aborted"},
+			{Epoch: 4, Generation: 2, State: "completed", Tasks: map[string]TaskCheckpoint{"agg-0": tc("j/b1", "j/b2", "j/b4")}},
+			{Epoch: 5, Generation: 2, State: "aborted"},
+			{Epoch: 6, Generation: 2, State: "pending"},
+		}},
+		"k": {Generation: 1, LatestCompleted: 7, Epochs: []EpochFinal{
+			{Epoch: 1, Generation: 1, State: "completed", Pinned: true, Tasks: map[string]TaskCheckpoint{"agg-0": tc("k/p1")}},
+			{Epoch: 7, Generation: 1, State: "completed", Tasks: map[string]TaskCheckpoint{"agg-0": tc("k/p7", "j/s1")}},
+			{Epoch: 8, Generation: 1, State: "pending", Tasks: map[string]TaskCheckpoint{"agg-0": tc("k/p7", "k/p8")}},
+			{Epoch: 9, Generation: 1, State: "aborted"},
+		}},
+	}, Others: map[string]*JobFinal{
+		// A fault's own job: its base blob is live in epoch 2.
+		"nemesis-gc-1": {Generation: 1, LatestCompleted: 2, Epochs: []EpochFinal{
+			{Epoch: 1, Generation: 1, State: "subsumed"},
+			{Epoch: 2, Generation: 1, State: "completed", Tasks: map[string]TaskCheckpoint{"t": tc("nemesis-gc-1/t/base")}},
+		}},
+	}, Records: map[string]BlobRecord{
+		"j/b5": {State: "live", Refs: 1, Job: "j", Task: "agg-0", Generation: 2},
+		"j/b6": {State: "live", Refs: 1, Job: "j", Task: "agg-0", Generation: 2},
+		"k/p9": {State: "live", Refs: 1, Job: "k", Task: "agg-0", Generation: 1},
+		"j/u1": {State: "intent", LeaseUntil: &lease},
+		"j/u2": {State: "expired", LeaseUntil: &ended}, // within the grace period
 	}}
-	if v := GCLiveness(&Input{Final: f}); !v.OK {
-		t.Fatalf("referenced and young refused: %v", v.Problems)
+	f.Bucket = []string{"j/b1", "j/b2", "j/b4", "j/b5", "j/b6", "j/s1", "j/u1", "j/u2", "k/p1", "k/p7", "k/p8", "k/p9", "nemesis-gc-1/t/base"}
+	return b.ops, f
+}
+
+// TestGCLiveness: the bucket at the end may hold the blobs of retained,
+// pinned and pending checkpoints (a fork's included), of the working
+// manifests of the current attempts (possibly of an ack whose outcome is
+// unknown), young uploads and garbage in its grace; a blob the store
+// still counts references to but that no live checkpoint holds is a leak.
+func TestGCLiveness(t *testing.T) {
+	ops, f := liveRun()
+	if v := GCLiveness(&Input{Ops: ops, Final: f}); !v.OK {
+		t.Errorf("what live checkpoints reference, and young uploads, refused: %v", v.Problems)
 	}
-	f.Records["c"] = BlobRecord{State: "live"}
-	if v := GCLiveness(&Input{Final: f}); v.OK {
-		t.Fatal("unreferenced live blob left in the bucket accepted")
+	if v := GCSafety(&Input{Ops: ops, Final: f}); !v.OK {
+		t.Errorf("gc-safety refused the same end: %v", v.Problems)
 	}
-	old := now.Add(-time.Minute)
-	f.Records["c"] = BlobRecord{State: "expired", LeaseUntil: &old}
-	if v := GCLiveness(&Input{Final: f}); v.OK {
-		t.Fatal("expired upload past its grace left in the bucket accepted")
+
+	long, ahead := f.GCStart.Add(-time.Hour), f.GCStart.Add(time.Minute)
+	old := f.GCStart.Add(-time.Minute)
+	leaks := []struct {
+		name string
+		key  string
+		rec  BlobRecord
+		// change, if set, changes the final state instead.
+		change func(*Final)
+		want   []string
+	}{
+		{name: "removed task's blob still referenced", key: "j/r2",
+			rec:  BlobRecord{State: "live", Refs: 1, Job: "j", Task: "agg-1", Generation: 1},
+			want: []string{"leak: object j/r2", "live with 1 reference(s), but no live checkpoint references it", "uploaded by j/agg-1 in generation 1", "j/agg-1 epoch 2 in generation 1 (ok), that epoch subsumed", "current attempt generation 2"}},
+		{name: "abandoned attempt's blob still referenced", key: "j/b3",
+			rec:  BlobRecord{State: "live", Refs: 1, Job: "j", Task: "agg-0", Generation: 1},
+			want: []string{"leak: object j/b3", "no live checkpoint references it", "epoch 3 in generation 1 (ok), that epoch aborted"}},
+		{name: "subsumed checkpoint's blob still referenced", key: "j/s0",
+			rec:  BlobRecord{State: "live", Refs: 2},
+			want: []string{"leak: object j/s0", "live with 2 reference(s)", "epoch 1 in generation 1 (ok), that epoch subsumed"}},
+		{name: "working manifest of an earlier attempt", key: "j/b5",
+			change: func(f *Final) { f.Jobs["j"].Generation = 3 },
+			want:   []string{"leak: object j/b5", "no live checkpoint references it", "current attempt generation 3 (no working manifest of agg-0 from generation 2 counts)"}},
+		{name: "unknown ack's blob the store no longer counts", key: "j/b6",
+			rec:  BlobRecord{State: "live", UnreferencedAt: &old},
+			want: []string{"leak: object j/b6", "recorded live with 0 references"}},
+		{name: "unreferenced live blob", key: "j/x1", rec: BlobRecord{State: "live"},
+			want: []string{"leak: object j/x1", "recorded live with 0 references", "in no manifest an ack sent"}},
+		{name: "expired upload past its grace", key: "j/x2", rec: BlobRecord{State: "expired", LeaseUntil: &old},
+			want: []string{"recorded expired"}},
+		{name: "deleting", key: "j/x3", rec: BlobRecord{State: "deleting"}, want: []string{"recorded deleting"}},
+		{name: "no record", key: "j/x4", want: []string{"its record was not read"}},
+		{name: "unreferenced an hour ago under skew", key: "j/x5", rec: BlobRecord{State: "live", UnreferencedAt: &long},
+			want: []string{"recorded live with 0 references"}},
 	}
+	for _, c := range leaks {
+		t.Run(c.name, func(t *testing.T) {
+			ops, f := liveRun()
+			if c.change != nil {
+				c.change(f)
+			} else {
+				f.Bucket = append(f.Bucket, c.key)
+				if c.rec.State != "" {
+					f.Records[c.key] = c.rec
+				}
+			}
+			v := GCLiveness(&Input{Ops: ops, Final: f, ClockSkew: 90 * time.Second})
+			if v.OK {
+				t.Fatalf("leak of %s accepted: %s", c.key, v.Summary)
+			}
+			got := strings.Join(v.Problems, "\n")
+			for _, w := range c.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("no %q in %s", w, got)
+				}
+			}
+		})
+	}
+
 	// Unreferenced by a leader whose clock was a minute ahead: not
 	// collectable yet, if and only if clocks were set that far apart.
-	ahead := now.Add(time.Minute)
-	f.Records["c"] = BlobRecord{State: "live", UnreferencedAt: &ahead}
-	if v := GCLiveness(&Input{Final: f, ClockSkew: 90 * time.Second}); !v.OK {
+	ops, f = liveRun()
+	f.Bucket = append(f.Bucket, "j/x6")
+	f.Records["j/x6"] = BlobRecord{State: "live", UnreferencedAt: &ahead}
+	if v := GCLiveness(&Input{Ops: ops, Final: f, ClockSkew: 90 * time.Second}); !v.OK {
 		t.Fatalf("a blob unreferenced by a leader 1m ahead refused under 90s of skew: %v", v.Problems)
 	}
-	if v := GCLiveness(&Input{Final: f}); v.OK {
+	if v := GCLiveness(&Input{Ops: ops, Final: f}); v.OK {
 		t.Fatal("a blob unreferenced in the future accepted without clock skew")
 	}
-	long := now.Add(-time.Hour)
-	f.Records["c"] = BlobRecord{State: "live", UnreferencedAt: &long}
-	if v := GCLiveness(&Input{Final: f, ClockSkew: 90 * time.Second}); v.OK {
-		t.Fatal("a blob unreferenced an hour ago accepted under skew")
+
+	// Without the final state the live set is unknown: no verdict of
+	// "no leak".
+	ops, f = liveRun()
+	f.CollectErr = "not collected"
+	if v := GCLiveness(&Input{Ops: ops, Final: f}); v.OK {
+		t.Fatal("an incomplete final state accepted")
+	}
+}
+
+// TestLiveSetCertainty: gc-safety requires in the bucket what the store
+// must hold (checkpoints, the working manifest of an ok ack), not what it
+// holds only if an ack of unknown outcome took effect.
+func TestLiveSetCertainty(t *testing.T) {
+	for _, c := range []struct {
+		key string
+		ok  bool
+	}{
+		{"j/b4", false},                // retained checkpoint
+		{"k/p1", false},                // pinned
+		{"k/p8", false},                // pending
+		{"j/s1", false},                // another job's checkpoint (a fork)
+		{"nemesis-gc-1/t/base", false}, // a checkpoint of a job the workload did not create
+		{"k/p9", false},                // working manifest of an ok ack of an aborted epoch
+		{"j/b5", false},                // working manifest, in the unknown ack's too
+		{"j/b6", true},                 // only in the manifest of the ack of unknown outcome
+	} {
+		t.Run(c.key, func(t *testing.T) {
+			ops, f := liveRun()
+			f.Bucket = slices.DeleteFunc(f.Bucket, func(k string) bool { return k == c.key })
+			v := GCSafety(&Input{Ops: ops, Final: f})
+			if v.OK != c.ok {
+				t.Fatalf("%s missing from the bucket: gc-safety ok = %v, want %v: %v", c.key, v.OK, c.ok, v.Problems)
+			}
+		})
+	}
+	ops, f := liveRun()
+	live := LiveSet(ops, f)
+	if l := live["j/b6"]; l.Certain || !strings.Contains(l.Why, "if its ack of epoch 6 (outcome unknown) took effect") {
+		t.Errorf("j/b6: %+v", l)
+	}
+	if l := live["k/p9"]; !l.Certain || !strings.Contains(l.Why, "working manifest of k/agg-0 in generation 1 (its last ok ack, epoch 9)") {
+		t.Errorf("k/p9: %+v", l)
+	}
+	for _, k := range []string{"j/r1", "j/r2", "j/b3", "j/s0"} {
+		if l, ok := live[k]; ok {
+			t.Errorf("%s is held by no live checkpoint, but the live set has it: %+v", k, l)
+		}
 	}
 }
 

@@ -163,9 +163,10 @@ func protectedDuring(ivs []interval, a, b time.Time) (interval, bool) {
 // saw. Missing blobs: GET and HEAD requests the server answered 404, and
 // the workload's own blob reads answered not found (or "deleting", "gone")
 // by the metastore. Each is a violation when it happened entirely inside
-// a protection interval of its key (Protections). At the end, every key of
-// a retained, pinned or pending checkpoint's manifest and of every worker's
-// head must be in the bucket.
+// a protection interval of its key (Protections). At the end, every key
+// the live checkpoints certainly reference (LiveSet: a retained, pinned or
+// pending checkpoint's manifest, a task's working manifest in its job's
+// current attempt) must be in the bucket.
 func GCSafety(in *Input) Verdict {
 	start := time.Now()
 	var p problems
@@ -223,34 +224,14 @@ func GCSafety(in *Input) Verdict {
 		for _, k := range in.Final.Bucket {
 			bucket[k] = true
 		}
-		need := map[string]string{}
-		for _, job := range sortedKeys(in.Final.Jobs) {
-			for _, e := range in.Final.Jobs[job].Epochs {
-				if e.State != "completed" && e.State != "pending" {
-					continue
-				}
-				for task, tc := range e.Tasks {
-					for _, k := range tc.Keys {
-						need[k] = fmt.Sprintf("%s checkpoint %d (%s) of %s", job, e.Epoch, e.State, task)
-					}
-				}
+		live := LiveSet(in.Ops, in.Final)
+		for _, k := range sortedKeys(live) {
+			if !live[k].Certain {
+				continue // held only if an ack of unknown outcome took effect
 			}
-		}
-		if in.Workload != nil {
-			for job, heads := range in.Workload.Heads {
-				for task, keys := range heads {
-					for _, k := range keys {
-						if _, ok := need[k]; !ok {
-							need[k] = fmt.Sprintf("the head manifest of %s/%s", job, task)
-						}
-					}
-				}
-			}
-		}
-		referenced = len(need)
-		for _, k := range sortedKeys(need) {
+			referenced++
 			if !bucket[k] {
-				p.addf("blob %s referenced by %s is missing from the bucket at the end", k, need[k])
+				p.addf("blob %s referenced by %s is missing from the bucket at the end", k, live[k].Why)
 			}
 		}
 	} else if in.Final != nil {
@@ -259,34 +240,245 @@ func GCSafety(in *Input) Verdict {
 	return p.verdict("gc-safety", fmt.Sprintf("%d deletions and %d misses outside protection; %d referenced blobs present at the end", deletes, misses, referenced), start)
 }
 
+// Live says why a blob key is live at the end of a run (LiveSet).
+type Live struct {
+	// Why names the checkpoint or working manifest that references the
+	// key.
+	Why string
+	// Certain: the store must hold the key, so gc-safety requires it in
+	// the bucket. Otherwise the store may hold it: the key is in a
+	// working manifest only if an ack whose outcome stayed unknown took
+	// effect.
+	Certain bool
+}
+
+// LiveSet is the set of blobs that live checkpoints reference at the end
+// of a run, computed from the final state and the history, never from the
+// store's reference counts. It is what the store promises to keep and all
+// it may keep (fsm/DESIGN.md, "Releasing what no attempt extends";
+// fsm.TestOnlyLiveCheckpointsHoldReferences): "the blobs with references
+// are exactly those of pending, retained and pinned checkpoints plus the
+// current attempts' working manifests". So:
+//
+//   - every key of a retained, pinned or pending checkpoint's manifest
+//     (Final.Jobs: each task's restore of a completed epoch, the manifests
+//     acknowledged so far in a pending one; and of Final.Others, the jobs
+//     the workload did not create, such as a fault's garbage job). What
+//     else a lineage holds
+//     comes down to these: "a detached lineage is rolled back to its
+//     newest live epoch and deleted with its last one", and a fork into
+//     another job holds a savepoint's blobs through its own checkpoints'
+//     manifests, which list them;
+//   - the working manifest of each task in its job's current attempt (the
+//     generation Final.Jobs reports): "within an attempt, a head keeps the
+//     manifest of its task's last ack even when that epoch was aborted:
+//     the next ack's delta applies to it". It is the manifest of the
+//     task's last ok ack of that generation (an ack op's Keys are its
+//     whole manifest). Nothing older counts: as an attempt starts "every
+//     head lineage of the job is marked released and settled: rolled back
+//     to its newest live epoch (what acks of aborted epochs added dies),
+//     or deleted, head included, when no live epoch holds it (a task
+//     removed from the topology or left without state whose checkpoints
+//     were subsumed, an attempt abandoned before completing a
+//     checkpoint ...)". So a task the current attempt removed or made
+//     stateless, or one that has not acknowledged in it yet, has no working
+//     manifest here, whatever it held before. The acks of the generation
+//     whose outcome stayed unknown after the last ok one may each have
+//     become the head: a key in every candidate is certain, a key in some
+//     only possible. The jobs of Final.Others have no history, so no
+//     working manifest counts for them beyond their checkpoints (the
+//     garbage job of gc-crash-after-mark acknowledges only epochs that
+//     complete).
+//
+// Pins add nothing beyond their epochs (a pinned epoch stays completed
+// until unpinned, then retention subsumes it like any other).
+func LiveSet(ops []history.Op, f *Final) map[string]Live {
+	out := map[string]Live{}
+	if f == nil {
+		return out
+	}
+	for _, job := range append(sortedKeys(f.Jobs), sortedKeys(f.Others)...) {
+		jf := f.Jobs[job]
+		if jf == nil {
+			jf = f.Others[job]
+		}
+		for _, e := range jf.Epochs {
+			if e.State != "completed" && e.State != "pending" {
+				continue
+			}
+			state := e.State
+			if e.Pinned {
+				state += ", pinned"
+			}
+			for _, task := range sortedKeys(e.Tasks) {
+				for _, k := range e.Tasks[task].Keys {
+					if _, ok := out[k]; !ok {
+						out[k] = Live{fmt.Sprintf("%s checkpoint %d (%s) of %s", job, e.Epoch, state, task), true}
+					}
+				}
+			}
+		}
+	}
+	for _, h := range workingManifests(ops, f) {
+		n := map[string]int{}
+		first := map[string]history.Op{}
+		for _, c := range h.candidates {
+			for _, k := range c.Keys {
+				if _, ok := first[k]; !ok {
+					first[k] = c
+				}
+			}
+			for _, k := range uniq(c.Keys) {
+				n[k]++
+			}
+		}
+		for _, k := range sortedKeys(n) {
+			certain := h.certain && n[k] == len(h.candidates)
+			if cur, ok := out[k]; ok && (cur.Certain || !certain) {
+				continue
+			}
+			c := first[k]
+			why := fmt.Sprintf("the working manifest of %s/%s in generation %d (its last ok ack, epoch %d)", h.job, h.task, h.gen, c.Epoch)
+			if c.Outcome != history.OK {
+				why = fmt.Sprintf("the working manifest of %s/%s in generation %d if its ack of epoch %d (outcome %s) took effect", h.job, h.task, h.gen, c.Epoch, c.Outcome)
+			}
+			out[k] = Live{why, certain}
+		}
+	}
+	return out
+}
+
+// head is a task's working manifest in its job's current attempt: one of
+// candidates, the acks that may have set it (each op's Keys is the whole
+// manifest after it).
+type head struct {
+	job, task string
+	gen       uint64
+	// candidates are the task's last ok ack of the generation, if any,
+	// then every later ack whose outcome is unknown.
+	candidates []history.Op
+	// certain: one of the candidates is the head (an ok ack of the
+	// generation exists); otherwise the task may have none.
+	certain bool
+}
+
+// workingManifests finds, for each task of each job, what its working
+// manifest in the job's current attempt (Final.Jobs' generation) may be:
+// the acks of that generation with a state manifest that may have taken
+// effect, from the last ok one. A worker's acks are sequential and, after
+// an unknown outcome, it only retries the same ack (then an ok answer is
+// that same ack) or stops: so acks of unknown outcome before the last ok
+// one cannot have set the head.
+func workingManifests(ops []history.Op, f *Final) []head {
+	type tk struct{ job, task string }
+	acks := map[tk][]history.Op{}
+	for _, o := range ops {
+		if o.Kind != history.KindAck || !o.HasManifest || o.Outcome == history.Fail {
+			continue
+		}
+		if jf := f.Jobs[o.Job]; jf == nil || o.Gen != jf.Generation {
+			continue
+		}
+		acks[tk{o.Job, o.Task}] = append(acks[tk{o.Job, o.Task}], o)
+	}
+	keys := make([]tk, 0, len(acks))
+	for k := range acks {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].job < keys[j].job || keys[i].job == keys[j].job && keys[i].task < keys[j].task
+	})
+	var out []head
+	for _, k := range keys {
+		list := acks[k]
+		sort.SliceStable(list, func(i, j int) bool { return list[i].Invoke.Before(list[j].Invoke) })
+		last := -1
+		for i, a := range list {
+			if a.Outcome == history.OK {
+				last = i
+			}
+		}
+		h := head{job: k.job, task: k.task, gen: f.Jobs[k.job].Generation, certain: last >= 0}
+		h.candidates = list[max(last, 0):]
+		out = append(out, h)
+	}
+	return out
+}
+
+func uniq(keys []string) []string {
+	out := slices.Clone(keys)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // GCLiveness checks that, after the cluster was healed and quiet for the
-// grace period and ran two GC cycles, every object in the bucket is one
-// the store counts as referenced, or a young upload: an intent (or an
-// expired one) whose lease ended less than the grace period before the
-// final cycles began, so they could not collect it yet. An object without
-// a record, a live blob with no reference, a blob marked deleting, one
-// recorded gone, or an older expired intent is a leak.
+// grace period and ran two GC cycles, the bucket holds only the blobs that
+// live checkpoints reference (LiveSet), young uploads and garbage inside
+// its grace period (invariant 3 and the cost model's "the object store
+// holds exactly the blobs that live checkpoints reference, plus uploads
+// inside their lease and garbage inside its grace").
+//
+// It judges against the live set computed from the final state and the
+// history, not against the store's reference counts: a reference held by
+// a lineage that no live checkpoint needs (a task removed by a topology
+// change, an abandoned attempt, acks of aborted epochs, a subsumed
+// checkpoint) keeps the count above zero forever, and a check of counts
+// calls that leaked blob referenced (issue 16). Every object must be:
+//
+//   - in the live set, certainly; or possibly (an ack whose outcome stayed
+//     unknown) while the store still counts a reference to it;
+//   - an upload intent, or an expired one, whose lease ended less than the
+//     grace period before the final cycles began (not collectable yet);
+//   - a blob unreferenced by a leader whose clock was ahead, by at most
+//     the skew injected, less than the grace period before the final
+//     cycles in that leader's time.
+//
+// Anything else is a leak: a blob recorded live with references that no
+// live checkpoint holds, one with none, one left deleting, one recorded
+// gone or expired, an object without a record. Its message gives the
+// store's record (state, references, who uploaded it) and the last ack
+// whose manifest held it, with that epoch's state at the end.
 func GCLiveness(in *Input) Verdict {
 	start := time.Now()
 	var p problems
 	f := in.Final
-	if f == nil || f.BucketErr != "" {
-		if f != nil {
-			p.addf("bucket not listed: %s", f.BucketErr)
-		}
+	switch {
+	case f == nil:
+		p.addf("no final state")
+	case f.BucketErr != "":
+		p.addf("bucket not listed: %s", f.BucketErr)
+	case f.CollectErr != "":
+		p.addf("final state incomplete, so the live set is unknown: %s", f.CollectErr)
+	}
+	if p.total > 0 {
 		return p.verdict("gc-liveness", "", start)
 	}
-	young := 0
-	for _, k := range sortedKeys(f.Records) {
-		r := f.Records[k]
+	live := LiveSet(in.Ops, f)
+	var last map[string]history.Op // built at the first leak
+	young, held, maybe := 0, 0, 0
+	for _, k := range f.Bucket {
+		l, isLive := live[k]
+		if isLive && l.Certain {
+			held++
+			continue
+		}
+		r, ok := f.Records[k]
 		switch {
+		case !ok:
+			p.addf("leak: object %s is in no live checkpoint and its record was not read", k)
+			continue
 		case r.Err != "":
-			p.addf("leak: object %s has no usable record (%s)", k, r.Err)
-		case r.State == "live" && r.Refs > 0:
+			p.addf("leak: object %s is in no live checkpoint and has no usable record (%s)", k, r.Err)
+			continue
+		case isLive && r.State == "live" && r.Refs > 0:
+			// Held by the working manifest an ack of unknown outcome set.
+			maybe++
+			continue
 		case (r.State == "intent" || r.State == "expired") && r.LeaseUntil != nil && r.LeaseUntil.Add(f.Grace).After(f.GCStart):
 			// An upload whose lease ended less than the grace period
 			// before the final cycles: not collectable by them yet.
 			young++
+			continue
 		case r.State == "live" && r.Refs == 0 && r.UnreferencedAt != nil && r.UnreferencedAt.Add(f.Grace).After(f.GCStart) &&
 			r.UnreferencedAt.Before(f.GCStart.Add(in.ClockSkew)):
 			// Unreferenced by a leader whose clock was ahead (by at
@@ -294,9 +486,71 @@ func GCLiveness(in *Input) Verdict {
 			// the store's time. Without skew the quiet period before the
 			// final cycles rules this out.
 			young++
-		default:
-			p.addf("leak: object %s is still in the bucket after the final GC cycles, recorded %s with %d references", k, r.State, r.Refs)
+			continue
+		}
+		if last == nil {
+			last = lastHolders(in.Ops)
+		}
+		what := fmt.Sprintf("recorded %s with %d references", r.State, r.Refs)
+		if r.State == "live" && r.Refs > 0 {
+			what = fmt.Sprintf("recorded live with %d reference(s), but no live checkpoint references it", r.Refs)
+		}
+		p.addf("leak: object %s is still in the bucket after the final GC cycles, %s (%s)", k, what, leakContext(k, r, last, f))
+	}
+	return p.verdict("gc-liveness", fmt.Sprintf("%d objects in the bucket: %d in live checkpoints, %d possibly in a working manifest (an ack of unknown outcome), %d young uploads or garbage inside its grace; GC runs %v",
+		len(f.Bucket), held, maybe, young, f.GCRuns), start)
+}
+
+// lastHolders indexes, by blob key, the last ack (by invocation) whose
+// manifest held the key and that may have taken effect.
+func lastHolders(ops []history.Op) map[string]history.Op {
+	out := map[string]history.Op{}
+	for _, o := range ops {
+		if o.Kind != history.KindAck || !o.HasManifest || o.Outcome == history.Fail {
+			continue
+		}
+		for _, k := range o.Keys {
+			if cur, ok := out[k]; !ok || !o.Invoke.Before(cur.Invoke) {
+				out[k] = o
+			}
 		}
 	}
-	return p.verdict("gc-liveness", fmt.Sprintf("%d objects in the bucket, all referenced or young intents (%d); GC runs %v", len(f.Bucket), young, f.GCRuns), start)
+	return out
+}
+
+// leakContext says what the final state and the history tell about a
+// leaked key: who uploaded it, the last ack whose manifest held it, the
+// state of that ack's epoch at the end and the job's current attempt.
+func leakContext(k string, r BlobRecord, last map[string]history.Op, f *Final) string {
+	var parts []string
+	if r.Job != "" {
+		parts = append(parts, fmt.Sprintf("uploaded by %s/%s in generation %d", r.Job, r.Task, r.Generation))
+	}
+	a, ok := last[k]
+	if !ok {
+		parts = append(parts, "in no manifest an ack sent")
+		return strings.Join(parts, "; ")
+	}
+	state := "not remembered"
+	jf := f.Jobs[a.Job]
+	if jf != nil {
+		for _, e := range jf.Epochs {
+			if e.Epoch == a.Epoch {
+				state = e.State
+				if e.Pinned {
+					state += ", pinned"
+				}
+			}
+		}
+	}
+	s := fmt.Sprintf("last in the manifest of the ack of %s/%s epoch %d in generation %d (%s), that epoch %s at the end", a.Job, a.Task, a.Epoch, a.Gen, a.Outcome, state)
+	if jf != nil {
+		s += fmt.Sprintf(", the job's current attempt generation %d", jf.Generation)
+		if a.Gen == jf.Generation {
+			s += " (a later ack of the task dropped it)"
+		} else {
+			s += fmt.Sprintf(" (no working manifest of %s from generation %d counts)", a.Task, a.Gen)
+		}
+	}
+	return strings.Join(append(parts, s), "; ")
 }

@@ -466,21 +466,16 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		f.BucketErr = err.Error()
 	}
 	sort.Strings(f.Bucket)
+	// The records of every object outside the checkpoints read above
+	// (working manifests included): gc-liveness judges those.
 	referenced := map[string]bool{}
-	for _, jf := range f.Jobs {
-		for _, e := range jf.Epochs {
-			for _, tc := range e.Tasks {
-				for _, k := range tc.Keys {
-					referenced[k] = true
-				}
-			}
-		}
-	}
-	if wres != nil {
-		for _, heads := range wres.Heads {
-			for _, keys := range heads {
-				for _, k := range keys {
-					referenced[k] = true
+	for _, jobs := range []map[string]*checker.JobFinal{f.Jobs, f.Others} {
+		for _, jf := range jobs {
+			for _, e := range jf.Epochs {
+				for _, tc := range e.Tasks {
+					for _, k := range tc.Keys {
+						referenced[k] = true
+					}
 				}
 			}
 		}
@@ -493,7 +488,8 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := c.Send(bctx, "GET", workload.BlobPath(k), nil, &b)
 		cancel()
-		rec := checker.BlobRecord{State: string(b.State), Refs: b.Refs, LeaseUntil: b.LeaseUntil, UnreferencedAt: b.UnreferencedAt}
+		rec := checker.BlobRecord{State: string(b.State), Refs: b.Refs, Job: b.Job, Task: b.Task, Generation: b.Generation,
+			LeaseUntil: b.LeaseUntil, UnreferencedAt: b.UnreferencedAt}
 		if err != nil {
 			rec.Err = err.Error()
 		}
@@ -546,74 +542,127 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 
 // collect reads the final state of every job through linearizable reads:
 // every remembered epoch with its ack records, and for retained, pinned
-// and pending ones what each task holds.
+// and pending ones what each task holds. The workload's jobs go to
+// f.Jobs; the others the store holds (a fault's own: gc-crash-after-mark's
+// garbage job) to f.Others, each epoch's task set read from its attempt:
+// their checkpoints are live too (checker.LiveSet).
 func collect(ctx context.Context, cl *client.Client, wres *workload.Result, f *checker.Final) error {
 	var errs []error
+	mine := map[string]bool{}
 	for ji, job := range wres.Jobs {
-		j, err := cl.Job(ctx, job)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("job %s: %w", job, err))
+		mine[job] = true
+		var tasks []wire.Task
+		for _, t := range workload.Tasks(ji) {
+			caps, _ := wire.ParseCaps(t.Caps)
+			tasks = append(tasks, wire.Task{ID: t.ID, Caps: caps})
+		}
+		jf, err := readJob(ctx, cl, job, func(uint64) ([]wire.Task, error) { return tasks, nil })
+		if jf != nil {
+			f.Jobs[job] = jf
+		}
+		errs = append(errs, err)
+	}
+	all, err := cl.Jobs(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("jobs: %w", err))
+	}
+	for _, j := range all {
+		if mine[j.ID] {
 			continue
 		}
-		eps, err := cl.Epochs(ctx, job, "")
-		if err != nil {
-			errs = append(errs, fmt.Errorf("epochs of %s: %w", job, err))
-			continue
-		}
-		jf := &checker.JobFinal{Generation: j.Generation, LatestCompleted: j.LatestCompleted}
-		for _, listed := range eps {
-			// One read gives the epoch with its ack records (the list and
-			// this read may straddle an ack timeout).
-			d, err := cl.Epoch(ctx, job, listed.Epoch)
+		attempts := map[uint64][]wire.Task{}
+		jf, err := readJob(ctx, cl, j.ID, func(gen uint64) ([]wire.Task, error) {
+			if ts, ok := attempts[gen]; ok {
+				return ts, nil
+			}
+			a, err := cl.Attempt(ctx, j.ID, gen)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("epoch %d of %s: %w", listed.Epoch, job, err))
-				continue
+				return nil, fmt.Errorf("attempt %d of %s: %w", gen, j.ID, err)
 			}
-			e := d.Epoch
-			ef := checker.EpochFinal{Epoch: e.Epoch, Generation: e.Generation, State: string(e.State), Pinned: e.Pinned,
-				Expected: e.Expected, Acked: e.Acked, CompletedAt: e.CompletedAt, Tasks: map[string]checker.TaskCheckpoint{},
-				Acks: map[string]checker.AckRecord{}}
-			for _, a := range d.Acks {
-				ef.Acks[a.Task] = checker.AckRecord{Hash: a.ContentHash}
+			attempts[gen] = a.TaskList
+			return a.TaskList, nil
+		})
+		if jf != nil {
+			if f.Others == nil {
+				f.Others = map[string]*checker.JobFinal{}
 			}
-			for _, t := range workload.Tasks(ji) {
-				caps, _ := wire.ParseCaps(t.Caps)
-				if !caps.Expected() {
-					continue
-				}
-				switch e.State {
-				case wire.EpochCompleted:
-					rs, err := cl.Restore(ctx, job, t.ID, client.RestoreOptions{Epoch: e.Epoch})
-					if err != nil {
-						errs = append(errs, fmt.Errorf("restore %s/%s epoch %d: %w", job, t.ID, e.Epoch, err))
-						continue
-					}
-					tc := checker.TaskCheckpoint{Value: string(rs.Payload(workload.MainKind(caps)))}
-					if m := rs.StateManifest(); m != nil {
-						tc.HasManifest = true
-						tc.Keys = m.Blobs()
-					}
-					ef.Tasks[t.ID] = tc
-				case wire.EpochPending:
-					if !caps.Has(wire.KindState) {
-						continue
-					}
-					m, err := cl.EpochManifest(ctx, job, e.Epoch, t.ID)
-					if err != nil {
-						if errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrConflict) || errors.Is(err, client.ErrInvalid) {
-							continue
-						}
-						errs = append(errs, fmt.Errorf("manifest %s/%s epoch %d: %w", job, t.ID, e.Epoch, err))
-						continue
-					}
-					ef.Tasks[t.ID] = checker.TaskCheckpoint{HasManifest: true, Keys: m.Blobs()}
-				}
-			}
-			jf.Epochs = append(jf.Epochs, ef)
+			f.Others[j.ID] = jf
 		}
-		f.Jobs[job] = jf
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// readJob reads one job's final state; tasks gives the task set of a
+// generation.
+func readJob(ctx context.Context, cl *client.Client, job string, tasks func(gen uint64) ([]wire.Task, error)) (*checker.JobFinal, error) {
+	var errs []error
+	j, err := cl.Job(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", job, err)
+	}
+	eps, err := cl.Epochs(ctx, job, "")
+	if err != nil {
+		return nil, fmt.Errorf("epochs of %s: %w", job, err)
+	}
+	jf := &checker.JobFinal{Generation: j.Generation, LatestCompleted: j.LatestCompleted}
+	for _, listed := range eps {
+		// One read gives the epoch with its ack records (the list and
+		// this read may straddle an ack timeout).
+		d, err := cl.Epoch(ctx, job, listed.Epoch)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("epoch %d of %s: %w", listed.Epoch, job, err))
+			continue
+		}
+		e := d.Epoch
+		ef := checker.EpochFinal{Epoch: e.Epoch, Generation: e.Generation, State: string(e.State), Pinned: e.Pinned,
+			Expected: e.Expected, Acked: e.Acked, CompletedAt: e.CompletedAt, Tasks: map[string]checker.TaskCheckpoint{},
+			Acks: map[string]checker.AckRecord{}}
+		for _, a := range d.Acks {
+			ef.Acks[a.Task] = checker.AckRecord{Hash: a.ContentHash}
+		}
+		var ts []wire.Task
+		if e.State == wire.EpochCompleted || e.State == wire.EpochPending {
+			if ts, err = tasks(e.Generation); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, t := range ts {
+			caps := t.Caps
+			if !caps.Expected() {
+				continue
+			}
+			switch e.State {
+			case wire.EpochCompleted:
+				rs, err := cl.Restore(ctx, job, t.ID, client.RestoreOptions{Epoch: e.Epoch})
+				if err != nil {
+					errs = append(errs, fmt.Errorf("restore %s/%s epoch %d: %w", job, t.ID, e.Epoch, err))
+					continue
+				}
+				tc := checker.TaskCheckpoint{Value: string(rs.Payload(workload.MainKind(caps)))}
+				if m := rs.StateManifest(); m != nil {
+					tc.HasManifest = true
+					tc.Keys = m.Blobs()
+				}
+				ef.Tasks[t.ID] = tc
+			case wire.EpochPending:
+				if !caps.Has(wire.KindState) {
+					continue
+				}
+				m, err := cl.EpochManifest(ctx, job, e.Epoch, t.ID)
+				if err != nil {
+					if errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrConflict) || errors.Is(err, client.ErrInvalid) {
+						continue
+					}
+					errs = append(errs, fmt.Errorf("manifest %s/%s epoch %d: %w", job, t.ID, e.Epoch, err))
+					continue
+				}
+				ef.Tasks[t.ID] = checker.TaskCheckpoint{HasManifest: true, Keys: m.Blobs()}
+			}
+		}
+		jf.Epochs = append(jf.Epochs, ef)
+	}
+	return jf, errors.Join(errs...)
 }
 
 // saveArtifacts keeps what a failed scenario needs for a post-mortem: the

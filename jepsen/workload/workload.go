@@ -189,11 +189,6 @@ type Workload struct {
 type Result struct {
 	// Jobs are the job names.
 	Jobs []string
-	// Heads are, per job and state task, the manifest keys of each
-	// current worker's last acknowledged state (its lineage's head, which
-	// holds references even when its epochs were aborted), only for
-	// workers whose state is certain.
-	Heads map[string]map[string][]string
 	// Contents are the bytes of every uploaded blob.
 	Contents map[string][]byte
 }
@@ -314,16 +309,9 @@ func (w *Workload) Run(ctx context.Context) (*Result, error) {
 	go func() { defer wg.Done(); w.verifier(runCtx) }()
 	wg.Wait()
 
-	res := &Result{Heads: map[string]map[string][]string{}, Contents: map[string][]byte{}}
+	res := &Result{Contents: map[string][]byte{}}
 	for _, j := range w.jobs {
 		res.Jobs = append(res.Jobs, j.name)
-		heads := map[string][]string{}
-		for _, wk := range j.workers {
-			if wk.ts != nil && !wk.broken {
-				heads[wk.spec.ID] = manifestKeys(wk.ts.AckedManifest())
-			}
-		}
-		res.Heads[j.name] = heads
 	}
 	w.contents.Range(func(k, v any) bool {
 		res.Contents[k.(string)] = v.([]byte)
