@@ -198,7 +198,7 @@ func DefaultConfig() Config {
 		SnapshotRetain:      2,
 		ApplyTimeout:        10 * time.Second,
 		ApplyBatch:          256,
-		StateCommitInterval: 20 * time.Millisecond,
+		StateCommitInterval: 100 * time.Millisecond,
 		StateCommitEntries:  10_000,
 		MaxBodyBytes:        1 << 20,
 		MinFreeDisk:         DefaultMinFreeDisk,

@@ -54,7 +54,8 @@ func BenchmarkAckState(b *testing.B) {
 	clock := time.Unix(1_800_000_000, 0)
 	for _, p := range []policy{
 		{"commit-every-batch", fsm.CommitPolicy{Interval: 0, MaxEntries: 1}},
-		{"group-commit-20ms", fsm.DefaultCommitPolicy},
+		{"group-commit-20ms", fsm.CommitPolicy{Interval: 20 * time.Millisecond, MaxEntries: 10_000}},
+		{"group-commit-100ms", fsm.DefaultCommitPolicy},
 	} {
 		for _, k := range []shape{
 			// What the API hands out (blobstore.NewKey): time first.
