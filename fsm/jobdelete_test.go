@@ -179,6 +179,8 @@ func TestJobDelete(t *testing.T) {
 // left without the state capability) keeps its manifest's blobs only while
 // a live checkpoint holds them; when the last one is subsumed they lose
 // their references. An attempt-start of version 2 keeps them, as it did.
+// (removed-v2: an earlier release's attempt start kept the removed task's
+// head; the next start of this release releases it.)
 func TestRemovedTaskReleased(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -231,6 +233,21 @@ func TestRemovedTaskReleased(t *testing.T) {
 			}
 			if n := len(h.dump()["heads"]); tc.version >= 3 && n != 1 {
 				t.Errorf("%d heads, want only a's", n)
+			}
+			if tc.version < 3 {
+				// What an earlier release kept is released by the job's
+				// next attempt start of this release: it releases every
+				// head of the job.
+				h.start("j", "a3", a)
+				h.fsck()
+				for k, n := range h.refsOf(wb.acked[3].Blobs()) {
+					if n > 0 {
+						t.Errorf("blob %s of the task an earlier release kept: %d refs after an attempt start of this release", k, n)
+					}
+				}
+				if n := len(h.dump()["heads"]); n != 1 {
+					t.Errorf("%d heads after an attempt start of this release, want only a's", n)
+				}
 			}
 		})
 	}
