@@ -3,9 +3,12 @@ package mssut
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"time"
 
 	"github.com/metastore/metastore/bench/internal/sut"
 	"github.com/metastore/metastore/blobstore"
@@ -57,7 +60,8 @@ type resumeTask struct {
 	state  []byte
 	ts     *client.TaskState
 	seq    uint64
-	offset []byte // the source's last input position
+	offset []byte   // the source's last input position
+	keys   []string // the blobs the task uploaded
 }
 
 // Resume checkpoints a job of tasks tasks, stateful of them with changelog
@@ -122,6 +126,16 @@ func (s *System) Resume(ctx context.Context, tasks, stateful int) (sut.ResumeRes
 		return res, fmt.Errorf("mssut: Resume: restart %s with a changed topology: %w", job, err)
 	}
 
+	// The leader reads every new blob's size in the background (a listing
+	// or a HEAD, gc/observe.go): once, shortly after the ack. Those
+	// requests are not the restores'; wait until they are done.
+	var keys []string
+	for _, t := range all {
+		keys = append(keys, t.keys...)
+	}
+	if err := s.waitObserved(ctx, keys); err != nil {
+		return res, fmt.Errorf("mssut: Resume: %w", err)
+	}
 	before, err := s.s3Sync(ctx)
 	if err != nil {
 		return res, err
@@ -231,6 +245,7 @@ func checkpointTask(ctx context.Context, c *client.Client, job string, gen, epoc
 		if err := t.ts.AddBlob(key, uint64(len(blob)), ""); err != nil {
 			return err
 		}
+		t.keys = append(t.keys, key)
 		for i := range resumeSegments {
 			if err := t.ts.AddSegment(key, uint64(i*resumeSegmentBytes), resumeSegmentBytes, t.seq+1, t.seq+10); err != nil {
 				return err
@@ -302,4 +317,29 @@ func (s *System) writeNaive(ctx context.Context, job string, epoch uint64, all [
 
 func naiveKey(job, task string, k wire.Kind, epoch uint64) string {
 	return fmt.Sprintf("%s/jobs/%s/tasks/%s/%s/epoch-%d", NaivePrefix, job, task, k, epoch)
+}
+
+// waitObserved waits until the leader has observed every blob of keys in
+// the object store (the blob's record shows an observation).
+func (s *System) waitObserved(ctx context.Context, keys []string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return sut.WaitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		leader, err := s.leader(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, k := range keys {
+			var b struct {
+				Observed *json.RawMessage `json:"observed"`
+			}
+			if err := s.send(ctx, leader.url(), http.MethodGet, "/v1/blobs/"+k, nil, 0, &b, defaultStatusRequestTimeout); err != nil {
+				return false, nil // asked again
+			}
+			if b.Observed == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
