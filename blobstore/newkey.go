@@ -4,11 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"strings"
 	"time"
 )
-
-// NewKeyNameLen is the length of the last segment of NewKey's keys.
-const NewKeyNameLen = 40
 
 // NewKey returns a new object key under dir (no trailing "/"): 16 hex
 // digits of now in nanoseconds since 1970, then 12 random bytes in hex.
@@ -27,4 +25,25 @@ func NewKey(dir string, now time.Time) string {
 		panic("crypto/rand: " + err.Error())
 	}
 	return dir + "/" + hex.EncodeToString(b[:])
+}
+
+// windowDigits is how many of the 16 hex digits of NewKey's time the keys
+// of one time window share: 8, a window of 2^32 ns (4.3 s).
+const windowDigits = 8
+
+// TimeWindow returns the prefix that the keys NewKey made under the same
+// directory within one time window of 4.3 s share (the directory, "/" and
+// the first digits of the time), and false for a key NewKey did not make.
+// The objects under such a prefix are one directory's uploads of those
+// seconds, which one listing reads (NameLister).
+func TimeWindow(key string) (string, bool) {
+	i := strings.LastIndexByte(key, '/')
+	name := key[i+1:]
+	if i < 0 || len(name) != 2*20 {
+		return "", false
+	}
+	if _, err := hex.DecodeString(name); err != nil || strings.ToLower(name) != name {
+		return "", false
+	}
+	return key[:i+1+windowDigits], true
 }

@@ -1,6 +1,7 @@
 package blobstore_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -31,5 +32,24 @@ func TestNewKeyOrderAndUniqueness(t *testing.T) {
 			t.Fatalf("key %q made later sorts before %q", k, prev)
 		}
 		prev = max(prev, k)
+	}
+}
+
+// TestTimeWindow: keys NewKey made in one directory within 4.3 s share a
+// window prefix; another directory, a later window and names NewKey does
+// not make do not.
+func TestTimeWindow(t *testing.T) {
+	t0 := time.Unix(0, 1<<40) // at the start of a window
+	a, okA := blobstore.TimeWindow(blobstore.NewKey("j/t", t0))
+	b, okB := blobstore.TimeWindow(blobstore.NewKey("j/t", t0.Add(4*time.Second)))
+	c, _ := blobstore.TimeWindow(blobstore.NewKey("j/t", t0.Add(5*time.Second)))
+	d, _ := blobstore.TimeWindow(blobstore.NewKey("j/u", t0))
+	if !okA || !okB || a != b || a != "j/t/00000100" || c == a || d == a {
+		t.Fatalf("windows %q %v, %q %v, %q, %q", a, okA, b, okB, c, d)
+	}
+	for _, k := range []string{"j/t/log-1", "top", "j/t/" + strings.Repeat("A", 40), "j/t/" + strings.Repeat("0", 39)} {
+		if p, ok := blobstore.TimeWindow(k); ok {
+			t.Errorf("TimeWindow(%q) = %q, true; want false", k, p)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -177,32 +176,25 @@ func (c *Collector) head(ctx context.Context, keys []string) ([]fsm.BlobObservat
 	return out, failed
 }
 
-// listWindow is how many hex digits of blobstore.NewKey's time (16 in
-// all, nanoseconds) the keys of one listing share: 8, a window of 2^32 ns
-// (4.3 s) of one directory's uploads.
-const listWindow = 8
-
 // listGroup is the keys one listing observes.
 type listGroup struct {
 	prefix string
 	keys   []string
 }
 
-// listGroups sorts keys into listings, one per directory and window of
-// blobstore.NewKey's time that holds two keys or more, and the keys left
-// to HEAD (others' names, and a window's only key).
+// listGroups sorts keys into listings, one per directory and time window
+// of blobstore.NewKey that holds two keys or more (blobstore.TimeWindow),
+// and the keys left to HEAD (others' names, and a window's only key).
 func listGroups(keys []string) ([]listGroup, []string) {
 	var heads []string
 	byPrefix := map[string][]string{}
 	var order []string
 	for _, k := range keys {
-		i := strings.LastIndexByte(k, '/')
-		name := k[i+1:]
-		if i < 0 || len(name) != blobstore.NewKeyNameLen || !isHex(name) {
+		p, ok := blobstore.TimeWindow(k)
+		if !ok {
 			heads = append(heads, k)
 			continue
 		}
-		p := k[:i+1+listWindow]
 		if byPrefix[p] == nil {
 			order = append(order, p)
 		}
@@ -217,15 +209,6 @@ func listGroups(keys []string) ([]listGroup, []string) {
 		}
 	}
 	return lists, heads
-}
-
-func isHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // errListTooLong ends a listing that matches far more objects than the
@@ -287,31 +270,14 @@ send:
 // headAll HEADs keys, VerifyConcurrency at a time, until ctx ends, and
 // hands each answer to fn, one call at a time.
 func (c *Collector) headAll(ctx context.Context, keys []string, fn func(key string, info blobstore.Info, err error)) {
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	work := make(chan string)
-	for range min(VerifyConcurrency, len(keys)) {
-		wg.Go(func() {
-			for k := range work {
-				info, err := c.store.Head(ctx, k)
-				mu.Lock()
-				fn(k, info, err)
-				mu.Unlock()
-			}
+	work := make([]func() func(), 0, len(keys))
+	for _, k := range keys {
+		work = append(work, func() func() {
+			info, err := c.store.Head(ctx, k)
+			return func() { fn(k, info, err) }
 		})
 	}
-send:
-	for _, k := range keys {
-		select {
-		case work <- k:
-		case <-ctx.Done():
-			break send
-		}
-	}
-	close(work)
-	wg.Wait()
+	runConcurrently(ctx, work)
 }
 
 // observeLoop is the observer's part of the leader task: a pass at once

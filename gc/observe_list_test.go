@@ -112,7 +112,7 @@ func TestListGroups(t *testing.T) {
 	b2 := blobstore.NewKey("j/b", at.Add(time.Millisecond))
 	lists, heads := listGroups([]string{a1, "j/a/old", a2, a3, b1, b2, "top"})
 	if len(lists) != 2 || len(lists[0].keys) != 2 || len(lists[1].keys) != 2 ||
-		lists[0].prefix != a1[:len("j/a/")+listWindow] || lists[1].prefix != b1[:len("j/b/")+listWindow] {
+		lists[0].prefix != a1[:len("j/a/")+8] || lists[1].prefix != b1[:len("j/b/")+8] {
 		t.Fatalf("listings %+v", lists)
 	}
 	if len(heads) != 3 {
