@@ -47,7 +47,7 @@ func TestTimeWindow(t *testing.T) {
 	if !okA || !okB || a != b || a != "j/t/00000100" || c == a || d == a {
 		t.Fatalf("windows %q %v, %q %v, %q, %q", a, okA, b, okB, c, d)
 	}
-	for _, k := range []string{"j/t/log-1", "top", "j/t/" + strings.Repeat("A", 40), "j/t/" + strings.Repeat("0", 39)} {
+	for _, k := range []string{"j/t/log-1", "top", "j/t/" + strings.Repeat("A", 40), "j/t/" + strings.Repeat("0", 39), "j/t/" + strings.Repeat("0", 38)} {
 		if p, ok := blobstore.TimeWindow(k); ok {
 			t.Errorf("TimeWindow(%q) = %q, true; want false", k, p)
 		}
