@@ -29,7 +29,6 @@ import (
 
 	"github.com/metastore/metastore/jepsen/history"
 	"github.com/metastore/metastore/jepsen/s3proxy"
-	"github.com/metastore/metastore/jepsen/workload"
 )
 
 // Verdict is one checker's answer.
@@ -168,9 +167,8 @@ type Final struct {
 
 // Input is everything the checkers read.
 type Input struct {
-	Ops      []history.Op
-	Workload *workload.Result
-	Final    *Final
+	Ops   []history.Op
+	Final *Final
 	// S3 is the proxy's request log; S3Prefix the prefix S3 keys carry
 	// in it (metastore key K is S3Prefix+K).
 	S3       []s3proxy.Request

@@ -336,7 +336,7 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 		}
 	}
 	final := r.finish(sctx, c, wres, durationOr(sc.HealthTimeout, 2*time.Minute), panics)
-	in := &checker.Input{Ops: ops, Workload: wres, Final: final, S3: c.S3.Requests(), S3Prefix: c.S3KeyPrefix()}
+	in := &checker.Input{Ops: ops, Final: final, S3: c.S3.Requests(), S3Prefix: c.S3KeyPrefix()}
 	for _, f := range faults {
 		in.ClockSkew = max(in.ClockSkew, f.ClockSkew)
 	}
