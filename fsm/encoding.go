@@ -79,30 +79,6 @@ var binaryBuckets = []struct {
 	{bucketRecords, func() msgRecord { return new(record) }},
 }
 
-// binaryZero returns a new zero record of a binary bucket, nil for a
-// bucket whose records are JSON.
-func binaryZero(name []byte) msgRecord {
-	for _, b := range binaryBuckets {
-		if string(b.name) == string(name) {
-			return b.zero()
-		}
-	}
-	return nil
-}
-
-// recordJSON returns a stored record of bucket name as JSON (a JSON record
-// as it is), for dumps and tools that show records.
-func recordJSON(name, raw []byte) ([]byte, error) {
-	z := binaryZero(name)
-	if z == nil || len(raw) == 0 || raw[0] == '{' {
-		return raw, nil
-	}
-	if err := decodeRecord(raw, z); err != nil {
-		return nil, err
-	}
-	return json.Marshal(z)
-}
-
 // migrateChunk is how many records one transaction of migrateRecords
 // rewrites: a file of a million blobs is rewritten without holding them
 // all in one transaction's dirty pages.

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/hashicorp/raft"
@@ -187,4 +188,28 @@ func SetMigrateChunk(t interface{ Cleanup(func()) }, n int) {
 func HoldFile(f *FSM) (release func()) {
 	f.mu.Lock()
 	return f.mu.Unlock
+}
+
+// binaryZero returns a new zero record of a binary bucket, nil for a
+// bucket whose records are JSON.
+func binaryZero(name []byte) msgRecord {
+	for _, b := range binaryBuckets {
+		if string(b.name) == string(name) {
+			return b.zero()
+		}
+	}
+	return nil
+}
+
+// recordJSON returns a stored record of bucket name as JSON (a JSON record
+// as it is), for dumps.
+func recordJSON(name, raw []byte) ([]byte, error) {
+	z := binaryZero(name)
+	if z == nil || len(raw) == 0 || raw[0] == '{' {
+		return raw, nil
+	}
+	if err := decodeRecord(raw, z); err != nil {
+		return nil, err
+	}
+	return json.Marshal(z)
 }
