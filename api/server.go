@@ -326,13 +326,7 @@ func (s *Server) wrap(rt route) http.Handler {
 // which parse it anyway (indenting every ack's answer was 1.5% of a
 // busy leader's CPU). Errors are always indented (writeError).
 func writeAnswer(w http.ResponseWriter, r *http.Request, v any) {
-	if pretty(r) {
-		writeJSON(w, http.StatusOK, v)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_ = json.NewEncoder(w).Encode(v)
+	encodeJSON(w, http.StatusOK, v, pretty(r))
 }
 
 // pretty reports whether r's answer is indented: the request names
@@ -440,11 +434,15 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func writeJSON(w http.ResponseWriter, status int, v any) { encodeJSON(w, status, v, true) }
+
+func encodeJSON(w http.ResponseWriter, status int, v any, indent bool) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
+	if indent {
+		enc.SetIndent("", "  ")
+	}
 	_ = enc.Encode(v)
 }
 
