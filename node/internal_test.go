@@ -125,21 +125,8 @@ func TestReadsAfterUserRestoreDoNotWaitForOldEntries(t *testing.T) {
 	}
 	before := f.AppliedIndex()
 
-	var backup bytes.Buffer
-	if _, err := n.WriteBackup(ctx, &backup, nil); err != nil {
-		t.Fatalf("backup: %v", err)
-	}
-	br := bufio.NewReader(&backup)
-	info, err := ReadBackupInfo(br)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var prepared bytes.Buffer
-	if _, err := fsm.PrepareRestore(br, &prepared, t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(prepared.Len())}
-	if err := n.raft.Restore(meta, &prepared, 5*time.Second); err != nil {
+	meta, prepared := preparedBackup(ctx, t, n)
+	if err := n.raft.Restore(meta, prepared, 5*time.Second); err != nil {
 		t.Fatalf("raft restore: %v", err)
 	}
 	if f.AppliedIndex() >= before {
@@ -153,4 +140,25 @@ func TestReadsAfterUserRestoreDoNotWaitForOldEntries(t *testing.T) {
 	if _, err := n.LinearizableRead(rctx); err != nil {
 		t.Fatalf("linearizable read after restore: %v", err)
 	}
+}
+
+// preparedBackup takes a backup of n's state and prepares it for Raft's
+// Restore, as the restore endpoint does: the snapshot's metadata and
+// content.
+func preparedBackup(ctx context.Context, t *testing.T, n *Node) (*raft.SnapshotMeta, *bytes.Buffer) {
+	t.Helper()
+	var backup bytes.Buffer
+	if _, err := n.WriteBackup(ctx, &backup, nil); err != nil {
+		t.Fatalf("backup: %v", err)
+	}
+	br := bufio.NewReader(&backup)
+	info, err := ReadBackupInfo(br)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prepared bytes.Buffer
+	if _, err := fsm.PrepareRestore(br, &prepared, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	return &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(prepared.Len())}, &prepared
 }

@@ -1,15 +1,11 @@
 package node
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
@@ -61,21 +57,8 @@ func TestStatusAnswersWhileRaftMainGoroutineIsBlocked(t *testing.T) {
 			t.Fatalf("propose: %v", err)
 		}
 	}
-	var backup bytes.Buffer
-	if _, err := n.WriteBackup(ctx, &backup, nil); err != nil {
-		t.Fatalf("backup: %v", err)
-	}
-	br := bufio.NewReader(&backup)
-	info, err := ReadBackupInfo(br)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var prepared bytes.Buffer
-	if _, err := fsm.PrepareRestore(br, &prepared, t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(prepared.Len())}
-	gate := &gatedReader{r: &prepared, reading: make(chan struct{}), release: make(chan struct{})}
+	meta, prepared := preparedBackup(ctx, t, n)
+	gate := &gatedReader{r: prepared, reading: make(chan struct{}), release: make(chan struct{})}
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(gate.release) }) }
 	t.Cleanup(release) // before the node's shutdown, registered earlier
