@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/metastore/metastore/api"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/wire"
 )
 
@@ -45,7 +44,7 @@ func hundredTasks() []taskSpec {
 func createJob(t *testing.T, url, id string, tasks []taskSpec) *job {
 	t.Helper()
 	ok(t, "PUT", url+"/v1/jobs/"+id, map[string]any{"config": map[string]any{"retained": 2, "ack_timeout": "1m"}}, nil)
-	var a fsm.Attempt
+	var a wire.Attempt
 	ok(t, "POST", url+"/v1/jobs/"+id+"/attempts", map[string]any{"attempt_id": "a1", "tasks": tasks}, &a)
 	if a.Generation != 1 {
 		t.Fatalf("generation %d, want 1", a.Generation)
@@ -58,9 +57,9 @@ func (j *job) begin(t *testing.T, epoch uint64) {
 	ok(t, "POST", j.base+"/epochs", map[string]any{"generation": j.gen, "epoch": epoch}, nil)
 }
 
-func (j *job) ack(t *testing.T, epoch uint64, task string, payloads map[string][]byte) fsm.AckResult {
+func (j *job) ack(t *testing.T, epoch uint64, task string, payloads map[string][]byte) wire.AckResult {
 	t.Helper()
-	var res fsm.AckResult
+	var res wire.AckResult
 	ok(t, "PUT", fmt.Sprintf("%s/epochs/%d/acks/%s", j.base, epoch, task), map[string]any{"generation": j.gen, "payloads": payloads}, &res)
 	return res
 }
@@ -87,14 +86,14 @@ func TestHundredTasksTenExpected(t *testing.T) {
 				t.Fatalf("epoch %d ack %d: completed=%v", epoch, i, res.Completed)
 			}
 		}
-		var e fsm.EpochDetail
+		var e wire.EpochDetail
 		ok(t, "GET", fmt.Sprintf("%s/epochs/%d", j.base, epoch), nil, &e)
-		if e.State != fsm.EpochCompleted || e.Acked != 10 || e.Expected != 10 || len(e.Stragglers) != 0 {
+		if e.State != wire.EpochCompleted || e.Acked != 10 || e.Expected != 10 || len(e.Stragglers) != 0 {
 			t.Fatalf("epoch %d: %+v", epoch, e.Epoch)
 		}
 	}
 	for i, ts := range tasks {
-		var plan fsm.RestorePlan
+		var plan wire.RestorePlan
 		ok(t, "GET", j.base+"/tasks/"+ts.ID+"/restore", nil, &plan)
 		wantStatus := wire.RestoreRestored
 		if i >= 10 {
@@ -130,24 +129,24 @@ func TestStragglersAndBlockingQuery(t *testing.T) {
 	j.begin(t, 1)
 	j.ack(t, 1, "src", map[string][]byte{"input": []byte("offset=7")})
 
-	var e fsm.EpochDetail
+	var e wire.EpochDetail
 	r := ok(t, "GET", j.base+"/epochs/1", nil, &e)
-	if e.State != fsm.EpochPending || len(e.Stragglers) != 1 || e.Stragglers[0] != "sink" {
+	if e.State != wire.EpochPending || len(e.Stragglers) != 1 || e.Stragglers[0] != "sink" {
 		t.Fatalf("epoch: %+v stragglers %v", e.Epoch, e.Stragglers)
 	}
 	if r.index() == 0 {
 		t.Fatal("no index header")
 	}
 	// A blocking query that times out answers the unchanged state.
-	var same fsm.EpochDetail
+	var same wire.EpochDetail
 	ok(t, "GET", fmt.Sprintf("%s/epochs/1?index=%d&wait=50ms", j.base, e.ModifyIndex), nil, &same)
-	if same.State != fsm.EpochPending || same.ModifyIndex != e.ModifyIndex {
+	if same.State != wire.EpochPending || same.ModifyIndex != e.ModifyIndex {
 		t.Fatalf("timed-out blocking query: %+v", same.Epoch)
 	}
 	// The only change left is completion: the blocking query must answer it.
-	done := make(chan fsm.EpochDetail, 1)
+	done := make(chan wire.EpochDetail, 1)
 	go func() {
-		var got fsm.EpochDetail
+		var got wire.EpochDetail
 		resp := do(t, "GET", fmt.Sprintf("%s/epochs/1?index=%d&wait=30s", j.base, e.ModifyIndex), nil)
 		if resp.status == http.StatusOK {
 			resp.decode(t, &got)
@@ -156,7 +155,7 @@ func TestStragglersAndBlockingQuery(t *testing.T) {
 	}()
 	j.ack(t, 1, "sink", map[string][]byte{"output": []byte("txn-1")})
 	got := <-done
-	if got.State != fsm.EpochCompleted || got.CompletedAt == nil {
+	if got.State != wire.EpochCompleted || got.CompletedAt == nil {
 		t.Fatalf("blocking query answered %+v", got.Epoch)
 	}
 	if len(got.Acks) != 2 || got.Acks[0].Task != "src" || got.Acks[1].Sizes[wire.KindOutput] != 5 {
@@ -173,16 +172,16 @@ func TestJobBlockingQuery(t *testing.T) {
 	tasks := []taskSpec{{ID: "src", Caps: []string{"input"}}, {ID: "sink", Caps: []string{"output"}}}
 	j := createJob(t, m.URL, "job-jb", tasks)
 	j.begin(t, 1)
-	var job fsm.Job
+	var job wire.Job
 	ok(t, "GET", j.base, nil, &job)
-	var same fsm.Job
+	var same wire.Job
 	ok(t, "GET", fmt.Sprintf("%s?index=%d&wait=50ms", j.base, job.ModifyIndex), nil, &same)
 	if same.ModifyIndex != job.ModifyIndex || same.LatestCompleted != 0 {
 		t.Fatalf("timed-out blocking query: %+v", same)
 	}
-	done := make(chan fsm.Job, 1)
+	done := make(chan wire.Job, 1)
 	go func() {
-		var got fsm.Job
+		var got wire.Job
 		resp := do(t, "GET", fmt.Sprintf("%s?index=%d&wait=30s", j.base, job.ModifyIndex), nil)
 		if resp.status == http.StatusOK {
 			resp.decode(t, &got)
@@ -197,16 +196,16 @@ func TestJobBlockingQuery(t *testing.T) {
 	}
 	// The list blocks on the jobs' modify indexes alike.
 	var list struct {
-		Jobs []fsm.Job `json:"jobs"`
+		Jobs []wire.Job `json:"jobs"`
 	}
 	ok(t, "GET", fmt.Sprintf("%s/v1/jobs?index=%d&wait=50ms", m.URL, got.ModifyIndex), nil, &list)
 	if len(list.Jobs) != 1 || list.Jobs[0].ModifyIndex != got.ModifyIndex {
 		t.Fatalf("timed-out blocking list: %+v", list)
 	}
-	listed := make(chan []fsm.Job, 1)
+	listed := make(chan []wire.Job, 1)
 	go func() {
 		var l struct {
-			Jobs []fsm.Job `json:"jobs"`
+			Jobs []wire.Job `json:"jobs"`
 		}
 		resp := do(t, "GET", fmt.Sprintf("%s/v1/jobs?index=%d&wait=30s", m.URL, got.ModifyIndex), nil)
 		if resp.status == http.StatusOK {
@@ -237,13 +236,13 @@ func TestTopologyChangeAndFencing(t *testing.T) {
 	j.ack(t, 1, "b", map[string][]byte{"state": []byte("B1")})
 
 	// Attempt 2 removes b and adds c.
-	var a2 fsm.Attempt
+	var a2 wire.Attempt
 	ok(t, "POST", j.base+"/attempts", map[string]any{"attempt_id": "a2", "tasks": []taskSpec{{ID: "a", Caps: []string{"state"}}, {ID: "c", Caps: []string{"state"}}}}, &a2)
 	if a2.Generation != 2 {
 		t.Fatalf("generation %d", a2.Generation)
 	}
-	restore := func(task string) fsm.RestorePlan {
-		var p fsm.RestorePlan
+	restore := func(task string) wire.RestorePlan {
+		var p wire.RestorePlan
 		ok(t, "GET", j.base+"/tasks/"+task+"/restore", nil, &p)
 		return p
 	}
@@ -379,7 +378,7 @@ func TestIdempotentRetries(t *testing.T) {
 	m := startSingle(t)
 	j := createJob(t, m.URL, "job-i", []taskSpec{{ID: "a", Caps: []string{"state"}}, {ID: "b", Caps: []string{"input"}}})
 	// The same attempt again answers the same generation.
-	var again fsm.Attempt
+	var again wire.Attempt
 	ok(t, "POST", j.base+"/attempts", map[string]any{"attempt_id": "a1", "tasks": []taskSpec{{ID: "b", Caps: []string{"input"}}, {ID: "a", Caps: []string{"state"}}}}, &again)
 	if again.Generation != 1 {
 		t.Fatalf("retried attempt got generation %d", again.Generation)
@@ -398,13 +397,13 @@ func TestIdempotentRetries(t *testing.T) {
 	}
 	// A retry of the completing ack, after completion, is still a success.
 	retry := j.ack(t, 1, "b", map[string][]byte{"input": []byte("i")})
-	if retry.Completed || retry.Epoch.State != fsm.EpochCompleted || retry.Ack.Index != done.Ack.Index {
+	if retry.Completed || retry.Epoch.State != wire.EpochCompleted || retry.Ack.Index != done.Ack.Index {
 		t.Fatalf("retry after completion: %+v", retry)
 	}
 	// Pin twice, unpin twice.
 	ok(t, "PUT", j.base+"/epochs/1/pin", map[string]any{"name": "sp"}, nil)
 	ok(t, "PUT", j.base+"/epochs/1/pin", map[string]any{"name": "sp"}, nil)
-	var p fsm.RestorePlan
+	var p wire.RestorePlan
 	ok(t, "GET", j.base+"/tasks/a/restore?pin=sp", nil, &p)
 	if p.Source.Epoch != 1 || string(p.Kinds[wire.KindState].Payload) != "s" {
 		t.Fatalf("restore by pin: %+v", p)
@@ -418,13 +417,13 @@ func TestAckTimeoutAbortsEpoch(t *testing.T) {
 	ok(t, "PUT", m.URL+"/v1/jobs/job-slow", map[string]any{"config": map[string]any{"ack_timeout": "200ms"}}, nil)
 	ok(t, "POST", m.URL+"/v1/jobs/job-slow/attempts", map[string]any{"attempt_id": "a1", "tasks": []taskSpec{{ID: "a", Caps: []string{"state"}}}}, nil)
 	ok(t, "POST", m.URL+"/v1/jobs/job-slow/epochs", map[string]any{"generation": 1, "epoch": 1}, nil)
-	var e fsm.EpochDetail
+	var e wire.EpochDetail
 	// Block until the epoch changes: the leader's timeout task aborts it.
 	ok(t, "GET", m.URL+"/v1/jobs/job-slow/epochs/1?index=1&wait=20s", nil, &e)
-	for e.State == fsm.EpochPending {
+	for e.State == wire.EpochPending {
 		ok(t, "GET", fmt.Sprintf("%s/v1/jobs/job-slow/epochs/1?index=%d&wait=20s", m.URL, e.ModifyIndex), nil, &e)
 	}
-	if e.State != fsm.EpochAborted || !strings.Contains(e.Reason, "ack timeout") || len(e.Stragglers) != 1 {
+	if e.State != wire.EpochAborted || !strings.Contains(e.Reason, "ack timeout") || len(e.Stragglers) != 1 {
 		t.Fatalf("epoch after timeout: %+v stragglers=%v", e.Epoch, e.Stragglers)
 	}
 	expectError(t, do(t, "PUT", m.URL+"/v1/jobs/job-slow/epochs/1/acks/a", map[string]any{"generation": 1}), 409, "epoch_not_pending", "epoch")
@@ -490,9 +489,9 @@ func TestConcurrentAcks(t *testing.T) {
 		}
 		wg.Wait()
 		for _, j := range jobs {
-			var e fsm.EpochDetail
+			var e wire.EpochDetail
 			ok(t, "GET", fmt.Sprintf("%s/epochs/%d", j.base, epoch), nil, &e)
-			if e.State != fsm.EpochCompleted || e.Acked != len(tasks) {
+			if e.State != wire.EpochCompleted || e.Acked != len(tasks) {
 				t.Fatalf("%s epoch %d: %+v", j.base, epoch, e.Epoch)
 			}
 		}

@@ -74,7 +74,7 @@ func (p perm) String() string {
 
 // principal is who a request was authenticated as.
 type principal struct {
-	token *fsm.Token
+	token *wire.Token
 	// signedKey is the object key of a signed URL that admitted the
 	// request (no token).
 	signedKey string
@@ -97,7 +97,7 @@ func TokenAccessor(r *http.Request) string {
 
 // tokenOf is the token that authenticated r; nil when auth is off or the
 // request was admitted by a signed URL.
-func tokenOf(r *http.Request) *fsm.Token {
+func tokenOf(r *http.Request) *wire.Token {
 	if p, _ := r.Context().Value(principalKey{}).(*principal); p != nil {
 		return p.token
 	}
@@ -105,9 +105,9 @@ func tokenOf(r *http.Request) *fsm.Token {
 }
 
 // restricted reports whether r is limited to a scope (a worker token).
-func restricted(r *http.Request) (*fsm.Token, bool) {
+func restricted(r *http.Request) (*wire.Token, bool) {
 	tok := tokenOf(r)
-	return tok, tok != nil && tok.Role != fsm.RoleOperator
+	return tok, tok != nil && tok.Role != wire.RoleOperator
 }
 
 // TokenPrefix starts every token secret.
@@ -216,8 +216,8 @@ func (s *Server) checkAuth(w http.ResponseWriter, r *http.Request, rt route) *ht
 
 // authorize checks the token's role and scope against the route's
 // permission.
-func authorize(rt route, r *http.Request, tok *fsm.Token) *Error {
-	if tok.Role == fsm.RoleOperator {
+func authorize(rt route, r *http.Request, tok *wire.Token) *Error {
+	if tok.Role == wire.RoleOperator {
 		return nil
 	}
 	forbid := func(format string, args ...any) *Error {
@@ -347,7 +347,7 @@ func (s *Server) tokensCreate(r *http.Request) (any, uint64, error) {
 		return nil, 0, err
 	}
 	secret := GenerateToken()
-	p := fsm.TokenCreate{Accessor: fsm.NewAccessor(), Hash: wire.TokenHash(secret), Role: fsm.Role(b.Role), Job: b.Job, JobPrefix: b.JobPrefix, Description: b.Description}
+	p := fsm.TokenCreate{Accessor: fsm.NewAccessor(), Hash: wire.TokenHash(secret), Role: b.Role, Job: b.Job, JobPrefix: b.JobPrefix, Description: b.Description}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
@@ -356,9 +356,9 @@ func (s *Server) tokensCreate(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	tok := wireToken(v.(*fsm.TokenCreated).Token)
+	tok := *v.(*fsm.TokenCreated).Token
 	tok.Secret = secret
-	return tok, idx, nil
+	return &tok, idx, nil
 }
 
 func (s *Server) tokensList(_ *http.Request) (any, uint64, error) {
@@ -366,11 +366,7 @@ func (s *Server) tokensList(_ *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	out := wire.TokenList{Tokens: make([]wire.Token, 0, len(toks))}
-	for i := range toks {
-		out.Tokens = append(out.Tokens, *wireToken(&toks[i]))
-	}
-	return out, idx, nil
+	return wire.TokenList{Tokens: toks}, idx, nil
 }
 
 // tokensRevoke revokes a token; ?force=true allows revoking the last
@@ -389,18 +385,18 @@ func (s *Server) tokensRevoke(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	return wire.TokenRevoked{Revoked: *wireToken(v.(*fsm.Token))}, idx, nil
+	return wire.TokenRevoked{Revoked: *v.(*wire.Token)}, idx, nil
 }
 
 // ---- scope filters used by handlers ----
 
 // filterJobs keeps the jobs a worker token covers.
-func filterJobs(r *http.Request, jobs []fsm.Job) []fsm.Job {
+func filterJobs(r *http.Request, jobs []wire.Job) []wire.Job {
 	tok, ok := restricted(r)
 	if !ok {
 		return jobs
 	}
-	return slices.DeleteFunc(jobs, func(j fsm.Job) bool { return !tok.Covers(j.ID) })
+	return slices.DeleteFunc(jobs, func(j wire.Job) bool { return !tok.Covers(j.ID) })
 }
 
 // restoreSourceAllowed: a worker token restores from a job outside its

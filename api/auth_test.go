@@ -272,7 +272,7 @@ func TestAuthRouteMatrix(t *testing.T) {
 
 	// The job list is filtered to the worker's scope.
 	var jobs struct {
-		Jobs []fsm.Job `json:"jobs"`
+		Jobs []wire.Job `json:"jobs"`
 	}
 	okTok(t, "GET", m.URL+"/v1/jobs", worker, nil, &jobs)
 	if len(jobs.Jobs) != 1 || jobs.Jobs[0].ID != "ja" {

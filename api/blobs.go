@@ -110,7 +110,7 @@ func (s *Server) objectPut(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	if b.State != fsm.BlobIntent || (b.LeaseUntil != nil && s.now().After(*b.LeaseUntil)) {
+	if b.State != wire.BlobIntent || (b.LeaseUntil != nil && s.now().After(*b.LeaseUntil)) {
 		return nil, idx, apiErr(http.StatusConflict, wire.CodeConflict, "key", "blob %q is %s: uploads go to keys held by a live upload intent", key, b.State)
 	}
 	if b.Generation != 0 {
@@ -152,7 +152,7 @@ func (s *Server) objectGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	if b.State != fsm.BlobLive {
+	if b.State != wire.BlobLive {
 		writeError(w, apiErr(http.StatusConflict, wire.CodeConflict, "key", "blob %q is %s", key, b.State))
 		return
 	}

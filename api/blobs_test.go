@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/testmember"
 	"github.com/metastore/metastore/manifests"
 	"github.com/metastore/metastore/wire"
@@ -61,7 +60,7 @@ func TestManifestOverHTTP(t *testing.T) {
 	ok(t, "PUT", j.base+"/epochs/1/acks/agg", ack1, nil)
 	j.ack(t, 1, "src", map[string][]byte{"input": []byte("o=1")})
 
-	var plan fsm.RestorePlan
+	var plan wire.RestorePlan
 	ok(t, "GET", j.base+"/tasks/agg/restore", nil, &plan)
 	st := plan.Kinds[wire.KindState]
 	if st.Manifest == nil || len(st.Manifest.Segments) != 2 || plan.ObjectStoreReads != 2 || plan.ObjectStoreBytes != 100 {
@@ -72,7 +71,7 @@ func TestManifestOverHTTP(t *testing.T) {
 	if resp.status != 200 || string(resp.body) != strings.Repeat("b", 40) {
 		t.Fatalf("object range: %d %q", resp.status, resp.body)
 	}
-	var src fsm.RestorePlan
+	var src wire.RestorePlan
 	ok(t, "GET", j.base+"/tasks/src/restore", nil, &src)
 	if src.ObjectStoreReads != 0 || src.Kinds[wire.KindState].Status != wire.RestoreNothing {
 		t.Fatalf("task without state: %+v", src)
@@ -136,9 +135,9 @@ func TestManifestOverHTTP(t *testing.T) {
 	if !fsck.OK {
 		t.Fatal("fsck reports a mismatch")
 	}
-	var b fsm.Blob
+	var b wire.Blob
 	ok(t, "GET", m.URL+"/v1/blobs/"+log1, nil, &b)
-	if b.State != fsm.BlobLive || b.Refs != 2 || b.Size != 100 || b.Checksum != "crc32c:1234" {
+	if b.State != wire.BlobLive || b.Refs != 2 || b.Size != 100 || b.Checksum != "crc32c:1234" {
 		t.Fatalf("blob record: %+v", b)
 	}
 	// Uploads to keys without a live intent are refused.

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
 	"github.com/metastore/metastore/wire"
 )
@@ -38,7 +37,7 @@ func TestCRC32COverHTTP(t *testing.T) {
 	want := manifests.CRC32C([]byte(body[50:]))
 	ok(t, "PUT", j.base+"/epochs/1/acks/agg", ack(want), nil)
 
-	var plan fsm.RestorePlan
+	var plan wire.RestorePlan
 	r := ok(t, "GET", j.base+"/tasks/agg/restore", nil, &plan)
 	st := plan.Kinds[wire.KindState]
 	if st.Manifest == nil || len(st.Manifest.Segments) != 1 || st.Manifest.Segments[0].CRC32C != want ||

@@ -225,13 +225,13 @@ func (s *Server) jobsList(r *http.Request) (any, uint64, error) {
 		for _, j := range jobs {
 			changed = changed || j.ModifyIndex > after
 		}
-		return &wire.JobList{Jobs: convertAll(jobs, func(j *fsm.Job) wire.Job { return *wireJob(j) })}, idx, changed, nil
+		return &wire.JobList{Jobs: jobs}, idx, changed, nil
 	})
 }
 
 func (s *Server) jobPut(r *http.Request) (any, uint64, error) {
 	p, err := decodeCommand(r, true, func(t target, b *wire.JobPutRequest) (*fsm.JobPut, error) {
-		return &fsm.JobPut{Job: t.Job, Config: fsmJobConfig(b.Config)}, nil
+		return &fsm.JobPut{Job: t.Job, Config: b.Config}, nil
 	})
 	if err != nil {
 		return nil, 0, err
@@ -273,7 +273,7 @@ func (s *Server) jobGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return answer(blockingRead(r, s.fsm.Changes, wait, func() (*fsm.Job, uint64, bool, error) {
+	return answer(blockingRead(r, s.fsm.Changes, wait, func() (*wire.Job, uint64, bool, error) {
 		j, idx, err := s.fsm.Job(t.Job)
 		return j, idx, err != nil || after == 0 || j.ModifyIndex > after, err
 	}))
@@ -328,13 +328,13 @@ func (s *Server) attemptStart(r *http.Request) (any, uint64, error) {
 		// capabilities is required (docs/openapi.json): a task that
 		// checkpoints nothing says so with [], so a forgotten field is not
 		// taken for it.
-		tasks := make([]fsm.Task, len(b.Tasks))
+		tasks := make([]wire.Task, len(b.Tasks))
 		for i, tk := range b.Tasks {
 			if tk.Caps == nil {
 				return nil, apiErr(http.StatusBadRequest, wire.CodeInvalid, fmt.Sprintf("tasks[%d].capabilities", i),
 					"task %q has no capabilities; a task that checkpoints nothing has []", tk.ID)
 			}
-			tasks[i] = fsm.Task{ID: tk.ID, Caps: *tk.Caps}
+			tasks[i] = wire.Task{ID: tk.ID, Caps: *tk.Caps}
 		}
 		return &fsm.AttemptStart{Job: t.Job, AttemptID: b.AttemptID, Tasks: tasks}, nil
 	})
@@ -405,9 +405,9 @@ func (s *Server) epochsList(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	state := fsm.EpochState(r.URL.Query().Get("state"))
+	state := wire.EpochState(r.URL.Query().Get("state"))
 	switch state {
-	case "", fsm.EpochPending, fsm.EpochCompleted, fsm.EpochAborted, fsm.EpochSubsumed:
+	case "", wire.EpochPending, wire.EpochCompleted, wire.EpochAborted, wire.EpochSubsumed:
 	default:
 		return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "state", "%q is not one of pending, completed, aborted, subsumed", state)
 	}
@@ -415,7 +415,7 @@ func (s *Server) epochsList(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	return wire.EpochList{Epochs: convertAll(epochs, func(e *fsm.Epoch) wire.Epoch { return *wireEpoch(e) })}, idx, nil
+	return wire.EpochList{Epochs: epochs}, idx, nil
 }
 
 // epochGet reads an epoch with its statistics. With ?index=N it is a
@@ -430,7 +430,7 @@ func (s *Server) epochGet(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return answer(blockingRead(r, s.fsm.Changes, wait, func() (*fsm.EpochDetail, uint64, bool, error) {
+	return answer(blockingRead(r, s.fsm.Changes, wait, func() (*wire.EpochDetail, uint64, bool, error) {
 		e, idx, err := s.fsm.Epoch(t.Job, t.Epoch)
 		return e, idx, err != nil || after == 0 || e.ModifyIndex > after, err
 	}))
@@ -454,11 +454,11 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	}
 	if unsafeDropAcks {
 		if res, idx, ok := s.unsafeDropAck(p); ok {
-			return toWire(res), idx, nil
+			return res, idx, nil
 		}
 	}
 	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, p)
-	if res, ok := v.(*fsm.AckResult); ok && err == nil {
+	if res, ok := v.(*wire.AckResult); ok && err == nil {
 		s.metrics.observeAck(res)
 		if p.Manifest != nil && len(p.Manifest.Blobs) > 0 && s.gc != nil {
 			// The leader looks at the new blobs in the object store
@@ -531,6 +531,6 @@ func (s *Server) taskRestore(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, idx, err
 	}
-	ans, err := s.grantReads(wireRestorePlan(plan)) // signed blob reads when auth is on (auth.go)
+	ans, err := s.grantReads(plan) // signed blob reads when auth is on (auth.go)
 	return ans, idx, err
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // LateWindow is the number of a job's latest completed epochs in which late
@@ -18,7 +19,7 @@ const LateWindow = 10
 // it (the lower median; an epoch of one ack has no late task). A task late
 // again and again is held up upstream of it (backpressure) or is slow to
 // checkpoint. The console draws the same rule.
-func LateTasks(acks []fsm.Ack) []string {
+func LateTasks(acks []wire.Ack) []string {
 	if len(acks) < 2 {
 		return nil
 	}
@@ -82,7 +83,7 @@ func LateCounts(f *fsm.FSM) (map[string]map[string]int, error) {
 		}
 		var done []uint64
 		for i := len(epochs) - 1; i >= 0 && len(done) < LateWindow; i-- {
-			if st := epochs[i].State; st == fsm.EpochCompleted || st == fsm.EpochSubsumed {
+			if st := epochs[i].State; st == wire.EpochCompleted || st == wire.EpochSubsumed {
 				done = append(done, epochs[i].Epoch)
 			}
 		}

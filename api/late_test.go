@@ -10,12 +10,13 @@ import (
 
 	"github.com/metastore/metastore/api"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
-func acksWith(delays map[string]time.Duration) []fsm.Ack {
-	var out []fsm.Ack
+func acksWith(delays map[string]time.Duration) []wire.Ack {
+	var out []wire.Ack
 	for task, d := range delays {
-		out = append(out, fsm.Ack{Task: task, Delay: fsm.Duration(d)})
+		out = append(out, wire.Ack{Task: task, Delay: fsm.Duration(d)})
 	}
 	return out
 }
@@ -67,7 +68,7 @@ func TestLateTasksMetric(t *testing.T) {
 		// The slow task acknowledges once the epoch is older than twice
 		// the fast acks' delay and 2ms more (the member's clock is this
 		// machine's): the delay is what is measured.
-		var e fsm.EpochDetail
+		var e wire.EpochDetail
 		ok(t, "GET", fmt.Sprintf("%s/epochs/%d", j.base, epoch), nil, &e)
 		fast := max(time.Duration(e.Acks[0].Delay), time.Duration(e.Acks[1].Delay))
 		<-time.After(time.Until(e.BeganAt.Add(2*fast + 2*time.Millisecond)))

@@ -10,6 +10,7 @@ import (
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/buildinfo"
 	"github.com/metastore/metastore/leader"
+	"github.com/metastore/metastore/wire"
 )
 
 type metrics struct {
@@ -67,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, build buildinfo.Info) *metrics {
 
 // observeAck records an ack the leader committed: its delay and, when it
 // completed the epoch, the epoch's duration.
-func (m *metrics) observeAck(res *fsm.AckResult) {
+func (m *metrics) observeAck(res *wire.AckResult) {
 	if res.Ack != nil {
 		m.ackDelay.Observe(time.Duration(res.Ack.Delay).Seconds())
 	}
@@ -84,7 +85,7 @@ func (m *metrics) observeAck(res *fsm.AckResult) {
 // member's replicated state, per job (label job_id: Prometheus owns job):
 // how many, how many of their expected acks are missing (stragglers), and
 // the age of the oldest; and the attempts of each job that resumed from a
-// checkpoint (fsm.Job.RestoredAttempts, for the jobs whose starts record
+// checkpoint (wire.Job.RestoredAttempts, for the jobs whose starts record
 // it). Every member reports the same state (as of its applied index):
 // aggregate with max, not sum.
 type pendingCollector struct {
@@ -134,7 +135,7 @@ func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
 		if len(j.Pending) == 0 {
 			continue
 		}
-		epochs, _, err := c.fsm.Epochs(j.ID, fsm.EpochPending)
+		epochs, _, err := c.fsm.Epochs(j.ID, wire.EpochPending)
 		if err != nil {
 			failed = 1
 			continue

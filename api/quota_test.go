@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/metastore/metastore/config"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/internal/testmember"
 	"github.com/metastore/metastore/wire"
 )
@@ -73,7 +72,7 @@ func TestAckRateAndLiveBytesQuotas(t *testing.T) {
 	if r.status != http.StatusInsufficientStorage || errorCode(t, string(r.body)) != "quota_exceeded" || !strings.Contains(string(r.body), "--quota-live-bytes") {
 		t.Fatalf("ack past the live bytes quota: %d %s", r.status, r.body)
 	}
-	if b, _, err := m.FSM.Blob(k2); err != nil || b.State != fsm.BlobIntent {
+	if b, _, err := m.FSM.Blob(k2); err != nil || b.State != wire.BlobIntent {
 		t.Fatalf("the refused ack changed blob %s: %+v %v", k2, b, err)
 	}
 	ok(t, "PUT", j.base+"/epochs/2/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{"delta": map[string]any{}}}, nil) // ack 4

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestBackupAndRestore saves a backup of a running store, restores it into
@@ -68,9 +68,9 @@ func TestBackupAndRestore(t *testing.T) {
 	// The restored store keeps working: the pending epoch completes.
 	ok(t, "PUT", fmt.Sprintf("%s/v1/jobs/job-b/epochs/2/acks/src", dst.URL), map[string]any{"generation": 1, "payloads": map[string][]byte{"input": []byte("offset=10")}}, nil)
 	ok(t, "PUT", fmt.Sprintf("%s/v1/jobs/job-b/epochs/2/acks/agg", dst.URL), map[string]any{"generation": 1}, nil)
-	var e fsm.EpochDetail
+	var e wire.EpochDetail
 	ok(t, "GET", dst.URL+"/v1/jobs/job-b/epochs/2", nil, &e)
-	if e.State != fsm.EpochCompleted {
+	if e.State != wire.EpochCompleted {
 		t.Fatalf("epoch 2 after restore: %+v", e.Epoch)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // unsafeStaleReads is a positive control of the consistency suite, only in
@@ -34,12 +35,12 @@ var unsafeAcksSeen atomic.Int64
 // and p is the next ack to drop: a new ack (not a retry of a stored one)
 // of the current generation for a pending epoch, which would otherwise
 // be stored.
-func (s *Server) unsafeDropAck(p *fsm.TaskAck) (*fsm.AckResult, uint64, bool) {
+func (s *Server) unsafeDropAck(p *fsm.TaskAck) (*wire.AckResult, uint64, bool) {
 	if !unsafeDropAcks {
 		return nil, 0, false
 	}
 	e, idx, err := s.fsm.Epoch(p.Job, p.Epoch)
-	if err != nil || e.State != fsm.EpochPending || e.Generation != p.Generation || e.Acked+1 >= e.Expected {
+	if err != nil || e.State != wire.EpochPending || e.Generation != p.Generation || e.Acked+1 >= e.Expected {
 		return nil, 0, false
 	}
 	for _, a := range e.Acks {
@@ -52,8 +53,8 @@ func (s *Server) unsafeDropAck(p *fsm.TaskAck) (*fsm.AckResult, uint64, bool) {
 	}
 	now := time.Now()
 	s.logger.Warn("METASTORE_UNSAFE_DROP_ACKS: ack answered ok and not applied", "job", p.Job, "epoch", p.Epoch, "task", p.Task)
-	return &fsm.AckResult{
-		Ack:   &fsm.Ack{Task: p.Task, At: now, Delay: fsm.Duration(now.Sub(e.BeganAt)), Sizes: map[fsm.Kind]int{}, ContentHash: "dropped-by-unsafe-switch", Index: idx},
+	return &wire.AckResult{
+		Ack:   &wire.Ack{Task: p.Task, At: now, Delay: wire.Duration(now.Sub(e.BeganAt)), Sizes: map[wire.Kind]int{}, ContentHash: "dropped-by-unsafe-switch", Index: idx},
 		Epoch: &e.Epoch,
 	}, idx, true
 }

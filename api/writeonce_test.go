@@ -11,7 +11,6 @@ import (
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/blobstore/blobtest"
-	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
 	"github.com/metastore/metastore/internal/testmember"
 	"github.com/metastore/metastore/wire"
@@ -140,7 +139,7 @@ func TestBlobsWrittenOnce(t *testing.T) {
 	if b, _, _ := m.FSM.Blob(short.Key); !b.Flagged || b.Observed.Size != 10 {
 		t.Fatalf("a blob of 10 bytes declared as 12: %+v", b)
 	}
-	var plan fsm.RestorePlan
+	var plan wire.RestorePlan
 	ok(t, "GET", m.URL+"/v1/jobs/j/tasks/t/restore", nil, &plan)
 	if len(plan.FlaggedBlobs) != 1 || plan.FlaggedBlobs[0].Key != short.Key || plan.FlaggedBlobs[0].Declared != 12 || plan.FlaggedBlobs[0].Observed.Size != 10 {
 		t.Fatalf("restore plan flags %+v", plan.FlaggedBlobs)

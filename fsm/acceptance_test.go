@@ -13,7 +13,7 @@ import (
 
 // hundredTasks is a job of 100 tasks of which 10 checkpoint something, in
 // a mix of kinds; the other 90 are stateless.
-func hundredTasks(t *testing.T) (all, expected []fsm.Task) {
+func hundredTasks(t *testing.T) (all, expected []wire.Task) {
 	capsOf := map[int][]string{
 		3:  {"input"},
 		11: {"state"},
@@ -45,7 +45,7 @@ func hundredTasks(t *testing.T) (all, expected []fsm.Task) {
 func TestEpochWaitsOnlyForTasksWithCapabilities(t *testing.T) {
 	h := newHarness(t)
 	all, expected := hundredTasks(t)
-	h.putJob("wide", fsm.JobConfig{Retained: 3})
+	h.putJob("wide", wire.JobConfig{Retained: 3})
 	// Send the task list in a scrambled order: order must not matter.
 	scrambled := slices.Clone(all)
 	slices.Reverse(scrambled)
@@ -59,7 +59,7 @@ func TestEpochWaitsOnlyForTasksWithCapabilities(t *testing.T) {
 	for n := uint64(1); n <= epochs; n++ {
 		h.advance(time.Second)
 		e := h.begin("wide", 1, n)
-		if e.State != fsm.EpochPending || e.Expected != 10 {
+		if e.State != wire.EpochPending || e.Expected != 10 {
 			t.Fatalf("epoch %d began as %+v", n, e)
 		}
 		// A different task is last in every epoch.
@@ -73,17 +73,17 @@ func TestEpochWaitsOnlyForTasksWithCapabilities(t *testing.T) {
 			acked[n][tk.ID] = p
 			res := h.ack("wide", 1, n, tk.ID, p)
 			if i < 9 {
-				if res.Completed || res.Epoch.State != fsm.EpochPending || res.Epoch.Acked != i+1 {
+				if res.Completed || res.Epoch.State != wire.EpochPending || res.Epoch.Acked != i+1 {
 					t.Fatalf("epoch %d after %d acks: completed=%v %+v", n, i+1, res.Completed, res.Epoch)
 				}
 				continue
 			}
-			if !res.Completed || res.Epoch.State != fsm.EpochCompleted || res.Epoch.Acked != 10 {
+			if !res.Completed || res.Epoch.State != wire.EpochCompleted || res.Epoch.Acked != 10 {
 				t.Fatalf("epoch %d, 10th ack: completed=%v %+v", n, res.Completed, res.Epoch)
 			}
 		}
 		d := h.epoch("wide", n)
-		if d.State != fsm.EpochCompleted || d.CompletedAt == nil || !d.CompletedAt.Equal(h.now) || len(d.Acks) != 10 || len(d.Stragglers) != 0 {
+		if d.State != wire.EpochCompleted || d.CompletedAt == nil || !d.CompletedAt.Equal(h.now) || len(d.Acks) != 10 || len(d.Stragglers) != 0 {
 			t.Fatalf("epoch %d detail: %+v", n, d)
 		}
 		if j := h.job("wide"); j.LatestCompleted != n || len(j.Pending) != 0 {
@@ -97,7 +97,7 @@ func TestEpochWaitsOnlyForTasksWithCapabilities(t *testing.T) {
 		h.ack("wide", 1, epochs+1, tk.ID, payloadsFor(tk, epochs+1))
 	}
 	d := h.epoch("wide", epochs+1)
-	if d.State != fsm.EpochPending || d.Acked != 9 || d.Expected != 10 {
+	if d.State != wire.EpochPending || d.Acked != 9 || d.Expected != 10 {
 		t.Fatalf("after 9 acks: %+v", d)
 	}
 	if want := []string{expected[9].ID}; !slices.Equal(d.Stragglers, want) {
@@ -133,7 +133,7 @@ func TestEpochWaitsOnlyForTasksWithCapabilities(t *testing.T) {
 // old generation is fenced.
 func TestTopologyChange(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("etl", fsm.JobConfig{Retained: 2})
+	h.putJob("etl", wire.JobConfig{Retained: 2})
 	a := task(t, "a", "state")
 	b := task(t, "b", "input", "state", "incremental")
 	c := task(t, "c", "output")
@@ -141,7 +141,7 @@ func TestTopologyChange(t *testing.T) {
 	m := task(t, "map") // stateless, in both attempts
 	h.start("etl", "att-1", a, b, c, m)
 	h.begin("etl", 1, 1)
-	for _, tk := range []fsm.Task{a, b, c} {
+	for _, tk := range []wire.Task{a, b, c} {
 		h.ack("etl", 1, 1, tk.ID, payloadsFor(tk, 1))
 	}
 	h.advance(time.Second)
@@ -160,7 +160,7 @@ func TestTopologyChange(t *testing.T) {
 	}
 	for _, n := range []uint64{2, 3} {
 		e := h.epoch("etl", n)
-		if e.State != fsm.EpochAborted || !strings.Contains(e.Reason, "generation 2") || e.EndedAt == nil || !e.EndedAt.Equal(h.now) {
+		if e.State != wire.EpochAborted || !strings.Contains(e.Reason, "generation 2") || e.EndedAt == nil || !e.EndedAt.Equal(h.now) {
 			t.Fatalf("epoch %d after attempt 2: %+v", n, e.Epoch)
 		}
 	}
@@ -188,12 +188,12 @@ func TestTopologyChange(t *testing.T) {
 	h.reject(wire.ErrFenced, fsm.CmdTaskAck, fsm.TaskAck{Job: "etl", Generation: 1, Epoch: 1, Task: "c", Payloads: payloadsFor(c, 1)})
 	h.reject(wire.ErrFenced, fsm.CmdEpochAbort, fsm.EpochAbort{Job: "etl", Generation: 1, Epoch: 3})
 	h.reject(wire.ErrFenced, fsm.CmdEpochAbort, fsm.EpochAbort{Job: "etl", Generation: 1, Epoch: 1})
-	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "etl", AttemptID: "att-1", Tasks: []fsm.Task{a, b, c, m}})
+	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "etl", AttemptID: "att-1", Tasks: []wire.Task{a, b, c, m}})
 
 	// Attempt 2 completes an epoch: c is gone from the latest checkpoint.
 	h.advance(time.Second)
 	h.begin("etl", 2, 4)
-	for _, tk := range []fsm.Task{a, b, d} {
+	for _, tk := range []wire.Task{a, b, d} {
 		h.ack("etl", 2, 4, tk.ID, payloadsFor(tk, 4))
 	}
 	checkNoPriorState(t, h.restore(fsm.RestoreRequest{Job: "etl", Task: "c"}))
@@ -208,7 +208,7 @@ func TestTopologyChange(t *testing.T) {
 
 func TestRestoreWithoutCheckpoint(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("new", fsm.JobConfig{})
+	h.putJob("new", wire.JobConfig{})
 	h.start("new", "a1", task(t, "x", "state"))
 	p := h.restore(fsm.RestoreRequest{Job: "new", Task: "x"})
 	if p.Status != "no_checkpoint" || p.Source.Epoch != 0 {

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -33,23 +32,12 @@ func init() {
 	register(CmdURLKeyInit, "url-key-init", 1, applyURLKeyInit)
 }
 
-// Role is what a token may do.
-type Role string
-
-const (
-	// RoleOperator may do everything.
-	RoleOperator Role = "operator"
-	// RoleWorker may touch only the jobs of its scope: one job, or every
-	// job whose id starts with a prefix.
-	RoleWorker Role = "worker"
-)
-
 // Token is a token's record. It never holds the secret.
 type Token struct {
 	// Accessor names the token in lists and revocations; it is not a
 	// credential.
-	Accessor string `json:"accessor"`
-	Role     Role   `json:"role"`
+	Accessor string    `json:"accessor"`
+	Role     wire.Role `json:"role"`
 	// Job or JobPrefix is the scope of a worker token (exactly one is set).
 	Job         string `json:"job,omitempty"`
 	JobPrefix   string `json:"job_prefix,omitempty"`
@@ -60,36 +48,6 @@ type Token struct {
 	CreatedAt   time.Time `json:"created_at"`
 	CreateIndex uint64    `json:"create_index"`
 }
-
-// Covers reports whether the token's scope covers job.
-func (t *Token) Covers(job string) bool {
-	switch {
-	case t.Role == RoleOperator:
-		return true
-	case t.Role != RoleWorker:
-		return false
-	case t.Job != "":
-		return job == t.Job
-	case t.JobPrefix != "":
-		return strings.HasPrefix(job, t.JobPrefix)
-	}
-	return false
-}
-
-// Scope describes the token's scope for messages: "all jobs", `job "a"`,
-// `jobs prefixed "team-"`.
-func (t *Token) Scope() string {
-	switch {
-	case t.Role == RoleOperator:
-		return "all jobs (operator)"
-	case t.Job != "":
-		return "job " + quote(t.Job)
-	default:
-		return "jobs prefixed " + quote(t.JobPrefix)
-	}
-}
-
-func quote(s string) string { return `"` + s + `"` }
 
 var (
 	accessorPattern  = regexp.MustCompile(`^[0-9a-f]{16}$`)
@@ -111,12 +69,12 @@ func NewAccessor() string {
 // TokenCreate creates a token. The proposer chooses the accessor and hashes
 // the secret; the secret never enters the log.
 type TokenCreate struct {
-	Accessor    string `json:"accessor"`
-	Hash        string `json:"hash"`
-	Role        Role   `json:"role"`
-	Job         string `json:"job,omitempty"`
-	JobPrefix   string `json:"job_prefix,omitempty"`
-	Description string `json:"description,omitempty"`
+	Accessor    string    `json:"accessor"`
+	Hash        string    `json:"hash"`
+	Role        wire.Role `json:"role"`
+	Job         string    `json:"job,omitempty"`
+	JobPrefix   string    `json:"job_prefix,omitempty"`
+	Description string    `json:"description,omitempty"`
 	// Bootstrap creates the token only when no token exists yet; otherwise
 	// the command changes nothing and answers Created false.
 	Bootstrap bool `json:"bootstrap,omitempty"`
@@ -131,11 +89,11 @@ func (p *TokenCreate) Validate() error {
 		return ruleErr(wire.CodeInvalid, "hash", "not a hex SHA-256")
 	}
 	switch p.Role {
-	case RoleOperator:
+	case wire.RoleOperator:
 		if p.Job != "" || p.JobPrefix != "" {
 			return ruleErr(wire.CodeInvalid, "job", "an operator token covers every job; it takes no job or job_prefix")
 		}
-	case RoleWorker:
+	case wire.RoleWorker:
 		if (p.Job == "") == (p.JobPrefix == "") {
 			return ruleErr(wire.CodeInvalid, "job", "a worker token needs exactly one of job or job_prefix")
 		}
@@ -159,8 +117,8 @@ func (p *TokenCreate) Validate() error {
 // TokenCreated is the value of a token-create command.
 type TokenCreated struct {
 	// Created is false when a bootstrap found tokens already there.
-	Created bool   `json:"created"`
-	Token   *Token `json:"token,omitempty"`
+	Created bool        `json:"created"`
+	Token   *wire.Token `json:"token,omitempty"`
 }
 
 func (p *TokenCreate) same(t *Token) bool {
@@ -191,7 +149,7 @@ func applyTokenCreate(t *txn, c Command) (any, error) {
 		return nil, err
 	} else if old != nil {
 		if p.same(old) {
-			return &TokenCreated{Created: true, Token: old}, nil // a repeat of the same create
+			return &TokenCreated{Created: true, Token: wireToken(old)}, nil // a repeat of the same create
 		}
 		return nil, ruleErr(wire.CodeConflict, "accessor", "a token with accessor %s exists", p.Accessor)
 	}
@@ -208,7 +166,7 @@ func applyTokenCreate(t *txn, c Command) (any, error) {
 	if err := t.b(bucketAuth).Put(append(authHashPrefix, p.Hash...), []byte(p.Accessor)); err != nil {
 		return nil, err
 	}
-	return &TokenCreated{Created: true, Token: tok}, nil
+	return &TokenCreated{Created: true, Token: wireToken(tok)}, nil
 }
 
 // TokenRevoke revokes a token. Revoking the last operator token is refused
@@ -234,14 +192,14 @@ func applyTokenRevoke(t *txn, c Command) (any, error) {
 	if tok == nil {
 		return nil, ruleErr(wire.CodeNotFound, "accessor", "no token with accessor %s", p.Accessor)
 	}
-	if tok.Role == RoleOperator && !p.Force {
+	if tok.Role == wire.RoleOperator && !p.Force {
 		others := 0
 		err := t.scan(bucketAuth, authTokenPrefix, func(k, v []byte) (bool, error) {
 			var o Token
 			if err := decodeRecord(v, &o); err != nil {
 				return false, fmt.Errorf("fsm: decode %s/%q: %w", bucketAuth, k, err)
 			}
-			if o.Role == RoleOperator && o.Accessor != tok.Accessor {
+			if o.Role == wire.RoleOperator && o.Accessor != tok.Accessor {
 				others++
 			}
 			return others == 0, nil
@@ -297,30 +255,30 @@ func (t *txn) token(accessor string) (*Token, error) {
 
 // TokenByHash finds the token whose secret hashes to hash (wire.TokenHash);
 // nil when there is none.
-func (f *FSM) TokenByHash(hash string) (*Token, error) {
-	var out *Token
+func (f *FSM) TokenByHash(hash string) (*wire.Token, error) {
+	var out *wire.Token
 	_, err := f.view(func(t *txn) error {
 		acc := t.b(bucketAuth).Get(append(authHashPrefix, hash...))
 		if acc == nil {
 			return nil
 		}
 		tok, err := t.token(string(acc))
-		out = tok
+		out = wireToken(tok)
 		return err
 	})
 	return out, err
 }
 
 // Tokens lists every token, by accessor.
-func (f *FSM) Tokens() ([]Token, uint64, error) {
-	out := []Token{}
+func (f *FSM) Tokens() ([]wire.Token, uint64, error) {
+	out := []wire.Token{}
 	idx, err := f.view(func(t *txn) error {
 		return t.scan(bucketAuth, authTokenPrefix, func(k, _ []byte) (bool, error) {
 			var tok Token
 			if _, err := t.getRecord(bucketAuth, k, &tok); err != nil {
 				return false, err
 			}
-			out = append(out, tok)
+			out = append(out, *wireToken(&tok))
 			return true, nil
 		})
 	})

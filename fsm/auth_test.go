@@ -10,7 +10,7 @@ import (
 	"github.com/metastore/metastore/wire"
 )
 
-func lookup(t *testing.T, h *harness, secret string) *fsm.Token {
+func lookup(t *testing.T, h *harness, secret string) *wire.Token {
 	t.Helper()
 	tok, err := h.f.TokenByHash(wire.TokenHash(secret))
 	if err != nil {
@@ -21,7 +21,7 @@ func lookup(t *testing.T, h *harness, secret string) *fsm.Token {
 
 func TestTokenCreateLookupRevoke(t *testing.T) {
 	h := newHarness(t)
-	op := fsm.TokenCreate{Accessor: "0123456789abcdef", Hash: wire.TokenHash("s-op"), Role: fsm.RoleOperator, Description: "admin"}
+	op := fsm.TokenCreate{Accessor: "0123456789abcdef", Hash: wire.TokenHash("s-op"), Role: wire.RoleOperator, Description: "admin"}
 	res := mustOK(t, h.mustApply(fsm.CmdTokenCreate, op)).(*fsm.TokenCreated)
 	if !res.Created || res.Token.Accessor != op.Accessor || !res.Token.CreatedAt.Equal(h.now) || res.Token.CreateIndex != h.index {
 		t.Fatalf("create answered %+v (token %+v)", res, res.Token)
@@ -35,14 +35,14 @@ func TestTokenCreateLookupRevoke(t *testing.T) {
 	other := op
 	other.Hash = wire.TokenHash("s-other")
 	h.reject(wire.ErrConflict, fsm.CmdTokenCreate, other)
-	dupSecret := fsm.TokenCreate{Accessor: "1111111111111111", Hash: op.Hash, Role: fsm.RoleWorker, Job: "a"}
+	dupSecret := fsm.TokenCreate{Accessor: "1111111111111111", Hash: op.Hash, Role: wire.RoleWorker, Job: "a"}
 	h.reject(wire.ErrConflict, fsm.CmdTokenCreate, dupSecret)
 
-	w := fsm.TokenCreate{Accessor: "2222222222222222", Hash: wire.TokenHash("s-w"), Role: fsm.RoleWorker, JobPrefix: "team-"}
+	w := fsm.TokenCreate{Accessor: "2222222222222222", Hash: wire.TokenHash("s-w"), Role: wire.RoleWorker, JobPrefix: "team-"}
 	mustOK(t, h.mustApply(fsm.CmdTokenCreate, w))
 
 	got := lookup(t, h, "s-w")
-	if got == nil || got.Accessor != w.Accessor || got.Role != fsm.RoleWorker || !got.Covers("team-x") || got.Covers("other") || got.Covers("team") {
+	if got == nil || got.Accessor != w.Accessor || got.Role != wire.RoleWorker || !got.Covers("team-x") || got.Covers("other") || got.Covers("team") {
 		t.Fatalf("lookup: %+v", got)
 	}
 	if lookup(t, h, "s-nope") != nil {
@@ -76,7 +76,7 @@ func TestTokenCreateLookupRevoke(t *testing.T) {
 
 func TestTokenBootstrapOnlyWhenEmpty(t *testing.T) {
 	h := newHarness(t)
-	boot := fsm.TokenCreate{Accessor: "aaaaaaaaaaaaaaaa", Hash: wire.TokenHash("boot"), Role: fsm.RoleOperator, Bootstrap: true}
+	boot := fsm.TokenCreate{Accessor: "aaaaaaaaaaaaaaaa", Hash: wire.TokenHash("boot"), Role: wire.RoleOperator, Bootstrap: true}
 	if r := mustOK(t, h.mustApply(fsm.CmdTokenCreate, boot)).(*fsm.TokenCreated); !r.Created {
 		t.Fatal("bootstrap into an empty table created nothing")
 	}
@@ -100,15 +100,15 @@ func TestTokenCreateValidation(t *testing.T) {
 	h := newHarness(t)
 	hash := wire.TokenHash("x")
 	for name, p := range map[string]fsm.TokenCreate{
-		"bad accessor":       {Accessor: "XYZ", Hash: hash, Role: fsm.RoleOperator},
-		"bad hash":           {Accessor: "0123456789abcdef", Hash: "plain-secret", Role: fsm.RoleOperator},
+		"bad accessor":       {Accessor: "XYZ", Hash: hash, Role: wire.RoleOperator},
+		"bad hash":           {Accessor: "0123456789abcdef", Hash: "plain-secret", Role: wire.RoleOperator},
 		"unknown role":       {Accessor: "0123456789abcdef", Hash: hash, Role: "root"},
-		"operator with job":  {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleOperator, Job: "a"},
-		"worker no scope":    {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleWorker},
-		"worker both scopes": {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleWorker, Job: "a", JobPrefix: "a"},
-		"worker bad job":     {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleWorker, Job: "../a"},
-		"worker bad prefix":  {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleWorker, JobPrefix: "a/b"},
-		"long description":   {Accessor: "0123456789abcdef", Hash: hash, Role: fsm.RoleOperator, Description: strings.Repeat("d", wire.MaxReasonLen+1)},
+		"operator with job":  {Accessor: "0123456789abcdef", Hash: hash, Role: wire.RoleOperator, Job: "a"},
+		"worker no scope":    {Accessor: "0123456789abcdef", Hash: hash, Role: wire.RoleWorker},
+		"worker both scopes": {Accessor: "0123456789abcdef", Hash: hash, Role: wire.RoleWorker, Job: "a", JobPrefix: "a"},
+		"worker bad job":     {Accessor: "0123456789abcdef", Hash: hash, Role: wire.RoleWorker, Job: "../a"},
+		"worker bad prefix":  {Accessor: "0123456789abcdef", Hash: hash, Role: wire.RoleWorker, JobPrefix: "a/b"},
+		"long description":   {Accessor: "0123456789abcdef", Hash: hash, Role: wire.RoleOperator, Description: strings.Repeat("d", wire.MaxReasonLen+1)},
 	} {
 		t.Run(name, func(t *testing.T) { h.reject(wire.ErrInvalid, fsm.CmdTokenCreate, p) })
 	}

@@ -17,7 +17,7 @@ import (
 func TestBatchEntryAppliesLikeSeparateEntries(t *testing.T) {
 	single, batched := newHarness(t), newHarness(t)
 	for _, h := range []*harness{single, batched} {
-		h.putJob("j", fsm.JobConfig{})
+		h.putJob("j", wire.JobConfig{})
 		h.start("j", "a1", task(t, "t1", "input"), task(t, "t2", "input"))
 	}
 	cmds := []struct {
@@ -64,7 +64,7 @@ func TestBatchEntryAppliesLikeSeparateEntries(t *testing.T) {
 			mustOK(t, results[i])
 		}
 	}
-	if e := batched.epoch("j", 2); e.State != fsm.EpochCompleted {
+	if e := batched.epoch("j", 2); e.State != wire.EpochCompleted {
 		t.Fatalf("epoch 2 after the batch: %s, want completed", e.State)
 	}
 	// The same state, but for the Raft indexes records carry (the batch's

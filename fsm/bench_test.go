@@ -9,6 +9,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // deltaBench is one task whose manifest holds a given number of segments,
@@ -21,7 +22,7 @@ type deltaBench struct {
 
 func newDeltaBench(b *testing.B, segments int) *deltaBench {
 	h := newHarness(b)
-	h.putJob("bench", fsm.JobConfig{Retained: 1})
+	h.putJob("bench", wire.JobConfig{Retained: 1})
 	h.start("bench", "a1", task(b, "t", "state", "incremental"))
 	d := &deltaBench{h: h}
 	// Build the manifest over as many epochs as the delta limit needs.
@@ -56,7 +57,7 @@ func (d *deltaBench) ack(tb testing.TB, key string, size uint64, delta manifests
 	if !ok || res.Err != nil {
 		tb.Fatalf("ack epoch %d: %v", d.epoch, resp)
 	}
-	if !res.Value.(*fsm.AckResult).Completed {
+	if !res.Value.(*wire.AckResult).Completed {
 		tb.Fatalf("ack epoch %d did not complete it", d.epoch)
 	}
 	return len(data), took

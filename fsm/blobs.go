@@ -267,16 +267,17 @@ func applyBlobsPurge(t *txn, c Command) (any, error) {
 // Reads for the collector.
 
 // Blob returns a blob's record.
-func (f *FSM) Blob(key string) (*Blob, uint64, error) {
-	var b *Blob
-	idx, err := f.view(func(t *txn) (err error) {
-		b, err = t.blob(key)
+func (f *FSM) Blob(key string) (*wire.Blob, uint64, error) {
+	var out *wire.Blob
+	idx, err := f.view(func(t *txn) error {
+		b, err := t.blob(key)
 		if err == nil && b == nil {
 			err = ruleErr(wire.CodeNotFound, "key", "blob %q is not known", key)
 		}
+		out = wireBlob(b)
 		return err
 	})
-	return b, idx, err
+	return out, idx, err
 }
 
 // scanTimeIndex lists up to max keys of a time-ordered index whose time is

@@ -91,8 +91,8 @@ func applyMemberRemove(t *txn, c Command) (any, error) {
 
 // JobPut creates a job or replaces its config.
 type JobPut struct {
-	Job    string    `json:"job"`
-	Config JobConfig `json:"config"`
+	Job    string         `json:"job"`
+	Config wire.JobConfig `json:"config"`
 }
 
 func (p *JobPut) Validate() error {
@@ -130,10 +130,10 @@ func applyJobPut(t *txn, c Command) (any, error) {
 				return nil, err
 			}
 		}
-	} else if j.Config == p.Config {
+	} else if j.Config == JobConfig(p.Config) {
 		return j, nil
 	}
-	j.Config = p.Config
+	j.Config = JobConfig(p.Config)
 	j.UpdatedAt = c.Time
 	j.ModifyIndex = t.index
 	if err := applyRetention(t, j, c.Time); err != nil {
@@ -162,8 +162,8 @@ type AttemptStart struct {
 	// AttemptID is chosen by the caller and makes a retried start
 	// recognisable: the same id with the same tasks answers the same
 	// generation.
-	AttemptID string `json:"attempt_id"`
-	Tasks     []Task `json:"tasks"`
+	AttemptID string      `json:"attempt_id"`
+	Tasks     []wire.Task `json:"tasks"`
 }
 
 func (p *AttemptStart) Validate() error {
@@ -197,7 +197,7 @@ func (p *AttemptStart) Validate() error {
 
 // contentHash identifies the task set regardless of the order it was sent.
 func (p *AttemptStart) contentHash() string {
-	tasks := append([]Task(nil), p.Tasks...)
+	tasks := append([]wire.Task(nil), p.Tasks...)
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].ID < tasks[j].ID })
 	h := sha256.New()
 	for _, tk := range tasks {
@@ -262,7 +262,7 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 		}
 	}
 	for i := range p.Tasks {
-		tk := p.Tasks[i]
+		tk := Task(p.Tasks[i])
 		if tk.Caps.Expected() {
 			a.Expected++
 		}

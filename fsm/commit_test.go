@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestGroupCommit: batches are applied to one open transaction and
@@ -16,11 +17,11 @@ import (
 func TestGroupCommit(t *testing.T) {
 	h := newHarness(t)
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
-	h.putJob("a", fsm.JobConfig{})
+	h.putJob("a", wire.JobConfig{})
 	h.job("a") // commits it
 	start := h.f.CommitStats()
 	for i := range 10 {
-		h.putJob("j"+string(rune('a'+i)), fsm.JobConfig{})
+		h.putJob("j"+string(rune('a'+i)), wire.JobConfig{})
 	}
 	if got := h.f.CommitStats(); got.Commits != start.Commits {
 		t.Fatalf("10 batches committed %d times before any reader, want none", got.Commits-start.Commits)
@@ -44,7 +45,7 @@ func TestGroupCommit(t *testing.T) {
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 3})
 	before := h.f.CommitStats()
 	for i := range 3 {
-		h.putJob("m"+string(rune('a'+i)), fsm.JobConfig{})
+		h.putJob("m"+string(rune('a'+i)), wire.JobConfig{})
 	}
 	if got := h.f.CommitStats(); got.Commits != before.Commits+1 {
 		t.Fatalf("3 entries with MaxEntries 3: %d commits", got.Commits-before.Commits)
@@ -52,7 +53,7 @@ func TestGroupCommit(t *testing.T) {
 
 	// The interval commits without a reader.
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: 10 * time.Millisecond, MaxEntries: 1000})
-	h.putJob("timer", fsm.JobConfig{})
+	h.putJob("timer", wire.JobConfig{})
 	deadline := time.Now().Add(10 * time.Second)
 	for h.f.CommittedIndex() != h.f.AppliedIndex() {
 		if time.Now().After(deadline) {
@@ -63,7 +64,7 @@ func TestGroupCommit(t *testing.T) {
 
 	// A snapshot holds everything applied.
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
-	h.putJob("snap", fsm.JobConfig{})
+	h.putJob("snap", wire.JobConfig{})
 	want := h.f.AppliedIndex()
 	dst := newHarness(t)
 	if err := dst.f.Restore(io.NopCloser(bytes.NewReader(snapshotOf(t, h.f)))); err != nil {
@@ -74,7 +75,7 @@ func TestGroupCommit(t *testing.T) {
 	}
 
 	// Close commits: reopened, the file holds every batch.
-	h.putJob("closed", fsm.JobConfig{})
+	h.putJob("closed", wire.JobConfig{})
 	want = h.f.AppliedIndex()
 	h.reopen()
 	if got := h.f.AppliedIndex(); got != want || h.job("closed") == nil {

@@ -14,7 +14,7 @@ import (
 // range declared without one (an older client) has none.
 func TestCRC32CKeptAndReturned(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("c", fsm.JobConfig{Retained: 2})
+	h.putJob("c", wire.JobConfig{Retained: 2})
 	h.start("c", "a1", task(t, "t", "state", "incremental"))
 	h.intents("c", 1, "c/t/log", "c/t/base")
 	seg := manifests.Segment{Key: "c/t/log", Offset: 0, Length: 60, FirstSeq: 1, LastSeq: 5, CRC32C: manifests.CRC32C([]byte("sixty"))}
@@ -30,7 +30,7 @@ func TestCRC32CKeptAndReturned(t *testing.T) {
 		Delta: &manifests.Delta{Materialize: &manifests.Materialization{Bases: []manifests.Base{base}}}}}))
 	latest := manifests.Manifest{Bases: []manifests.Base{base}, Segments: []manifests.Segment{seg, old}}
 
-	check := func(what string, p *fsm.RestorePlan, want manifests.Manifest) {
+	check := func(what string, p *wire.RestorePlan, want manifests.Manifest) {
 		t.Helper()
 		kr, ok := p.Kinds[wire.KindState]
 		if !ok || kr.Manifest == nil {
@@ -46,7 +46,7 @@ func TestCRC32CKeptAndReturned(t *testing.T) {
 	// A fork (of a savepoint: another job's checkpoint) copies the
 	// records, checksums included.
 	h.pin("c", 2, "")
-	h.putJob("f", fsm.JobConfig{Retained: 2})
+	h.putJob("f", wire.JobConfig{Retained: 2})
 	h.start("f", "a1", task(t, "t", "state", "incremental"))
 	h.begin("f", 1, 1)
 	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "f", Generation: 1, Epoch: 1, Task: "t", Manifest: &fsm.ManifestAck{
@@ -63,7 +63,7 @@ func TestCRC32CKeptAndReturned(t *testing.T) {
 // refused at ack, naming the field, and changes nothing.
 func TestCRC32CShapeRefused(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("c", fsm.JobConfig{Retained: 2})
+	h.putJob("c", wire.JobConfig{Retained: 2})
 	h.start("c", "a1", task(t, "inc", "state", "incremental"), task(t, "full", "state"))
 	h.intents("c", 1, "c/blob")
 	h.begin("c", 1, 1)

@@ -14,7 +14,7 @@ import (
 func crossJobWorld(t *testing.T, withB bool) *harness {
 	h := newHarness(t)
 	if withB {
-		h.putJob("jobB", fsm.JobConfig{Retained: 2})
+		h.putJob("jobB", wire.JobConfig{Retained: 2})
 		h.start("jobB", "b1", task(t, "agg-0", "state", "incremental"))
 		h.intents("jobB", 1, "jobB/agg-0/log")
 		h.begin("jobB", 1, 1)
@@ -22,7 +22,7 @@ func crossJobWorld(t *testing.T, withB bool) *harness {
 			Blobs: []fsm.BlobCommit{{Key: "jobB/agg-0/log", Size: 100}},
 			Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "jobB/agg-0/log", Offset: 0, Length: 100, FirstSeq: 1, LastSeq: 2}}}}}))
 	}
-	h.putJob("jobA", fsm.JobConfig{Retained: 2})
+	h.putJob("jobA", wire.JobConfig{Retained: 2})
 	h.start("jobA", "a1", task(t, "agg-0", "state", "incremental"))
 	h.begin("jobA", 1, 1)
 	return h
@@ -122,7 +122,7 @@ func TestCrossJobBlobReference(t *testing.T) {
 // attempt 1 cannot be committed by an ack of attempt 2.
 func TestSupersededUploadSlotRefused(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	h.start("j", "a1", task(t, "t", "state", "incremental"))
 	h.intents("j", 1, "j/t/old")
 	h.start("j", "a2", task(t, "t", "state", "incremental"))
@@ -160,7 +160,7 @@ func ptr[T any](v T) *T { return &v }
 // plans, and a repeated observation changes nothing.
 func TestBlobObservation(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	h.start("j", "a1", task(t, "t", "state", "incremental"))
 	h.intents("j", 1, "j/t/a", "j/t/b")
 	h.begin("j", 1, 1)

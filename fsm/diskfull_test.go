@@ -37,11 +37,11 @@ func TestApplyWaitsForSpace(t *testing.T) {
 	defer func() { h.f.Close() }()
 
 	const tasks = 4000
-	var specs []fsm.Task
+	var specs []wire.Task
 	for i := range tasks {
 		specs = append(specs, task(t, fmt.Sprintf("t%04d", i), "state"))
 	}
-	h.putJob("big", fsm.JobConfig{Retained: 2})
+	h.putJob("big", wire.JobConfig{Retained: 2})
 	h.start("big", "a1", specs...)
 	h.begin("big", 1, 1)
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // The state machine file is written without fsync; a marker records the
@@ -15,7 +16,7 @@ import (
 func TestUnsyncedFileSetAsideAfterMachineRestart(t *testing.T) {
 	fsm.SetBootID(t, "boot-1")
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	idx := h.f.AppliedIndex()
 
 	readMarker := func() string {
@@ -56,7 +57,7 @@ func TestUnsyncedFileSetAsideAfterMachineRestart(t *testing.T) {
 
 	// The machine goes down while the file is open: the next boot sets the
 	// file aside and starts from an empty one.
-	h.putJob("k", fsm.JobConfig{})
+	h.putJob("k", wire.JobConfig{})
 	if err := h.f.CloseAsCrash(); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestUnsyncedFileSetAsideAfterMachineRestart(t *testing.T) {
 func TestFileWithoutMarkerIsKept(t *testing.T) {
 	fsm.SetBootID(t, "boot-1")
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	idx := h.f.AppliedIndex()
 	if err := h.f.Close(); err != nil {
 		t.Fatal(err)

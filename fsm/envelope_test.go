@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
@@ -113,7 +114,7 @@ func TestDecodeRejectsBadEnvelopes(t *testing.T) {
 // entry is met again on restart instead of being skipped.
 func TestApplyPanicsOnBadEntry(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	for _, tc := range badEntries(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			before, idx := h.dump(), h.f.AppliedIndex()
@@ -145,7 +146,7 @@ func TestApplyPanicsOnBadEntry(t *testing.T) {
 	}
 	// The state machine is still usable.
 	h.index = h.f.AppliedIndex()
-	h.putJob("k", fsm.JobConfig{})
+	h.putJob("k", wire.JobConfig{})
 }
 
 func panicOf(fn func()) (msg string) {

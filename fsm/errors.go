@@ -23,7 +23,8 @@ func ruleErr(code wire.Code, field, format string, args ...any) *wire.RuleError 
 }
 
 // Result is what Apply returns for every command: the index it was applied
-// at, and either a value or a rule violation.
+// at, and either a value or a rule violation. A value that shows a record
+// or an answer of the API has its type in package wire (views.go).
 type Result struct {
 	Index uint64
 	Value any

@@ -479,7 +479,7 @@ func result(index uint64, v any, err error) (*Result, error) {
 	var rule *wire.RuleError
 	switch {
 	case err == nil:
-		return &Result{Index: index, Value: v}, nil
+		return &Result{Index: index, Value: shown(v)}, nil
 	case errors.As(err, &rule):
 		return &Result{Index: index, Err: rule}, nil
 	default:

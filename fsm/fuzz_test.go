@@ -26,7 +26,7 @@ import (
 func fuzzState(h *harness) [][]byte {
 	h.t.Helper()
 	h.mustApply(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m1", RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"})
-	h.putJob("inc", fsm.JobConfig{Retained: 2})
+	h.putJob("inc", wire.JobConfig{Retained: 2})
 	inc := task(h.t, "t0", "state", "incremental")
 	h.start("inc", "a1", inc)
 	w := &worker{job: "inc", task: "t0", gen: 1, acked: map[uint64]manifests.Manifest{}}
@@ -37,7 +37,7 @@ func fuzzState(h *harness) [][]byte {
 	h.pin("inc", 3, "sp")
 	h.begin("inc", 1, 5) // pending
 
-	h.putJob("plain", fsm.JobConfig{})
+	h.putJob("plain", wire.JobConfig{})
 	pt := task(h.t, "p0", "state")
 	h.start("plain", "b1", pt)
 	h.begin("plain", 1, 1)
@@ -60,8 +60,8 @@ func fuzzState(h *harness) [][]byte {
 	}{
 		{fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m2", RaftAddr: "127.0.0.1:3", HTTPAddr: "127.0.0.1:4"}},
 		{fsm.CmdMemberRemove, fsm.MemberRemove{ID: "m1"}},
-		{fsm.CmdJobPut, fsm.JobPut{Job: "inc", Config: fsm.JobConfig{Retained: 1}}},
-		{fsm.CmdAttemptStart, fsm.AttemptStart{Job: "plain", AttemptID: "b2", Tasks: []fsm.Task{pt}}},
+		{fsm.CmdJobPut, fsm.JobPut{Job: "inc", Config: wire.JobConfig{Retained: 1}}},
+		{fsm.CmdAttemptStart, fsm.AttemptStart{Job: "plain", AttemptID: "b2", Tasks: []wire.Task{pt}}},
 		{fsm.CmdEpochBegin, fsm.EpochBegin{Job: "plain", Generation: 1, Epoch: 9}},
 		{fsm.CmdTaskAck, fsm.TaskAck{Job: "plain", Generation: 1, Epoch: 3, Task: "p0", Payloads: payloadsFor(pt, 3)}},
 		{fsm.CmdTaskAck, fsm.TaskAck{Job: "inc", Generation: 1, Epoch: 5, Task: "t0", Manifest: &fsm.ManifestAck{

@@ -156,39 +156,39 @@ func (h *harness) reject(sentinel error, typ fsm.CommandType, payload any) *wire
 
 // ---- typed command helpers ----
 
-func (h *harness) putJob(job string, cfg fsm.JobConfig) *fsm.Job {
+func (h *harness) putJob(job string, cfg wire.JobConfig) *wire.Job {
 	h.t.Helper()
-	return mustOK(h.t, h.mustApply(fsm.CmdJobPut, fsm.JobPut{Job: job, Config: cfg})).(*fsm.Job)
+	return mustOK(h.t, h.mustApply(fsm.CmdJobPut, fsm.JobPut{Job: job, Config: cfg})).(*wire.Job)
 }
 
-func (h *harness) start(job, attemptID string, tasks ...fsm.Task) *fsm.Attempt {
+func (h *harness) start(job, attemptID string, tasks ...wire.Task) *wire.Attempt {
 	h.t.Helper()
-	return mustOK(h.t, h.mustApply(fsm.CmdAttemptStart, fsm.AttemptStart{Job: job, AttemptID: attemptID, Tasks: tasks})).(*fsm.Attempt)
+	return mustOK(h.t, h.mustApply(fsm.CmdAttemptStart, fsm.AttemptStart{Job: job, AttemptID: attemptID, Tasks: tasks})).(*wire.Attempt)
 }
 
-func (h *harness) begin(job string, gen, epoch uint64) *fsm.Epoch {
+func (h *harness) begin(job string, gen, epoch uint64) *wire.Epoch {
 	h.t.Helper()
-	return mustOK(h.t, h.mustApply(fsm.CmdEpochBegin, fsm.EpochBegin{Job: job, Generation: gen, Epoch: epoch})).(*fsm.Epoch)
+	return mustOK(h.t, h.mustApply(fsm.CmdEpochBegin, fsm.EpochBegin{Job: job, Generation: gen, Epoch: epoch})).(*wire.Epoch)
 }
 
-func (h *harness) ack(job string, gen, epoch uint64, task string, payloads map[fsm.Kind][]byte) *fsm.AckResult {
+func (h *harness) ack(job string, gen, epoch uint64, task string, payloads map[fsm.Kind][]byte) *wire.AckResult {
 	h.t.Helper()
-	return mustOK(h.t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: job, Generation: gen, Epoch: epoch, Task: task, Payloads: payloads})).(*fsm.AckResult)
+	return mustOK(h.t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: job, Generation: gen, Epoch: epoch, Task: task, Payloads: payloads})).(*wire.AckResult)
 }
 
-func (h *harness) abort(job string, gen, epoch uint64, reason string) *fsm.Epoch {
+func (h *harness) abort(job string, gen, epoch uint64, reason string) *wire.Epoch {
 	h.t.Helper()
-	return mustOK(h.t, h.mustApply(fsm.CmdEpochAbort, fsm.EpochAbort{Job: job, Generation: gen, Epoch: epoch, Reason: reason})).(*fsm.Epoch)
+	return mustOK(h.t, h.mustApply(fsm.CmdEpochAbort, fsm.EpochAbort{Job: job, Generation: gen, Epoch: epoch, Reason: reason})).(*wire.Epoch)
 }
 
-func (h *harness) pin(job string, epoch uint64, name string) *fsm.Epoch {
+func (h *harness) pin(job string, epoch uint64, name string) *wire.Epoch {
 	h.t.Helper()
-	return mustOK(h.t, h.mustApply(fsm.CmdEpochPin, fsm.EpochPin{Job: job, Epoch: epoch, Name: name})).(*fsm.Epoch)
+	return mustOK(h.t, h.mustApply(fsm.CmdEpochPin, fsm.EpochPin{Job: job, Epoch: epoch, Name: name})).(*wire.Epoch)
 }
 
-func (h *harness) unpin(job string, epoch uint64) *fsm.Epoch {
+func (h *harness) unpin(job string, epoch uint64) *wire.Epoch {
 	h.t.Helper()
-	return mustOK(h.t, h.mustApply(fsm.CmdEpochUnpin, fsm.EpochPin{Job: job, Epoch: epoch})).(*fsm.Epoch)
+	return mustOK(h.t, h.mustApply(fsm.CmdEpochUnpin, fsm.EpochPin{Job: job, Epoch: epoch})).(*wire.Epoch)
 }
 
 func (h *harness) timeout(refs ...fsm.EpochRef) []fsm.EpochRef {
@@ -198,7 +198,7 @@ func (h *harness) timeout(refs ...fsm.EpochRef) []fsm.EpochRef {
 
 // ---- reads ----
 
-func (h *harness) job(id string) *fsm.Job {
+func (h *harness) job(id string) *wire.Job {
 	h.t.Helper()
 	j, _, err := h.f.Job(id)
 	if err != nil {
@@ -207,7 +207,7 @@ func (h *harness) job(id string) *fsm.Job {
 	return j
 }
 
-func (h *harness) epoch(job string, n uint64) *fsm.EpochDetail {
+func (h *harness) epoch(job string, n uint64) *wire.EpochDetail {
 	h.t.Helper()
 	e, _, err := h.f.Epoch(job, n)
 	if err != nil {
@@ -216,7 +216,7 @@ func (h *harness) epoch(job string, n uint64) *fsm.EpochDetail {
 	return e
 }
 
-func (h *harness) restore(req fsm.RestoreRequest) *fsm.RestorePlan {
+func (h *harness) restore(req fsm.RestoreRequest) *wire.RestorePlan {
 	h.t.Helper()
 	p, _, err := h.f.PlanRestore(req)
 	if err != nil {
@@ -236,13 +236,13 @@ func caps(t testing.TB, names ...string) fsm.Caps {
 	return c
 }
 
-func task(t testing.TB, id string, capNames ...string) fsm.Task {
-	return fsm.Task{ID: id, Caps: caps(t, capNames...)}
+func task(t testing.TB, id string, capNames ...string) wire.Task {
+	return wire.Task{ID: id, Caps: caps(t, capNames...)}
 }
 
 // payloadsFor builds distinct, binary payloads for every kind a task
 // checkpoints, so a restore can be checked byte for byte.
-func payloadsFor(tk fsm.Task, epoch uint64) map[fsm.Kind][]byte {
+func payloadsFor(tk wire.Task, epoch uint64) map[fsm.Kind][]byte {
 	out := map[fsm.Kind][]byte{}
 	for _, k := range wire.Kinds {
 		if tk.Caps.Has(k) {
@@ -254,7 +254,7 @@ func payloadsFor(tk fsm.Task, epoch uint64) map[fsm.Kind][]byte {
 
 // checkPlan checks a restore plan against the payloads the task acked (nil
 // when the task had no capabilities).
-func checkPlan(t testing.TB, p *fsm.RestorePlan, tk fsm.Task, want map[fsm.Kind][]byte) {
+func checkPlan(t testing.TB, p *wire.RestorePlan, tk wire.Task, want map[fsm.Kind][]byte) {
 	t.Helper()
 	wantStatus := wire.RestoreRestored
 	if !tk.Caps.Expected() {
@@ -294,7 +294,7 @@ func checkPlan(t testing.TB, p *fsm.RestorePlan, tk fsm.Task, want map[fsm.Kind]
 	}
 }
 
-func checkNoPriorState(t testing.TB, p *fsm.RestorePlan) {
+func checkNoPriorState(t testing.TB, p *wire.RestorePlan) {
 	t.Helper()
 	if p.Status != wire.RestoreNoPriorState {
 		t.Fatalf("restore %s: status %q, want %q", p.Task, p.Status, wire.RestoreNoPriorState)

@@ -18,7 +18,7 @@ const maxEpoch uint64 = 1<<63 - 1
 func TestEpochAboveMaxRefused(t *testing.T) {
 	for _, epoch := range []uint64{maxEpoch + 1, 1<<64 - 1} {
 		h := newHarness(t)
-		h.putJob("j", fsm.JobConfig{})
+		h.putJob("j", wire.JobConfig{})
 		h.start("j", "a1", task(t, "t", "state"))
 		re := h.reject(wire.ErrInvalid, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: epoch})
 		if re.Field != "epoch" {
@@ -34,7 +34,7 @@ func TestEpochAboveMaxRefused(t *testing.T) {
 // replayed, so every member computes the state the others have.
 func TestEpochBeginVersion1Replays(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	h.start("j", "a1", task(t, "t", "state"))
 	data := h.encode(fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: maxEpoch + 1})
 	data[1] = 1 // the version-1 entry an older leader wrote

@@ -35,7 +35,7 @@ func (h *harness) refsOf(keys []string) map[string]int {
 // be used again with generations above the deleted ones.
 func TestJobDelete(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("src", fsm.JobConfig{Retained: 1})
+	h.putJob("src", wire.JobConfig{Retained: 1})
 	tk := task(t, "w", "state", "incremental")
 	h.start("src", "s1", tk)
 	w := &worker{job: "src", task: "w", gen: 1, acked: map[uint64]manifests.Manifest{}}
@@ -51,7 +51,7 @@ func TestJobDelete(t *testing.T) {
 	h.intents("src", 1, "src/w/open")
 
 	// Another job forks from the savepoint.
-	h.putJob("fork", fsm.JobConfig{Retained: 1})
+	h.putJob("fork", wire.JobConfig{Retained: 1})
 	h.start("fork", "f1", tk)
 	fw := &worker{job: "fork", task: "w", gen: 1, acked: map[uint64]manifests.Manifest{}, m: w.acked[2], seq: 100,
 		base: &fsm.BaseRef{Job: "src", Task: "w", Epoch: 2}}
@@ -75,9 +75,9 @@ func TestJobDelete(t *testing.T) {
 	h.reject(wire.ErrNotFound, fsm.CmdJobDelete, fsm.JobDelete{Job: "never"})
 
 	h.advance(time.Minute)
-	ts := mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "src", Force: true})).(*fsm.JobTombstone)
-	want := &fsm.JobTombstone{Job: "src", Generation: 1, LastEpoch: 4, Forced: true, Pins: []fsm.PinRef{{Epoch: 2, Name: "sp"}},
-		Lineages: 1, Intents: 1, DeletedAt: h.now, Index: h.index}
+	ts := mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "src", Force: true})).(*wire.JobDeletion)
+	want := &wire.JobDeletion{Job: "src", Generation: 1, LastEpoch: 4, Forced: true, PinsReleased: []wire.PinRef{{Epoch: 2, Name: "sp"}},
+		LineagesReleased: 1, IntentsExpired: 1, DeletedAt: h.now, Index: h.index}
 	if !reflect.DeepEqual(ts, want) {
 		t.Fatalf("tombstone %+v, want %+v", ts, want)
 	}
@@ -90,7 +90,7 @@ func TestJobDelete(t *testing.T) {
 			t.Errorf("blob %s of the deleted job: %d refs, want 0", k, n)
 		}
 	}
-	if b, _, err := h.f.Blob("src/w/open"); err != nil || b.State != fsm.BlobExpired || b.UnreferencedAt == nil || !b.UnreferencedAt.Equal(h.now) {
+	if b, _, err := h.f.Blob("src/w/open"); err != nil || b.State != wire.BlobExpired || b.UnreferencedAt == nil || !b.UnreferencedAt.Equal(h.now) {
 		t.Fatalf("open upload after the delete: %+v %v", b, err)
 	}
 	if j, _, err := h.f.Job("src"); !isRule(err, wire.ErrNotFound) {
@@ -106,7 +106,7 @@ func TestJobDelete(t *testing.T) {
 	// The same delete again, forced or not: the same answer, no change.
 	for _, force := range []bool{true, false} {
 		before := h.hash()
-		again := mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "src", Force: force})).(*fsm.JobTombstone)
+		again := mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "src", Force: force})).(*wire.JobDeletion)
 		if !reflect.DeepEqual(again, want) || h.hash() != before {
 			t.Fatalf("repeated delete (force %v): %+v", force, again)
 		}
@@ -117,7 +117,7 @@ func TestJobDelete(t *testing.T) {
 	h.reject(wire.ErrJobDeleted, fsm.CmdTaskAck, fsm.TaskAck{Job: "src", Generation: 1, Epoch: 4, Task: "w", Payloads: map[fsm.Kind][]byte{wire.KindState: []byte("x")}})
 	h.reject(wire.ErrJobDeleted, fsm.CmdEpochAbort, fsm.EpochAbort{Job: "src", Generation: 1, Epoch: 4})
 	h.reject(wire.ErrJobDeleted, fsm.CmdIntentCreate, fsm.IntentCreate{Job: "src", Generation: 1, Keys: []string{"src/w/late"}, LeaseUntil: h.now.Add(time.Hour)})
-	h.reject(wire.ErrJobDeleted, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "src", AttemptID: "s2", Tasks: []fsm.Task{tk}})
+	h.reject(wire.ErrJobDeleted, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "src", AttemptID: "s2", Tasks: []wire.Task{tk}})
 	h.reject(wire.ErrJobDeleted, fsm.CmdEpochPin, fsm.EpochPin{Job: "src", Epoch: 2})
 
 	// The fork is untouched and goes on.
@@ -131,7 +131,7 @@ func TestJobDelete(t *testing.T) {
 	}
 
 	// The name again: a new job, generations above the deleted one's.
-	j := h.putJob("src", fsm.JobConfig{Retained: 2})
+	j := h.putJob("src", wire.JobConfig{Retained: 2})
 	if j.Generation != 1 || j.GenerationBase != 1 || j.LastEpoch != 0 || len(j.Retained) != 0 {
 		t.Fatalf("job created again: %+v", j)
 	}
@@ -139,7 +139,7 @@ func TestJobDelete(t *testing.T) {
 		t.Fatalf("%d tombstones after the name was used again", n)
 	}
 	h.reject(wire.ErrFenced, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "src", Generation: 1, Epoch: 1})
-	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "src", AttemptID: "s1", Tasks: []fsm.Task{tk}})
+	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "src", AttemptID: "s1", Tasks: []wire.Task{tk}})
 	if _, _, err := h.f.Attempt("src", 0); !isRule(err, wire.ErrNoAttempt) {
 		t.Fatalf("current attempt of the new job: %v, want no_attempt", err)
 	}
@@ -153,8 +153,8 @@ func TestJobDelete(t *testing.T) {
 	nw.step(h, 1, false)
 	h.fsck()
 	// And it can be deleted in turn (no pins: no force needed).
-	ts2 := mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "src"})).(*fsm.JobTombstone)
-	if ts2.Generation != 2 || ts2.Forced || len(ts2.Pins) != 0 {
+	ts2 := mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "src"})).(*wire.JobDeletion)
+	if ts2.Generation != 2 || ts2.Forced || len(ts2.PinsReleased) != 0 {
 		t.Fatalf("second tombstone %+v", ts2)
 	}
 	h.fsck()
@@ -185,15 +185,15 @@ func TestRemovedTaskReleased(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		version byte
-		second  []fsm.Task // tasks of the second attempt besides "a"
+		second  []wire.Task // tasks of the second attempt besides "a"
 	}{
 		{"removed", 3, nil},
-		{"stateless", 3, []fsm.Task{task(t, "b", "input")}},
+		{"stateless", 3, []wire.Task{task(t, "b", "input")}},
 		{"removed-v2", 2, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.putJob("j", fsm.JobConfig{Retained: 1})
+			h.putJob("j", wire.JobConfig{Retained: 1})
 			a, b := task(t, "a", "state", "incremental"), task(t, "b", "state", "incremental")
 			h.start("j", "a1", a, b)
 			wa := &worker{job: "j", task: "a", gen: 1, acked: map[uint64]manifests.Manifest{}}
@@ -203,7 +203,7 @@ func TestRemovedTaskReleased(t *testing.T) {
 				wa.step(h, e, false)
 				wb.step(h, e, false)
 			}
-			data := h.encode(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a2", Tasks: append([]fsm.Task{a}, tc.second...)})
+			data := h.encode(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a2", Tasks: append([]wire.Task{a}, tc.second...)})
 			data[1] = tc.version
 			if res := h.f.Apply(h.nextLog(data)).(*fsm.Result); res.Err != nil {
 				t.Fatal(res.Err)
@@ -259,7 +259,7 @@ func TestRemovedTaskReleased(t *testing.T) {
 // abandoned in turn); a lineage only aborted epochs held is deleted.
 func TestAbandonedAttemptReleased(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{Retained: 1})
+	h.putJob("j", wire.JobConfig{Retained: 1})
 	a, b := task(t, "a", "state", "incremental"), task(t, "b", "state", "incremental")
 	h.start("j", "a1", a, b)
 	wa := &worker{job: "j", task: "a", gen: 1, acked: map[uint64]manifests.Manifest{}}

@@ -13,11 +13,11 @@ import (
 )
 
 // complete begins epoch n of job and acks it from every task.
-func (h *harness) complete(job string, gen, n uint64, tasks ...fsm.Task) *fsm.AckResult {
+func (h *harness) complete(job string, gen, n uint64, tasks ...wire.Task) *wire.AckResult {
 	h.t.Helper()
 	h.advance(time.Second)
 	h.begin(job, gen, n)
-	var res *fsm.AckResult
+	var res *wire.AckResult
 	for _, tk := range tasks {
 		res = h.ack(job, gen, n, tk.ID, payloadsFor(tk, n))
 	}
@@ -30,7 +30,7 @@ func (h *harness) complete(job string, gen, n uint64, tasks ...fsm.Task) *fsm.Ac
 func TestSeveralPendingEpochs(t *testing.T) {
 	h := newHarness(t)
 	a, b := task(t, "a", "state"), task(t, "b", "input")
-	h.putJob("j", fsm.JobConfig{Retained: 5})
+	h.putJob("j", wire.JobConfig{Retained: 5})
 	h.start("j", "a1", a, b)
 	for n := uint64(1); n <= 4; n++ {
 		h.advance(time.Second)
@@ -55,7 +55,7 @@ func TestSeveralPendingEpochs(t *testing.T) {
 	}
 	for _, n := range []uint64{1, 2} {
 		e := h.epoch("j", n)
-		if e.State != fsm.EpochAborted || e.Reason != "subsumed by completed epoch 3" || e.EndedAt == nil || !e.EndedAt.Equal(h.now) {
+		if e.State != wire.EpochAborted || e.Reason != "subsumed by completed epoch 3" || e.EndedAt == nil || !e.EndedAt.Equal(h.now) {
 			t.Fatalf("epoch %d: %+v", n, e.Epoch)
 		}
 		if k := keysWithPrefix(h.dump(), "payloads", fsm.EpochKeyPrefix("j", n)); k != 0 {
@@ -94,17 +94,17 @@ func TestSeveralPendingEpochs(t *testing.T) {
 			t.Fatalf("restore of aborted epoch %d: %v", n, err)
 		}
 	}
-	if es, _, _ := h.f.Epochs("j", fsm.EpochAborted); len(es) != 2 {
+	if es, _, _ := h.f.Epochs("j", wire.EpochAborted); len(es) != 2 {
 		t.Fatalf("aborted epochs %+v", es)
 	}
 }
 
 func TestStatelessAttemptCompletesAtBegin(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	h.start("j", "a1", task(t, "m1"), task(t, "m2"))
 	e := h.begin("j", 1, 1)
-	if e.State != fsm.EpochCompleted || e.Expected != 0 || e.CompletedAt == nil {
+	if e.State != wire.EpochCompleted || e.Expected != 0 || e.CompletedAt == nil {
 		t.Fatalf("epoch of a stateless attempt: %+v", e)
 	}
 	if j := h.job("j"); j.LatestCompleted != 1 || len(j.Pending) != 0 {
@@ -116,7 +116,7 @@ func TestStatelessAttemptCompletesAtBegin(t *testing.T) {
 func TestRetentionAndPins(t *testing.T) {
 	h := newHarness(t)
 	a, b := task(t, "a", "state", "incremental"), task(t, "b", "input", "output")
-	h.putJob("j", fsm.JobConfig{Retained: 2})
+	h.putJob("j", wire.JobConfig{Retained: 2})
 	h.start("j", "a1", a, b)
 	h.complete("j", 1, 1, a, b)
 	h.complete("j", 1, 2, a, b)
@@ -126,7 +126,7 @@ func TestRetentionAndPins(t *testing.T) {
 	// The third completion subsumes the first.
 	h.complete("j", 1, 3, a, b)
 	e1 := h.epoch("j", 1)
-	if e1.State != fsm.EpochSubsumed || e1.EndedAt == nil || !e1.EndedAt.Equal(h.now) || e1.CompletedAt == nil {
+	if e1.State != wire.EpochSubsumed || e1.EndedAt == nil || !e1.EndedAt.Equal(h.now) || e1.CompletedAt == nil {
 		t.Fatalf("epoch 1: %+v", e1.Epoch)
 	}
 	d := h.dump()
@@ -153,7 +153,7 @@ func TestRetentionAndPins(t *testing.T) {
 	for n := uint64(4); n <= 6; n++ {
 		h.complete("j", 1, n, a, b)
 	}
-	if e := h.epoch("j", 2); e.State != fsm.EpochCompleted || !e.Pinned {
+	if e := h.epoch("j", 2); e.State != wire.EpochCompleted || !e.Pinned {
 		t.Fatalf("pinned epoch 2: %+v", e.Epoch)
 	}
 	if j := h.job("j"); !slices.Equal(j.Retained, []uint64{2, 5, 6}) || !slices.Equal(j.Ended, []uint64{1, 3, 4}) {
@@ -161,7 +161,7 @@ func TestRetentionAndPins(t *testing.T) {
 	}
 	// A pin also survives a new attempt, and another job restores from it.
 	h.start("j", "a2", task(t, "a", "state"))
-	h.putJob("clone", fsm.JobConfig{})
+	h.putJob("clone", wire.JobConfig{})
 	for _, req := range []fsm.RestoreRequest{
 		{Job: "j", Task: "a", Pin: "keep"},
 		{Job: "j", Task: "a", Epoch: 2},
@@ -187,7 +187,7 @@ func TestRetentionAndPins(t *testing.T) {
 
 	// Unpin re-applies retention: epoch 2 is now the oldest beyond 2.
 	u := h.unpin("j", 2)
-	if u.Pinned || u.PinName != "" || u.State != fsm.EpochSubsumed {
+	if u.Pinned || u.PinName != "" || u.State != wire.EpochSubsumed {
 		t.Fatalf("unpinned epoch 2: %+v", u)
 	}
 	if k := keysWithPrefix(h.dump(), "payloads", fsm.EpochKeyPrefix("j", 2)); k != 0 {
@@ -201,12 +201,12 @@ func TestRetentionAndPins(t *testing.T) {
 	}
 	// Unpin of an epoch within retention keeps it.
 	h.pin("j", 5, "")
-	if u := h.unpin("j", 5); u.State != fsm.EpochCompleted {
+	if u := h.unpin("j", 5); u.State != wire.EpochCompleted {
 		t.Fatalf("unpin within retention: %+v", u)
 	}
 
 	// Lowering retention through the config subsumes at once.
-	h.putJob("j", fsm.JobConfig{Retained: 1})
+	h.putJob("j", wire.JobConfig{Retained: 1})
 	if j := h.job("j"); !slices.Equal(j.Retained, []uint64{6}) || j.Ended[len(j.Ended)-1] != 5 {
 		t.Fatalf("after retained=1: %+v", j)
 	}
@@ -215,7 +215,7 @@ func TestRetentionAndPins(t *testing.T) {
 func TestHistoryTrimming(t *testing.T) {
 	h := newHarness(t)
 	a := task(t, "a", "state")
-	h.putJob("j", fsm.JobConfig{Retained: 1, History: 3})
+	h.putJob("j", wire.JobConfig{Retained: 1, History: 3})
 	b := task(t, "b", "output")
 	h.start("j", "a1", a, b)
 	for n := uint64(1); n <= 4; n++ {
@@ -267,7 +267,7 @@ func TestHistoryTrimming(t *testing.T) {
 		t.Fatalf("restore of forgotten epoch: %v", err)
 	}
 	// Lowering history through the config trims at once.
-	h.putJob("j", fsm.JobConfig{Retained: 1, History: 1})
+	h.putJob("j", wire.JobConfig{Retained: 1, History: 1})
 	if j := h.job("j"); !slices.Equal(j.Ended, []uint64{4}) {
 		t.Fatalf("after history=1: %+v", j)
 	}
@@ -279,8 +279,8 @@ func TestHistoryTrimming(t *testing.T) {
 func TestAckTimeout(t *testing.T) {
 	h := newHarness(t)
 	a, b := task(t, "a", "state"), task(t, "b", "output")
-	h.putJob("j", fsm.JobConfig{AckTimeout: fsm.Duration(30 * time.Second), Retained: 3})
-	h.putJob("k", fsm.JobConfig{AckTimeout: fsm.Duration(time.Minute)})
+	h.putJob("j", wire.JobConfig{AckTimeout: fsm.Duration(30 * time.Second), Retained: 3})
+	h.putJob("k", wire.JobConfig{AckTimeout: fsm.Duration(time.Minute)})
 	h.start("j", "a1", a, b)
 	h.start("k", "k1", a)
 	h.begin("j", 1, 1) // deadline t0+30s
@@ -325,7 +325,7 @@ func TestAckTimeout(t *testing.T) {
 	h.now = t0.Add(35 * time.Second)
 	h.ack("j", 1, 2, "a", payloadsFor(a, 2))
 	h.ack("j", 1, 2, "b", payloadsFor(b, 2))
-	if e := h.epoch("j", 1); e.State != fsm.EpochAborted || !strings.Contains(e.Reason, "completed epoch 2") {
+	if e := h.epoch("j", 1); e.State != wire.EpochAborted || !strings.Contains(e.Reason, "completed epoch 2") {
 		t.Fatalf("j/1: %+v", e.Epoch)
 	}
 	// A timeout after the deadlines leaves the ended epochs alone and
@@ -335,11 +335,11 @@ func TestAckTimeout(t *testing.T) {
 	if !slices.Equal(got, []fsm.EpochRef{k1}) {
 		t.Fatalf("timeout aborted %v, want [k/1]", got)
 	}
-	if e := h.epoch("j", 2); e.State != fsm.EpochCompleted {
+	if e := h.epoch("j", 2); e.State != wire.EpochCompleted {
 		t.Fatalf("completed j/2 touched by the timeout: %+v", e.Epoch)
 	}
 	e := h.epoch("k", 1)
-	if e.State != fsm.EpochAborted || e.Reason != "ack timeout after 1m0s: 0 of 1 tasks acknowledged" || !e.EndedAt.Equal(h.now) {
+	if e.State != wire.EpochAborted || e.Reason != "ack timeout after 1m0s: 0 of 1 tasks acknowledged" || !e.EndedAt.Equal(h.now) {
 		t.Fatalf("k/1 after the timeout: %+v", e.Epoch)
 	}
 	if exp, _ := h.f.ExpiredEpochs(h.now.Add(time.Hour), 10); len(exp) != 0 {
@@ -365,7 +365,7 @@ func TestAckTimeout(t *testing.T) {
 // epoch references are deleted, while a pinned epoch keeps its generation's.
 func TestOldAttemptsPruned(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("p", fsm.JobConfig{Retained: 1})
+	h.putJob("p", wire.JobConfig{Retained: 1})
 	a := task(t, "a", "state")
 	for gen := uint64(1); gen <= 4; gen++ {
 		h.start("p", fmt.Sprintf("att-%d", gen), a, task(t, fmt.Sprintf("only-%d", gen), "input"))
@@ -400,5 +400,5 @@ func TestOldAttemptsPruned(t *testing.T) {
 	if err := attempt(2); !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("generation 2 after unpin: %v", err)
 	}
-	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "p", AttemptID: "att-1", Tasks: []fsm.Task{a}})
+	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "p", AttemptID: "att-1", Tasks: []wire.Task{a}})
 }

@@ -22,7 +22,7 @@ type liveJob struct {
 	gen      uint64
 	next     uint64 // the next epoch to begin
 	attempts int
-	tasks    []fsm.Task
+	tasks    []wire.Task
 	workers  map[string]*liveWorker // state tasks of the current attempt
 	// acked[epoch][task] is the manifest the task acknowledged in epoch.
 	acked map[uint64]map[string]manifests.Manifest
@@ -121,7 +121,7 @@ func runLiveOnly(t *testing.T, seed uint64, steps int) {
 	baseValid := func(w *liveWorker) bool {
 		b := w.base
 		e, _, err := h.f.Epoch(b.Job, b.Epoch)
-		if err != nil || e.State != fsm.EpochCompleted {
+		if err != nil || e.State != wire.EpochCompleted {
 			return false
 		}
 		return b.Job == w.job || e.Pinned
@@ -177,7 +177,7 @@ func runLiveOnly(t *testing.T, seed uint64, steps int) {
 		h.advance(time.Second)
 		j := jobs[rng.IntN(len(jobs))]
 		if !j.exists {
-			cfg := fsm.JobConfig{Retained: 1 + rng.IntN(3)}
+			cfg := wire.JobConfig{Retained: 1 + rng.IntN(3)}
 			jr := h.putJob(j.name, cfg)
 			*j = liveJob{name: j.name, exists: true, gen: jr.Generation, next: 1, attempts: j.attempts, acked: map[uint64]map[string]manifests.Manifest{}}
 			check(step, "create "+j.name)
@@ -187,7 +187,7 @@ func runLiveOnly(t *testing.T, seed uint64, steps int) {
 		var what string
 		switch r := rng.IntN(100); {
 		case r < 6 || len(j.tasks) == 0: // a new attempt, often with another task set
-			var tasks []fsm.Task
+			var tasks []wire.Task
 			for _, id := range pool {
 				if rng.IntN(3) == 0 {
 					continue
@@ -240,7 +240,7 @@ func runLiveOnly(t *testing.T, seed uint64, steps int) {
 			}
 			n := jr.Pending[rng.IntN(len(jr.Pending))]
 			tk := j.tasks[rng.IntN(len(j.tasks))]
-			if e := h.epoch(j.name, n); slices.ContainsFunc(e.Acks, func(a fsm.Ack) bool { return a.Task == tk.ID }) {
+			if e := h.epoch(j.name, n); slices.ContainsFunc(e.Acks, func(a wire.Ack) bool { return a.Task == tk.ID }) {
 				continue
 			}
 			w := j.workers[tk.ID]

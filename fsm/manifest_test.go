@@ -61,7 +61,7 @@ func (w *worker) step(h *harness, epoch uint64, materialize bool) *fsm.TaskAck {
 	w.m = next
 	ack := &fsm.TaskAck{Job: w.job, Generation: w.gen, Epoch: epoch, Task: w.task, Manifest: &fsm.ManifestAck{Base: w.base, Blobs: blobs, Delta: &d}}
 	w.base = nil
-	res := mustOK(h.t, h.mustApply(fsm.CmdTaskAck, *ack)).(*fsm.AckResult)
+	res := mustOK(h.t, h.mustApply(fsm.CmdTaskAck, *ack)).(*wire.AckResult)
 	if res.Ack.Lineage == 0 {
 		h.t.Fatalf("%s epoch %d: ack without lineage", w.task, epoch)
 	}
@@ -142,8 +142,8 @@ func refKeys(refs []fsm.BlobRef) []string {
 // pinned checkpoints.
 func TestIncrementalJobReferences(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("inc", fsm.JobConfig{Retained: 2})
-	var tasks []fsm.Task
+	h.putJob("inc", wire.JobConfig{Retained: 2})
+	var tasks []wire.Task
 	var workers []*worker
 	for i := 0; i < 4; i++ {
 		tk := task(t, fmt.Sprintf("t%d", i), "state", "incremental")
@@ -253,7 +253,7 @@ func TestIncrementalJobReferences(t *testing.T) {
 	}
 
 	// Another job restores from the savepoint and shares its blobs.
-	h.putJob("copy", fsm.JobConfig{Retained: 1})
+	h.putJob("copy", wire.JobConfig{Retained: 1})
 	h.start("copy", "c1", tasks[0])
 	cw := &worker{job: "copy", task: "t0", gen: 1, acked: map[uint64]manifests.Manifest{}, m: workers[0].acked[25], seq: 1000,
 		base: &fsm.BaseRef{Job: "inc", Task: "t0", Epoch: 25}}
@@ -289,7 +289,7 @@ func TestIncrementalJobReferences(t *testing.T) {
 // it.
 func TestAbandonedManifest(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("ab", fsm.JobConfig{Retained: 1})
+	h.putJob("ab", wire.JobConfig{Retained: 1})
 	tk := task(t, "t", "state", "incremental")
 	h.start("ab", "a1", tk)
 	w := &worker{job: "ab", task: "t", gen: 1, acked: map[uint64]manifests.Manifest{}}
@@ -313,7 +313,7 @@ func TestAbandonedManifest(t *testing.T) {
 // the collector marked deleting, nor commit an upload whose intent expired.
 func TestReferencesToDeletingAndExpiredBlobs(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("d", fsm.JobConfig{Retained: 1})
+	h.putJob("d", wire.JobConfig{Retained: 1})
 	h.start("d", "a1", task(t, "t", "state", "incremental"))
 	w := &worker{job: "d", task: "t", gen: 1, acked: map[uint64]manifests.Manifest{}}
 	h.begin("d", 1, 1)
@@ -349,7 +349,7 @@ func TestReferencesToDeletingAndExpiredBlobs(t *testing.T) {
 // stop every member).
 func TestReusedReferenceRefused(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("r", fsm.JobConfig{Retained: 1})
+	h.putJob("r", wire.JobConfig{Retained: 1})
 	h.start("r", "a1", task(t, "t", "state", "incremental"))
 	h.intents("r", 1, "r/t/blob")
 	seg := manifests.Segment{Key: "r/t/blob", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}

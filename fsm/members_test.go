@@ -54,7 +54,7 @@ func TestMembersNeverWait(t *testing.T) {
 	checkMembers(t, h, "after a refused upsert", "m2")
 
 	snap := snapshotOf(t, h.f)
-	h.putJob("j", fsm.JobConfig{}) // a batch without member commands
+	h.putJob("j", wire.JobConfig{}) // a batch without member commands
 	mustOK(t, h.mustApply(fsm.CmdMemberUpsert, upsertMember("m3")))
 	checkMembers(t, h, "after the snapshot", "m2", "m3")
 

@@ -17,12 +17,6 @@ type (
 	Duration   = wire.Duration
 )
 
-// WithDefaults fills unset fields (wire.JobConfig.WithDefaults).
-func (c JobConfig) WithDefaults() JobConfig { return JobConfig(wire.JobConfig(c).WithDefaults()) }
-
-// Validate checks a config after defaults (wire.JobConfig.Validate).
-func (c JobConfig) Validate() error { return wire.JobConfig(c).Validate() }
-
 // hasAttempt reports whether the job has started an attempt of its own.
 func (j *Job) hasAttempt() bool { return j.Generation > j.GenerationBase }
 

@@ -105,17 +105,9 @@ func (f *FSM) Unobserved(max int) ([]string, error) {
 	return out, err
 }
 
-// FlaggedBlob is a blob of a restore plan whose object did not match what
-// its ack declared when the leader observed it.
-type FlaggedBlob struct {
-	Key      string       `json:"key"`
-	Declared uint64       `json:"declared_size"`
-	Observed *Observation `json:"observed"`
-}
-
 // flaggedIn lists the flagged blobs among keys, in the order given.
-func flaggedIn(t *txn, keys []string) ([]FlaggedBlob, error) {
-	var out []FlaggedBlob
+func flaggedIn(t *txn, keys []string) ([]wire.FlaggedBlob, error) {
+	var out []wire.FlaggedBlob
 	seen := map[string]bool{}
 	for _, k := range keys {
 		if seen[k] {
@@ -131,7 +123,7 @@ func flaggedIn(t *txn, keys []string) ([]FlaggedBlob, error) {
 			return nil, err
 		}
 		if b.Flagged {
-			out = append(out, FlaggedBlob{Key: k, Declared: b.Size, Observed: b.Observed})
+			out = append(out, wire.FlaggedBlob{Key: k, Declared: b.Size, Observed: wireObservation(b.Observed)})
 		}
 	}
 	return out, nil

@@ -5,6 +5,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // An ack and the observation of its blobs applied in one transaction (a
@@ -21,7 +22,7 @@ func TestObservationBatchedWithItsAck(t *testing.T) {
 		Delta: &manifests.Delta{AddSegments: segs}}}
 	obs := fsm.BlobsObserved{Blobs: []fsm.BlobObservation{{Key: "j/t/a", Size: 10, ETag: "e1"}}}
 	for _, h := range []*harness{single, batched} {
-		h.putJob("j", fsm.JobConfig{})
+		h.putJob("j", wire.JobConfig{})
 		h.start("j", "a1", task(t, "t", "state", "incremental"))
 		h.intents("j", 1, "j/t/a")
 		h.begin("j", 1, 1)

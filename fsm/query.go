@@ -20,41 +20,36 @@ import (
 // members.go).
 
 // Job returns a job.
-func (f *FSM) Job(id string) (*Job, uint64, error) {
-	var j *Job
-	idx, err := f.view(func(t *txn) (err error) {
-		j, err = mustJob(t, id)
+func (f *FSM) Job(id string) (*wire.Job, uint64, error) {
+	var out *wire.Job
+	idx, err := f.view(func(t *txn) error {
+		j, err := mustJob(t, id)
+		out = wireJob(j)
 		return err
 	})
-	return j, idx, err
+	return out, idx, err
 }
 
 // Jobs lists every job, ordered by id.
-func (f *FSM) Jobs() ([]Job, uint64, error) {
-	out := []Job{}
+func (f *FSM) Jobs() ([]wire.Job, uint64, error) {
+	out := []wire.Job{}
 	idx, err := f.view(func(t *txn) error {
 		return t.scan(bucketJobs, nil, func(_, v []byte) (bool, error) {
 			var j Job
 			if err := decodeRecord(v, &j); err != nil {
 				return false, err
 			}
-			out = append(out, j)
+			out = append(out, *wireJob(&j))
 			return true, nil
 		})
 	})
 	return out, idx, err
 }
 
-// AttemptDetail is an attempt with its task set.
-type AttemptDetail struct {
-	Attempt
-	TaskList []Task `json:"task_list"`
-}
-
 // Attempt returns attempt gen of a job with its tasks; gen 0 means the
 // current attempt.
-func (f *FSM) Attempt(job string, gen uint64) (*AttemptDetail, uint64, error) {
-	var out *AttemptDetail
+func (f *FSM) Attempt(job string, gen uint64) (*wire.AttemptDetail, uint64, error) {
+	var out *wire.AttemptDetail
 	idx, err := f.view(func(t *txn) error {
 		j, err := mustJob(t, job)
 		if err != nil {
@@ -76,31 +71,11 @@ func (f *FSM) Attempt(job string, gen uint64) (*AttemptDetail, uint64, error) {
 		if a == nil {
 			return ruleErr(wire.CodeNotFound, "generation", "job %q has no attempt generation %d", job, gen)
 		}
-		out = &AttemptDetail{Attempt: *a, TaskList: []Task{}}
-		return t.scan(bucketTasks, jobNumKey(job, gen), func(_, v []byte) (bool, error) {
-			var tk Task
-			if err := decodeRecord(v, &tk); err != nil {
-				return false, err
-			}
-			out.TaskList = append(out.TaskList, tk)
-			return true, nil
-		})
+		out = &wire.AttemptDetail{Attempt: wireAttempt(a)}
+		out.TaskList, err = t.tasks(job, gen)
+		return err
 	})
 	return out, idx, err
-}
-
-// AttemptEntry is one attempt of a list, with its task set when asked.
-type AttemptEntry struct {
-	Attempt
-	TaskList []Task `json:"task_list,omitempty"`
-}
-
-// AttemptList is the attempts of a job the store keeps.
-type AttemptList struct {
-	// Attempts holds the newest kept attempts, newest first.
-	Attempts []AttemptEntry `json:"attempts"`
-	// Kept counts every kept attempt (Attempts may hold fewer: a limit).
-	Kept int `json:"kept"`
 }
 
 // Attempts lists the attempts of a job the store keeps, newest first: the
@@ -111,18 +86,18 @@ type AttemptList struct {
 // the newest limit; withTasks adds each one's task set, read in the same
 // transaction (a view of several attempts never meets one pruned between
 // two reads).
-func (f *FSM) Attempts(job string, limit int, withTasks bool) (*AttemptList, uint64, error) {
-	out := &AttemptList{Attempts: []AttemptEntry{}}
+func (f *FSM) Attempts(job string, limit int, withTasks bool) (*wire.AttemptList, uint64, error) {
+	out := &wire.AttemptList{Attempts: []wire.AttemptEntry{}}
 	idx, err := f.view(func(t *txn) error {
 		if _, err := mustJob(t, job); err != nil {
 			return err
 		}
 		err := t.scan(bucketAttempts, jobPrefix(job), func(_, v []byte) (bool, error) {
-			var a AttemptEntry
-			if err := decodeRecord(v, &a.Attempt); err != nil {
+			var a Attempt
+			if err := decodeRecord(v, &a); err != nil {
 				return false, err
 			}
-			out.Attempts = append(out.Attempts, a)
+			out.Attempts = append(out.Attempts, wire.AttemptEntry{Attempt: wireAttempt(&a)})
 			return true, nil
 		})
 		if err != nil {
@@ -138,16 +113,8 @@ func (f *FSM) Attempts(job string, limit int, withTasks bool) (*AttemptList, uin
 		}
 		for i := range out.Attempts {
 			a := &out.Attempts[i]
-			a.TaskList = []Task{}
-			err := t.scan(bucketTasks, jobNumKey(job, a.Generation), func(_, v []byte) (bool, error) {
-				var tk Task
-				if err := decodeRecord(v, &tk); err != nil {
-					return false, err
-				}
-				a.TaskList = append(a.TaskList, tk)
-				return true, nil
-			})
-			if err != nil {
+			var err error
+			if a.TaskList, err = t.tasks(job, a.Generation); err != nil {
 				return err
 			}
 		}
@@ -156,21 +123,9 @@ func (f *FSM) Attempts(job string, limit int, withTasks bool) (*AttemptList, uin
 	return out, idx, err
 }
 
-// EpochDetail is an epoch with its per-task statistics.
-type EpochDetail struct {
-	Epoch
-	// Acks lists the acknowledgements in the order they arrived.
-	Acks []Ack `json:"acks"`
-	// Stragglers lists the expected tasks that have not acknowledged.
-	Stragglers []string `json:"stragglers"`
-	// Duration is the time from begin to completion or end (to the last
-	// ack while pending).
-	Duration Duration `json:"duration"`
-}
-
 // Epoch returns an epoch with its statistics.
-func (f *FSM) Epoch(job string, n uint64) (*EpochDetail, uint64, error) {
-	var out *EpochDetail
+func (f *FSM) Epoch(job string, n uint64) (*wire.EpochDetail, uint64, error) {
+	var out *wire.EpochDetail
 	idx, err := f.view(func(t *txn) error {
 		j, err := mustJob(t, job)
 		if err != nil {
@@ -180,7 +135,7 @@ func (f *FSM) Epoch(job string, n uint64) (*EpochDetail, uint64, error) {
 		if err != nil {
 			return err
 		}
-		out = &EpochDetail{Epoch: *e, Acks: []Ack{}, Stragglers: []string{}}
+		out = &wire.EpochDetail{Epoch: *wireEpoch(e), Acks: []wire.Ack{}, Stragglers: []string{}}
 		acked := map[string]bool{}
 		err = t.scan(bucketAcks, jobNumKey(job, n), func(_, v []byte) (bool, error) {
 			var a Ack
@@ -188,7 +143,7 @@ func (f *FSM) Epoch(job string, n uint64) (*EpochDetail, uint64, error) {
 				return false, err
 			}
 			acked[a.Task] = true
-			out.Acks = append(out.Acks, a)
+			out.Acks = append(out.Acks, *wireAck(&a))
 			return true, nil
 		})
 		if err != nil {
@@ -222,8 +177,8 @@ func (f *FSM) Epoch(job string, n uint64) (*EpochDetail, uint64, error) {
 
 // Epochs lists the remembered epochs of a job, ascending; state filters
 // when not empty.
-func (f *FSM) Epochs(job string, state EpochState) ([]Epoch, uint64, error) {
-	out := []Epoch{}
+func (f *FSM) Epochs(job string, state wire.EpochState) ([]wire.Epoch, uint64, error) {
+	out := []wire.Epoch{}
 	idx, err := f.view(func(t *txn) error {
 		if _, err := mustJob(t, job); err != nil {
 			return err
@@ -233,8 +188,8 @@ func (f *FSM) Epochs(job string, state EpochState) ([]Epoch, uint64, error) {
 			if err := decodeRecord(v, &e); err != nil {
 				return false, err
 			}
-			if state == "" || e.State == state {
-				out = append(out, e)
+			if state == "" || e.State == EpochState(state) {
+				out = append(out, *wireEpoch(&e))
 			}
 			return true, nil
 		})
@@ -295,52 +250,9 @@ type RestoreRequest struct {
 	SourceTask string
 }
 
-// KindRestore is the answer for one kind.
-type KindRestore struct {
-	Status  string `json:"status"`
-	Payload []byte `json:"payload,omitempty"`
-	// Manifest lists the blobs (ranges of objects) holding the task's
-	// state, for a task that acknowledged with a manifest.
-	Manifest *manifests.Manifest `json:"manifest,omitempty"`
-	// Bytes is what the restore of this kind reads: the inline payload plus
-	// the manifest's ranges.
-	Bytes int `json:"bytes"`
-}
-
-// RestorePlan is the answer to a restore: what the task recovers from
-// which checkpoint, and what reading it costs.
-type RestorePlan struct {
-	Job  string `json:"job"`
-	Task string `json:"task"`
-	// Status is restored (the checkpoint holds data of at least one kind
-	// for the task), nothing_to_recover (the checkpoint knows the task, which
-	// had no capability), no_prior_state (the checkpoint does not know the
-	// task), or no_checkpoint (the source job has none).
-	Status string `json:"status"`
-	Source struct {
-		Job        string `json:"job"`
-		Task       string `json:"task"`
-		Epoch      uint64 `json:"epoch,omitempty"`
-		Generation uint64 `json:"generation,omitempty"`
-		Pin        string `json:"pin,omitempty"`
-	} `json:"source"`
-	Capabilities *Caps                `json:"capabilities,omitempty"`
-	Kinds        map[Kind]KindRestore `json:"kinds"`
-	// InlineBytes is the inline payload returned; ObjectStoreReads is the
-	// number of object-store requests the restore needs (one ranged GET
-	// per base and segment), ObjectStoreBytes the bytes they read.
-	InlineBytes      int    `json:"inline_bytes"`
-	ObjectStoreReads int    `json:"object_store_reads"`
-	ObjectStoreBytes uint64 `json:"object_store_bytes"`
-	// FlaggedBlobs lists the plan's blobs whose object did not match what
-	// their ack declared when the leader observed the object store right
-	// after the ack (observe.go): a size that differs, or no object.
-	FlaggedBlobs []FlaggedBlob `json:"flagged_blobs,omitempty"`
-}
-
 // PlanRestore plans the restore of a task.
-func (f *FSM) PlanRestore(req RestoreRequest) (*RestorePlan, uint64, error) {
-	var out *RestorePlan
+func (f *FSM) PlanRestore(req RestoreRequest) (*wire.RestorePlan, uint64, error) {
+	var out *wire.RestorePlan
 	idx, err := f.view(func(t *txn) error {
 		p, err := restorePlan(t, req)
 		out = p
@@ -349,7 +261,7 @@ func (f *FSM) PlanRestore(req RestoreRequest) (*RestorePlan, uint64, error) {
 	return out, idx, err
 }
 
-func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
+func restorePlan(t *txn, req RestoreRequest) (*wire.RestorePlan, error) {
 	if err := wire.CheckID("job", req.Job); err != nil {
 		return nil, err
 	}
@@ -386,7 +298,7 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 		}
 		return nil, ruleErr(wire.CodeNotFound, "source_job", "job %q does not exist", srcJob)
 	}
-	plan := &RestorePlan{Job: req.Job, Task: req.Task, Kinds: map[Kind]KindRestore{}}
+	plan := &wire.RestorePlan{Job: req.Job, Task: req.Task, Kinds: map[Kind]wire.KindRestore{}}
 	plan.Source.Job, plan.Source.Task = srcJob, srcTask
 
 	var e *Epoch
@@ -433,7 +345,7 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 	case src.LatestCompleted == 0:
 		plan.Status = wire.RestoreNoCheckpoint
 		for _, k := range wire.Kinds {
-			plan.Kinds[k] = KindRestore{Status: wire.RestoreNoPriorState}
+			plan.Kinds[k] = wire.KindRestore{Status: wire.RestoreNoPriorState}
 		}
 		return plan, nil
 	default:
@@ -450,7 +362,7 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 	if tk == nil {
 		plan.Status = wire.RestoreNoPriorState
 		for _, k := range wire.Kinds {
-			plan.Kinds[k] = KindRestore{Status: wire.RestoreNoPriorState}
+			plan.Kinds[k] = wire.KindRestore{Status: wire.RestoreNoPriorState}
 		}
 		return plan, nil
 	}
@@ -462,11 +374,11 @@ func restorePlan(t *txn, req RestoreRequest) (*RestorePlan, error) {
 	plan.Capabilities = &caps
 	for _, k := range wire.Kinds {
 		if !caps.Has(k) {
-			plan.Kinds[k] = KindRestore{Status: wire.RestoreNothing}
+			plan.Kinds[k] = wire.KindRestore{Status: wire.RestoreNothing}
 			continue
 		}
 		v := t.b(bucketPayloads).Get(payloadKey(srcJob, e.Epoch, srcTask, k))
-		kr := KindRestore{Status: wire.RestoreRestored, Bytes: len(v)}
+		kr := wire.KindRestore{Status: wire.RestoreRestored, Bytes: len(v)}
 		if len(v) > 0 {
 			kr.Payload = bytes.Clone(v)
 		}
@@ -547,4 +459,18 @@ func (t *txn) stateHash() (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// tasks reads the task set of a job's attempt, ordered by task id.
+func (t *txn) tasks(job string, gen uint64) ([]wire.Task, error) {
+	out := []wire.Task{}
+	err := t.scan(bucketTasks, jobNumKey(job, gen), func(_, v []byte) (bool, error) {
+		var tk Task
+		if err := decodeRecord(v, &tk); err != nil {
+			return false, err
+		}
+		out = append(out, wireTask(&tk))
+		return true, nil
+	})
+	return out, err
 }

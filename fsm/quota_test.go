@@ -8,6 +8,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // checkUsage compares the in-memory usage of each job with a scan of its
@@ -31,7 +32,7 @@ func checkUsage(t *testing.T, f *fsm.FSM, when string, jobs ...string) {
 // restored.
 func TestJobUsageFollowsTheBlobs(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("u", fsm.JobConfig{Retained: 1})
+	h.putJob("u", wire.JobConfig{Retained: 1})
 	tk := task(t, "t", "state", "incremental")
 	h.start("u", "a1", tk)
 	w := &worker{job: "u", task: "t", gen: 1, acked: map[uint64]manifests.Manifest{}}
@@ -98,7 +99,7 @@ func TestJobUsageFollowsTheBlobs(t *testing.T) {
 func TestJobUsageCountsAppliedWrites(t *testing.T) {
 	h := newHarness(t)
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
-	h.putJob("u", fsm.JobConfig{})
+	h.putJob("u", wire.JobConfig{})
 	h.start("u", "a1", task(t, "t", "state"))
 	committed := h.f.CommitStats().Commits
 	h.intents("u", 1, "u/t/k1", "u/t/k2", "u/t/k3")

@@ -84,7 +84,7 @@ func TestRestartSkipsAppliedEntries(t *testing.T) {
 
 func TestNonCommandEntries(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	before := h.hash()
 	for _, typ := range []raft.LogType{raft.LogConfiguration, raft.LogNoop, raft.LogBarrier} {
 		h.index++
@@ -108,7 +108,7 @@ func TestNonCommandEntries(t *testing.T) {
 // on its own; a refused entry writes nothing and does not undo the others.
 func TestBatchResults(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	h.start("j", "a1", task(t, "s", "state"))
 	base := h.index
 	cmd := func(i uint64, typ fsm.CommandType, payload any) *raft.Log {
@@ -141,7 +141,7 @@ func TestBatchResults(t *testing.T) {
 			mustRule(t, res, want[i])
 		}
 	}
-	if !resp[3].(*fsm.Result).Value.(*fsm.AckResult).Completed {
+	if !resp[3].(*fsm.Result).Value.(*wire.AckResult).Completed {
 		t.Fatal("ack in the batch did not complete the epoch")
 	}
 	p := h.restore(fsm.RestoreRequest{Job: "j", Task: "s"})
@@ -214,7 +214,7 @@ func TestDeterminism(t *testing.T) {
 
 func TestWaitApplied(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -296,7 +296,7 @@ func TestWaitApplied(t *testing.T) {
 	// A restore wakes waiters too.
 	src := newHarness(t)
 	for src.index <= h.index { // h applied as many no-ops as WaitChange needed
-		src.putJob("x", fsm.JobConfig{Retained: 1 + int(src.index)%1000})
+		src.putJob("x", wire.JobConfig{Retained: 1 + int(src.index)%1000})
 	}
 	snap := snapshotOf(t, src.f)
 	if src.index <= h.index {
@@ -391,7 +391,7 @@ func TestConcurrentReadsDuringApplyAndRestore(t *testing.T) {
 // newer schema is refused rather than misread.
 func TestNewerSchemaRefused(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{})
+	h.putJob("j", wire.JobConfig{})
 	if err := h.f.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 
 	// The same content as a snapshot with a current header.
 	other := newHarness(t)
-	other.putJob("mine", fsm.JobConfig{})
+	other.putJob("mine", wire.JobConfig{})
 	before := other.dump()
 	snap := append(binary.BigEndian.AppendUint64([]byte("METASTORE-SNAP\n"), fsm.SchemaVersion), body.Bytes()...)
 	if err := other.f.Restore(io.NopCloser(bytes.NewReader(snap))); err == nil {

@@ -12,7 +12,7 @@ import (
 
 // restoredFrom reads an attempt's restore source: "unknown" when it is not
 // recorded, else the epoch.
-func restoredFrom(a *fsm.Attempt) any {
+func restoredFrom(a *wire.Attempt) any {
 	if a.RestoredFrom == nil {
 		return "unknown"
 	}
@@ -26,7 +26,7 @@ func restoredFrom(a *fsm.Attempt) any {
 func TestAttemptRecordsRestoreSource(t *testing.T) {
 	h := newHarness(t)
 	src, op := task(t, "src", "input"), task(t, "op", "state")
-	h.putJob("j", fsm.JobConfig{Retained: 2})
+	h.putJob("j", wire.JobConfig{Retained: 2})
 	if j := h.job("j"); j.RestoredAttempts != 0 || j.RestoresCountedFrom != 0 {
 		t.Fatalf("new job: %+v", j)
 	}
@@ -47,7 +47,7 @@ func TestAttemptRecordsRestoreSource(t *testing.T) {
 		t.Fatalf("second attempt restored from %v, want 2", got)
 	}
 	// A retried start answers the same attempt and counts once.
-	again := mustOK(t, h.mustApply(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a2", Tasks: []fsm.Task{op, src}})).(*fsm.Attempt)
+	again := mustOK(t, h.mustApply(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a2", Tasks: []wire.Task{op, src}})).(*wire.Attempt)
 	if restoredFrom(again) != uint64(2) || again.Generation != 2 {
 		t.Fatalf("retried start: %+v", again)
 	}
@@ -120,16 +120,16 @@ func TestAttemptRecordsRestoreSource(t *testing.T) {
 func TestAttemptStartVersion1Replay(t *testing.T) {
 	h := newHarness(t)
 	src := task(t, "src", "input")
-	h.putJob("j", fsm.JobConfig{})
-	startV1 := func(id string) *fsm.Attempt {
+	h.putJob("j", wire.JobConfig{})
+	startV1 := func(id string) *wire.Attempt {
 		t.Helper()
-		data := h.encode(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: id, Tasks: []fsm.Task{src}})
+		data := h.encode(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: id, Tasks: []wire.Task{src}})
 		data[1] = 1
 		res, ok := h.f.Apply(h.nextLog(data)).(*fsm.Result)
 		if !ok || res.Err != nil {
 			t.Fatalf("version-1 attempt start: %+v", res)
 		}
-		return res.Value.(*fsm.Attempt)
+		return res.Value.(*wire.Attempt)
 	}
 	startV1("a1")
 	h.complete("j", 1, 1, src)

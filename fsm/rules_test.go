@@ -21,16 +21,16 @@ import (
 //	epoch 7 pending, op acked
 //
 // plus "fresh" (no attempt) and "busy" (wire.MaxPendingEpochs pending epochs).
-func rulesFixture(t *testing.T) (*harness, map[string]fsm.Task) {
+func rulesFixture(t *testing.T) (*harness, map[string]wire.Task) {
 	h := newHarness(t)
-	tasks := map[string]fsm.Task{
+	tasks := map[string]wire.Task{
 		"src":  task(t, "src", "input"),
 		"op":   task(t, "op", "state", "incremental"),
 		"sink": task(t, "sink", "output"),
 		"idle": task(t, "idle"),
 	}
-	list := []fsm.Task{tasks["src"], tasks["op"], tasks["sink"], tasks["idle"]}
-	h.putJob("j", fsm.JobConfig{Retained: 3})
+	list := []wire.Task{tasks["src"], tasks["op"], tasks["sink"], tasks["idle"]}
+	h.putJob("j", wire.JobConfig{Retained: 3})
 	h.start("j", "a1", list...)
 	h.start("j", "a2", list...)
 	for _, n := range []uint64{3, 5} {
@@ -49,8 +49,8 @@ func rulesFixture(t *testing.T) (*harness, map[string]fsm.Task) {
 	h.begin("j", 2, 7)
 	h.ack("j", 2, 7, "op", payloadsFor(tasks["op"], 7))
 
-	h.putJob("fresh", fsm.JobConfig{})
-	h.putJob("busy", fsm.JobConfig{})
+	h.putJob("fresh", wire.JobConfig{})
+	h.putJob("busy", wire.JobConfig{})
 	h.start("busy", "b1", task(t, "s", "state"))
 	for n := uint64(1); n <= wire.MaxPendingEpochs; n++ {
 		h.begin("busy", 1, n)
@@ -72,9 +72,9 @@ func TestRulesChangeNothing(t *testing.T) {
 	ack := func(gen, epoch uint64, task string, p map[fsm.Kind][]byte) fsm.TaskAck {
 		return fsm.TaskAck{Job: "j", Generation: gen, Epoch: epoch, Task: task, Payloads: p}
 	}
-	manyTasks := make([]fsm.Task, wire.MaxTasks+1)
+	manyTasks := make([]wire.Task, wire.MaxTasks+1)
 	for i := range manyTasks {
-		manyTasks[i] = fsm.Task{ID: fmt.Sprintf("t%d", i)}
+		manyTasks[i] = wire.Task{ID: fmt.Sprintf("t%d", i)}
 	}
 
 	cases := []ruleCase{
@@ -82,7 +82,7 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"begin unknown job", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "nope", Generation: 1, Epoch: 1}, wire.ErrNotFound, "job"},
 		{"ack unknown job", fsm.CmdTaskAck, fsm.TaskAck{Job: "nope", Generation: 1, Epoch: 1, Task: "src"}, wire.ErrNotFound, "job"},
 		{"abort unknown job", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "nope", Generation: 1, Epoch: 1}, wire.ErrNotFound, "job"},
-		{"attempt of unknown job", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "nope", AttemptID: "a", Tasks: []fsm.Task{src}}, wire.ErrNotFound, "job"},
+		{"attempt of unknown job", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "nope", AttemptID: "a", Tasks: []wire.Task{src}}, wire.ErrNotFound, "job"},
 		{"pin unknown job", fsm.CmdEpochPin, fsm.EpochPin{Job: "nope", Epoch: 1}, wire.ErrNotFound, "job"},
 		{"unpin unknown job", fsm.CmdEpochUnpin, fsm.EpochPin{Job: "nope", Epoch: 1}, wire.ErrNotFound, "job"},
 		{"begin before any attempt", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "fresh", Generation: 1, Epoch: 1}, wire.ErrNoAttempt, "generation"},
@@ -123,7 +123,7 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"abort future generation", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 3, Epoch: 7}, wire.ErrInvalid, "generation"},
 		{"begin generation 0", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Epoch: 8}, wire.ErrInvalid, "generation"},
 		{"ack generation 0", fsm.CmdTaskAck, ack(0, 7, "src", nil), wire.ErrInvalid, "generation"},
-		{"superseded attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op, tasks["sink"], tasks["idle"]}}, wire.ErrFenced, "attempt_id"},
+		{"superseded attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []wire.Task{src, op, tasks["sink"], tasks["idle"]}}, wire.ErrFenced, "attempt_id"},
 
 		// Pins.
 		{"pin a pending epoch", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 7}, wire.ErrEpochNotCompleted, "epoch"},
@@ -136,15 +136,15 @@ func TestRulesChangeNothing(t *testing.T) {
 		// Malformed arguments (the API validates first; Apply checks again).
 		{"bad job id", fsm.CmdJobPut, fsm.JobPut{Job: "a job"}, wire.ErrInvalid, "job"},
 		{"job id with slash", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "../j", Generation: 2, Epoch: 8}, wire.ErrInvalid, "job"},
-		{"retained too high", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 1001}}, wire.ErrInvalid, "config.retained"},
-		{"retained negative", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: -1}}, wire.ErrInvalid, "config.retained"},
-		{"ack timeout too short", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{AckTimeout: fsm.Duration(time.Millisecond)}}, wire.ErrInvalid, "config.ack_timeout"},
-		{"history too long", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{History: 10001}}, wire.ErrInvalid, "config.history"},
+		{"retained too high", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{Retained: 1001}}, wire.ErrInvalid, "config.retained"},
+		{"retained negative", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{Retained: -1}}, wire.ErrInvalid, "config.retained"},
+		{"ack timeout too short", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{AckTimeout: fsm.Duration(time.Millisecond)}}, wire.ErrInvalid, "config.ack_timeout"},
+		{"history too long", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{History: 10001}}, wire.ErrInvalid, "config.history"},
 		{"attempt without tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3"}, wire.ErrInvalid, "tasks"},
 		{"attempt with too many tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: manyTasks}, wire.ErrInvalid, "tasks"},
-		{"attempt with a task twice", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []fsm.Task{src, op, src}}, wire.ErrInvalid, "tasks[].id"},
-		{"attempt with bad task id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []fsm.Task{{ID: "-x"}}}, wire.ErrInvalid, "tasks[].id"},
-		{"attempt with bad attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "", Tasks: []fsm.Task{src}}, wire.ErrInvalid, "attempt_id"},
+		{"attempt with a task twice", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []wire.Task{src, op, src}}, wire.ErrInvalid, "tasks[].id"},
+		{"attempt with bad task id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []wire.Task{{ID: "-x"}}}, wire.ErrInvalid, "tasks[].id"},
+		{"attempt with bad attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "", Tasks: []wire.Task{src}}, wire.ErrInvalid, "attempt_id"},
 		{"epoch 0", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2}, wire.ErrInvalid, "epoch"},
 		{"ack bad task id", fsm.CmdTaskAck, ack(2, 7, "", nil), wire.ErrInvalid, "task"},
 		{"abort reason with control characters", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 7, Reason: "bad\x00reason"}, wire.ErrInvalid, "reason"},
@@ -189,7 +189,7 @@ func TestValidateBeforeProposal(t *testing.T) {
 	}
 	// incremental without state cannot come in as JSON, but a Go caller can
 	// build it.
-	inc := &fsm.AttemptStart{Job: "j", AttemptID: "a", Tasks: []fsm.Task{{ID: "t", Caps: fsm.Caps(8)}}}
+	inc := &fsm.AttemptStart{Job: "j", AttemptID: "a", Tasks: []wire.Task{{ID: "t", Caps: fsm.Caps(8)}}}
 	if err := inc.Validate(); !isRule(err, wire.ErrInvalid) {
 		t.Errorf("incremental without state: %v", err)
 	}
@@ -197,7 +197,7 @@ func TestValidateBeforeProposal(t *testing.T) {
 	if err := jp.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if want := (fsm.JobConfig{Retained: wire.DefaultRetained, AckTimeout: fsm.Duration(wire.DefaultAckTimeout), History: wire.DefaultHistory}); jp.Config != want {
+	if want := (wire.JobConfig{Retained: wire.DefaultRetained, AckTimeout: fsm.Duration(wire.DefaultAckTimeout), History: wire.DefaultHistory}); jp.Config != want {
 		t.Errorf("defaults %+v, want %+v", jp.Config, want)
 	}
 	for _, names := range [][]string{{"incremental"}, {"state", "state"}, {"offsets"}} {
@@ -226,29 +226,29 @@ func TestIdempotentRetries(t *testing.T) {
 		return v
 	}
 
-	job := h.putJob("j", fsm.JobConfig{Retained: 2})
+	job := h.putJob("j", wire.JobConfig{Retained: 2})
 	h.advance(time.Minute)
-	if again := same(fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 2}}).(*fsm.Job); again.CreateIndex != job.CreateIndex || again.ModifyIndex != job.ModifyIndex {
+	if again := same(fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{Retained: 2}}).(*wire.Job); again.CreateIndex != job.CreateIndex || again.ModifyIndex != job.ModifyIndex {
 		t.Fatalf("retried job put: %+v, first %+v", again, job)
 	}
-	same(fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: fsm.JobConfig{Retained: 2, AckTimeout: fsm.Duration(wire.DefaultAckTimeout)}}) // defaults are the same config
+	same(fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{Retained: 2, AckTimeout: fsm.Duration(wire.DefaultAckTimeout)}}) // defaults are the same config
 	h.mustApply(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m", RaftAddr: "r:1", HTTPAddr: "h:1"})
 	same(fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m", RaftAddr: "r:1", HTTPAddr: "h:1"})
 
 	// Attempt start: same id and tasks in another order -> same generation.
 	a1 := h.start("j", "a1", src, op, idle)
 	h.advance(time.Second)
-	if again := same(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{idle, op, src}}).(*fsm.Attempt); !reflect.DeepEqual(again, a1) {
+	if again := same(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []wire.Task{idle, op, src}}).(*wire.Attempt); !reflect.DeepEqual(again, a1) {
 		t.Fatalf("retried attempt %+v, first %+v", again, a1)
 	}
 	// Same id, different task set (another capability) -> conflict.
-	h.reject(wire.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, task(t, "op", "state"), idle}})
-	h.reject(wire.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op}})
+	h.reject(wire.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []wire.Task{src, task(t, "op", "state"), idle}})
+	h.reject(wire.ErrConflict, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []wire.Task{src, op}})
 
 	// Begin twice -> same epoch, one record.
 	e1 := h.begin("j", 1, 1)
 	h.advance(time.Second)
-	if again := same(fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 1}).(*fsm.Epoch); *again != *e1 {
+	if again := same(fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 1}).(*wire.Epoch); *again != *e1 {
 		t.Fatalf("retried begin %+v, first %+v", again, e1)
 	}
 	if es, _, _ := h.f.Epochs("j", ""); len(es) != 1 {
@@ -258,7 +258,7 @@ func TestIdempotentRetries(t *testing.T) {
 	// Ack twice -> one ack, with the first ack's record.
 	first := h.ack("j", 1, 1, "src", payloadsFor(src, 1))
 	h.advance(time.Second)
-	retry := same(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: payloadsFor(src, 1)}).(*fsm.AckResult)
+	retry := same(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: payloadsFor(src, 1)}).(*wire.AckResult)
 	if retry.Completed || retry.Epoch.Acked != 1 || retry.Ack.Index != first.Ack.Index || !retry.Ack.At.Equal(first.Ack.At) {
 		t.Fatalf("retried ack %+v (ack %+v), first ack %+v", retry, retry.Ack, first.Ack)
 	}
@@ -272,20 +272,20 @@ func TestIdempotentRetries(t *testing.T) {
 	if !done.Completed {
 		t.Fatal("second of two acks did not complete the epoch")
 	}
-	retry = same(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "op", Payloads: payloadsFor(op, 1)}).(*fsm.AckResult)
-	if retry.Completed || retry.Epoch.State != fsm.EpochCompleted || retry.Epoch.Acked != 2 || retry.Ack.Index != done.Ack.Index {
+	retry = same(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "op", Payloads: payloadsFor(op, 1)}).(*wire.AckResult)
+	if retry.Completed || retry.Epoch.State != wire.EpochCompleted || retry.Epoch.Acked != 2 || retry.Ack.Index != done.Ack.Index {
 		t.Fatalf("retry of the completing ack: completed=%v %+v", retry.Completed, retry.Epoch)
 	}
 	same(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "src", Payloads: payloadsFor(src, 1)})
 	// ... and the retried begin of a completed epoch answers its record.
-	if again := same(fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 1}).(*fsm.Epoch); again.State != fsm.EpochCompleted {
+	if again := same(fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 1}).(*wire.Epoch); again.State != wire.EpochCompleted {
 		t.Fatalf("retried begin of a completed epoch: %+v", again)
 	}
 
 	// Abort twice, pin twice, unpin twice.
 	h.begin("j", 1, 2)
 	h.abort("j", 1, 2, "first")
-	if again := same(fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 1, Epoch: 2, Reason: "second"}).(*fsm.Epoch); again.Reason != "first" {
+	if again := same(fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 1, Epoch: 2, Reason: "second"}).(*wire.Epoch); again.Reason != "first" {
 		t.Fatalf("retried abort: %+v", again)
 	}
 	h.pin("j", 1, "sp")
@@ -301,9 +301,9 @@ func TestIdempotentRetries(t *testing.T) {
 
 	// A newer attempt fences the old attempt id.
 	h.start("j", "a2", src, op)
-	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []fsm.Task{src, op, idle}})
+	h.reject(wire.ErrFenced, fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a1", Tasks: []wire.Task{src, op, idle}})
 	// ... and its own retry still answers generation 2.
-	if a := same(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a2", Tasks: []fsm.Task{op, src}}).(*fsm.Attempt); a.Generation != 2 {
+	if a := same(fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a2", Tasks: []wire.Task{op, src}}).(*wire.Attempt); a.Generation != 2 {
 		t.Fatalf("retried attempt a2: %+v", a)
 	}
 }
@@ -313,13 +313,13 @@ func TestIdempotentRetries(t *testing.T) {
 // answers the aborted record; a lower number that was skipped is refused.
 func TestEpochsIncreaseAcrossAborts(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("j", fsm.JobConfig{History: 1})
+	h.putJob("j", wire.JobConfig{History: 1})
 	h.start("j", "a1", task(t, "s", "state"))
 	h.begin("j", 1, 8)
 	h.abort("j", 1, 8, "")
 	before := h.hash()
 	again := h.begin("j", 1, 8)
-	if again.State != fsm.EpochAborted || h.hash() != before {
+	if again.State != wire.EpochAborted || h.hash() != before {
 		t.Fatalf("begin of aborted epoch 8: %+v (state changed: %v)", again, h.hash() != before)
 	}
 	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 6})
@@ -333,7 +333,7 @@ func TestEpochsIncreaseAcrossAborts(t *testing.T) {
 	h.start("j", "a2", task(t, "s", "state"))
 	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 9})
 	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 1})
-	if e := h.begin("j", 2, 10); e.State != fsm.EpochPending || e.Generation != 2 {
+	if e := h.begin("j", 2, 10); e.State != wire.EpochPending || e.Generation != 2 {
 		t.Fatalf("epoch 10: %+v", e)
 	}
 	if j := h.job("j"); j.AttemptID != "a2" || j.Generation != 2 || j.LastEpoch != 10 {

@@ -31,14 +31,14 @@ func fillEverything(h *harness) {
 	h.mustApply(fsm.CmdMemberRemove, fsm.MemberRemove{ID: "node-3"})
 
 	// auth: tokens (one revoked) and the object-URL signing key.
-	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000a1", Hash: wire.TokenHash("op-secret"), Role: fsm.RoleOperator, Bootstrap: true})
-	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b1", Hash: wire.TokenHash("w-secret"), Role: fsm.RoleWorker, Job: "alpha", Description: "alpha worker"})
-	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b2", Hash: wire.TokenHash("w2-secret"), Role: fsm.RoleWorker, JobPrefix: "be"})
+	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000a1", Hash: wire.TokenHash("op-secret"), Role: wire.RoleOperator, Bootstrap: true})
+	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b1", Hash: wire.TokenHash("w-secret"), Role: wire.RoleWorker, Job: "alpha", Description: "alpha worker"})
+	h.mustApply(fsm.CmdTokenCreate, fsm.TokenCreate{Accessor: "00000000000000b2", Hash: wire.TokenHash("w2-secret"), Role: wire.RoleWorker, JobPrefix: "be"})
 	h.mustApply(fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: "00000000000000b2"})
 	h.mustApply(fsm.CmdURLKeyInit, fsm.URLKeyInit{Key: bytes.Repeat([]byte{7}, fsm.URLKeyLen)})
 
 	// alpha: two attempts, retention 2 with a savepoint, short history.
-	h.putJob("alpha", fsm.JobConfig{Retained: 2, AckTimeout: fsm.Duration(30 * time.Second), History: 3})
+	h.putJob("alpha", wire.JobConfig{Retained: 2, AckTimeout: fsm.Duration(30 * time.Second), History: 3})
 	src := task(t, "src", "input")
 	op := task(t, "op", "state", "incremental")
 	sink := task(t, "sink", "output")
@@ -47,7 +47,7 @@ func fillEverything(h *harness) {
 	for n := uint64(1); n <= 4; n++ {
 		h.advance(time.Second)
 		h.begin("alpha", 1, n)
-		for _, tk := range []fsm.Task{src, op, sink} {
+		for _, tk := range []wire.Task{src, op, sink} {
 			h.advance(time.Millisecond)
 			h.ack("alpha", 1, n, tk.ID, payloadsFor(tk, n))
 		}
@@ -69,7 +69,7 @@ func fillEverything(h *harness) {
 	h.begin("alpha", 2, 8)
 
 	// beta: default retention, epochs subsumed, one timed out, one pending.
-	h.putJob("beta", fsm.JobConfig{AckTimeout: fsm.Duration(5 * time.Second)})
+	h.putJob("beta", wire.JobConfig{AckTimeout: fsm.Duration(5 * time.Second)})
 	st := task(t, "state-0", "state")
 	h.start("beta", "beta-1", st, task(t, "map-0"))
 	for n := uint64(10); n <= 30; n += 10 {
@@ -85,19 +85,19 @@ func fillEverything(h *harness) {
 	h.begin("beta", 1, 60)
 
 	// gamma: only stateless tasks, so an epoch completes as it begins.
-	h.putJob("gamma", fsm.JobConfig{Retained: 2})
+	h.putJob("gamma", wire.JobConfig{Retained: 2})
 	h.start("gamma", "gamma-1", task(t, "m1"), task(t, "m2"))
 	for n := uint64(1); n <= 3; n++ {
 		h.begin("gamma", 1, n)
 	}
 
 	// delta: a job with no attempt, restoring from alpha's savepoint.
-	h.putJob("delta", fsm.JobConfig{History: 7})
+	h.putJob("delta", wire.JobConfig{History: 7})
 
 	// inc: incremental manifests in the object store: intents committed,
 	// one expired, a materialization, a dropped segment held by a retained
 	// epoch, blobs deleting and gone.
-	h.putJob("inc", fsm.JobConfig{Retained: 2})
+	h.putJob("inc", wire.JobConfig{Retained: 2})
 	w := &worker{job: "inc", task: "w", gen: 1, acked: map[uint64]manifests.Manifest{}}
 	h.start("inc", "inc-1", task(t, "w", "state", "incremental"))
 	for n := uint64(1); n <= 12; n++ {
@@ -159,7 +159,7 @@ func snapshotOf(t testing.TB, f *fsm.FSM) []byte {
 // buckets added after fillEverythingHash was fixed.
 func fillEverythingAndDelete(h *harness) {
 	fillEverything(h)
-	h.putJob("omega", fsm.JobConfig{Retained: 1})
+	h.putJob("omega", wire.JobConfig{Retained: 1})
 	w := &worker{job: "omega", task: "w", gen: 1, acked: map[uint64]manifests.Manifest{}}
 	h.start("omega", "omega-1", task(h.t, "w", "state", "incremental"))
 	h.begin("omega", 1, 1)
@@ -191,7 +191,7 @@ func TestFillEverythingTouchesEveryBucket(t *testing.T) {
 			t.Errorf("bucket %s is empty: the snapshot test would not cover it", name)
 		}
 	}
-	states := map[fsm.EpochState]int{}
+	states := map[wire.EpochState]int{}
 	pinned := 0
 	for _, job := range []string{"alpha", "beta", "gamma"} {
 		es, _, err := h.f.Epochs(job, "")
@@ -205,7 +205,7 @@ func TestFillEverythingTouchesEveryBucket(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []fsm.EpochState{fsm.EpochPending, fsm.EpochCompleted, fsm.EpochAborted, fsm.EpochSubsumed} {
+	for _, s := range []wire.EpochState{wire.EpochPending, wire.EpochCompleted, wire.EpochAborted, wire.EpochSubsumed} {
 		if states[s] == 0 {
 			t.Errorf("no %s epoch", s)
 		}
@@ -244,7 +244,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	snap.Release() // twice is harmless
 
 	dst := newHarness(t)
-	dst.putJob("unrelated", fsm.JobConfig{}) // replaced by the restore
+	dst.putJob("unrelated", wire.JobConfig{}) // replaced by the restore
 	if err := dst.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	}
 	h := newHarness(t)
 	fillEverything(h)
-	h.putJob("mine", fsm.JobConfig{})
+	h.putJob("mine", wire.JobConfig{})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before, idx := h.dump(), h.f.AppliedIndex()
@@ -369,7 +369,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		})
 	}
 	// Still writable, and a good snapshot still restores.
-	h.putJob("after", fsm.JobConfig{})
+	h.putJob("after", wire.JobConfig{})
 	if err := h.f.Restore(io.NopCloser(bytes.NewReader(good))); err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func TestRestoreWhileSnapshotPersists(t *testing.T) {
 	fillEverything(h)
 	mine := h.dump()
 	leader := newHarness(t)
-	leader.putJob("from-leader", fsm.JobConfig{})
+	leader.putJob("from-leader", wire.JobConfig{})
 	installed := snapshotOf(t, leader.f)
 
 	snap, err := h.f.Snapshot()
@@ -449,14 +449,14 @@ func TestRestoreWhileSnapshotPersists(t *testing.T) {
 // still persists the state it was taken from.
 func TestRestoreWhileSnapshotHeld(t *testing.T) {
 	h := newHarness(t)
-	h.putJob("before", fsm.JobConfig{})
+	h.putJob("before", wire.JobConfig{})
 	held, err := h.f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := newHarness(t)
 	for src.index <= h.index {
-		src.putJob("restored", fsm.JobConfig{Retained: int(src.index) + 1})
+		src.putJob("restored", wire.JobConfig{Retained: int(src.index) + 1})
 	}
 	data := snapshotOf(t, src.f)
 

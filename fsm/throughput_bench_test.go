@@ -14,6 +14,7 @@ import (
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // wchar is the bytes this process has passed to write and pwrite so far
@@ -85,8 +86,8 @@ func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey fu
 			epoch := make([]uint64, jobs)
 			for j := range jobs {
 				job := fmt.Sprintf("j%d", j)
-				h.putJob(job, fsm.JobConfig{Retained: 1})
-				var specs []fsm.Task
+				h.putJob(job, wire.JobConfig{Retained: 1})
+				var specs []wire.Task
 				for t := range tasks {
 					specs = append(specs, task(b, fmt.Sprintf("t%d", t), "state", "incremental"))
 				}

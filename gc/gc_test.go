@@ -73,7 +73,7 @@ func TestCollectsOnlyAfterGraceAndNeverReferenced(t *testing.T) {
 		t.Fatalf("before the grace period: %+v", rep)
 	}
 	for _, k := range all {
-		if !e.has(k) || e.blob(k).State != fsm.BlobLive {
+		if !e.has(k) || e.blob(k).State != wire.BlobLive {
 			t.Fatalf("blob %s touched before its grace period", k)
 		}
 	}
@@ -90,7 +90,7 @@ func TestCollectsOnlyAfterGraceAndNeverReferenced(t *testing.T) {
 		if e.has(k) {
 			t.Errorf("unreferenced blob %s still in the store", k)
 		}
-		if b := e.blob(k); b.State != fsm.BlobGone {
+		if b := e.blob(k); b.State != wire.BlobGone {
 			t.Errorf("unreferenced blob %s is %s, want gone", k, b.State)
 		}
 	}
@@ -100,7 +100,7 @@ func TestCollectsOnlyAfterGraceAndNeverReferenced(t *testing.T) {
 		}
 	}
 	e.checkReferencedPresent("j")
-	if !e.has("j/t0/inflight") || e.blob("j/t0/inflight").State != fsm.BlobIntent {
+	if !e.has("j/t0/inflight") || e.blob("j/t0/inflight").State != wire.BlobIntent {
 		t.Fatal("the object of a live intent was collected")
 	}
 	e.fsck()
@@ -154,7 +154,7 @@ func TestReferencedSinceLookedIsKept(t *testing.T) {
 	if !e.has(victim) {
 		t.Fatal("a blob referenced again before its mark was deleted")
 	}
-	if b := e.blob(victim); b.State != fsm.BlobLive || b.Refs == 0 {
+	if b := e.blob(victim); b.State != wire.BlobLive || b.Refs == 0 {
 		t.Fatalf("victim %+v", b)
 	}
 	e.checkReferencedPresent("j")
@@ -184,7 +184,7 @@ func TestFailedDeletesStayDeletingAndAreRetried(t *testing.T) {
 			if !e.has(k) {
 				t.Fatalf("%s: %s not in the store", what, k)
 			}
-			if b := e.blob(k); b.State != fsm.BlobDeleting {
+			if b := e.blob(k); b.State != wire.BlobDeleting {
 				t.Fatalf("%s: %s is %s, want deleting", what, k, b.State)
 			}
 		}
@@ -214,7 +214,7 @@ func TestFailedDeletesStayDeletingAndAreRetried(t *testing.T) {
 		t.Fatalf("recovered: %+v", rep)
 	}
 	for _, k := range bad {
-		if e.has(k) || e.blob(k).State != fsm.BlobGone {
+		if e.has(k) || e.blob(k).State != wire.BlobGone {
 			t.Fatalf("%s not collected after recovery", k)
 		}
 	}
@@ -268,7 +268,7 @@ func TestNewLeaderFinishesDeleting(t *testing.T) {
 		t.Fatalf("old leader: %v, want context.Canceled", err)
 	}
 	for _, k := range unreferenced {
-		if !e.has(k) || e.blob(k).State != fsm.BlobDeleting {
+		if !e.has(k) || e.blob(k).State != wire.BlobDeleting {
 			t.Fatalf("%s: left %s (in store: %v), want deleting and present", k, e.blob(k).State, e.has(k))
 		}
 	}
@@ -292,7 +292,7 @@ func TestNewLeaderFinishesDeleting(t *testing.T) {
 		t.Fatalf("new leader's first pass: %+v", rep)
 	}
 	for _, k := range unreferenced {
-		if e.has(k) || e.blob(k).State != fsm.BlobGone {
+		if e.has(k) || e.blob(k).State != wire.BlobGone {
 			t.Fatalf("%s not finished by the new leader", k)
 		}
 	}
@@ -316,14 +316,14 @@ func TestExpiredIntentIsCollected(t *testing.T) {
 	if rep := e.runOnce(c, RunOptions{}); rep.ExpiredIntents != 1 || rep.Deleted != 0 {
 		t.Fatalf("lease over: %+v", rep)
 	}
-	if b := e.blob(key); b.State != fsm.BlobExpired || !e.has(key) {
+	if b := e.blob(key); b.State != wire.BlobExpired || !e.has(key) {
 		t.Fatalf("after expiry: %s, in store %v", b.State, e.has(key))
 	}
 	e.clock.Advance(grace)
 	if rep := e.runOnce(c, RunOptions{}); rep.Deleted != 1 || rep.Marked != 1 {
 		t.Fatalf("grace over: %+v", rep)
 	}
-	if b := e.blob(key); b.State != fsm.BlobGone || e.has(key) {
+	if b := e.blob(key); b.State != wire.BlobGone || e.has(key) {
 		t.Fatalf("after collection: %s, in store %v", b.State, e.has(key))
 	}
 }
@@ -351,7 +351,7 @@ func TestLateUploadOfAbandonedIntent(t *testing.T) {
 	if rep := e.runOnce(c, RunOptions{}); rep.Deleted != 2 {
 		t.Fatalf("grace over: %+v", rep)
 	}
-	if e.has(within) || e.blob(within).State != fsm.BlobGone || e.blob(after).State != fsm.BlobGone {
+	if e.has(within) || e.blob(within).State != wire.BlobGone || e.blob(after).State != wire.BlobGone {
 		t.Fatalf("after collection: %s in store %v, %s", e.blob(within).State, e.has(within), e.blob(after).State)
 	}
 

@@ -258,7 +258,7 @@ func (e *env) listStore() []string {
 	return out
 }
 
-func (e *env) blob(key string) *fsm.Blob {
+func (e *env) blob(key string) *wire.Blob {
 	e.t.Helper()
 	b, _, err := e.f.Blob(key)
 	if err != nil {
@@ -315,7 +315,7 @@ func (e *env) checkReferencedPresent(job string) {
 		if !e.has(k) {
 			e.t.Errorf("referenced blob %s was deleted from the store", k)
 		}
-		if b := e.blob(k); b.State != fsm.BlobLive || b.Refs == 0 {
+		if b := e.blob(k); b.State != wire.BlobLive || b.Refs == 0 {
 			e.t.Errorf("referenced blob %s is %s with %d refs", k, b.State, b.Refs)
 		}
 	}
@@ -329,7 +329,7 @@ func (e *env) split(keys []string) (referenced, unreferenced []string) {
 		switch {
 		case b.Refs > 0:
 			referenced = append(referenced, k)
-		case b.State == fsm.BlobLive:
+		case b.State == wire.BlobLive:
 			unreferenced = append(unreferenced, k)
 		}
 	}
@@ -355,12 +355,12 @@ const (
 // incremental state task.
 func (e *env) startJob(job string, retained int) *worker {
 	e.t.Helper()
-	e.do(fsm.CmdJobPut, fsm.JobPut{Job: job, Config: fsm.JobConfig{Retained: retained}})
+	e.do(fsm.CmdJobPut, fsm.JobPut{Job: job, Config: wire.JobConfig{Retained: retained}})
 	caps, err := wire.ParseCaps([]string{"state", "incremental"})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.do(fsm.CmdAttemptStart, fsm.AttemptStart{Job: job, AttemptID: "a1", Tasks: []fsm.Task{{ID: "t0", Caps: caps}}})
+	e.do(fsm.CmdAttemptStart, fsm.AttemptStart{Job: job, AttemptID: "a1", Tasks: []wire.Task{{ID: "t0", Caps: caps}}})
 	return &worker{job: job, task: "t0", gen: 1}
 }
 
@@ -400,7 +400,7 @@ func (e *env) epoch(w *worker, n uint64, materialize bool, extra ...manifests.Se
 	}
 	w.m = next
 	res := e.do(fsm.CmdTaskAck, fsm.TaskAck{Job: w.job, Generation: w.gen, Epoch: n, Task: w.task,
-		Manifest: &fsm.ManifestAck{Blobs: blobs, Delta: &d}}).(*fsm.AckResult)
+		Manifest: &fsm.ManifestAck{Blobs: blobs, Delta: &d}}).(*wire.AckResult)
 	if !res.Completed {
 		e.t.Fatalf("epoch %d did not complete", n)
 	}

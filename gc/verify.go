@@ -58,7 +58,7 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 		// A blob no longer referenced (its epochs subsumed and the blob
 		// collected while Verify ran) is not lost.
 		b, _, err := c.f.Blob(k)
-		if errors.Is(err, wire.ErrNotFound) || (err == nil && (b.State != fsm.BlobLive || b.Refs == 0)) {
+		if errors.Is(err, wire.ErrNotFound) || (err == nil && (b.State != wire.BlobLive || b.Refs == 0)) {
 			continue
 		}
 		for _, r := range byKey[k] {
@@ -67,7 +67,7 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 	}
 	for k, info := range changed {
 		b, _, err := c.f.Blob(k)
-		if err != nil || b.State != fsm.BlobLive || b.Refs == 0 {
+		if err != nil || b.State != wire.BlobLive || b.Refs == 0 {
 			continue // collected while Verify ran
 		}
 		why := mismatches(b, info)
@@ -121,7 +121,7 @@ func (c *Collector) Verify(ctx context.Context, job string) (*VerifyReport, erro
 // found (flagged). None: the object is the committed one, as far as the
 // store's answer tells. The blob-level checksum an ack declares is
 // free-form and not compared.
-func mismatches(b *fsm.Blob, info blobstore.Info) []string {
+func mismatches(b *wire.Blob, info blobstore.Info) []string {
 	if b == nil {
 		return nil
 	}

@@ -62,7 +62,7 @@ func authBootstrapOnce(ctx context.Context, p Proposer, f *fsm.FSM, logger *slog
 	if len(toks) > 0 {
 		return nil
 	}
-	tc := fsm.TokenCreate{Accessor: fsm.NewAccessor(), Hash: wire.TokenHash(bootstrapToken), Role: fsm.RoleOperator,
+	tc := fsm.TokenCreate{Accessor: fsm.NewAccessor(), Hash: wire.TokenHash(bootstrapToken), Role: wire.RoleOperator,
 		Description: "bootstrap", Bootstrap: true}
 	v, _, err := p.Propose(ctx, fsm.CmdTokenCreate, &tc)
 	if err != nil {

@@ -83,7 +83,7 @@ func (p *proposer) must(typ fsm.CommandType, payload any) {
 	}
 }
 
-func (p *proposer) epochState(job string, n uint64) fsm.EpochState {
+func (p *proposer) epochState(job string, n uint64) wire.EpochState {
 	p.t.Helper()
 	e, _, err := p.f.Epoch(job, n)
 	if err != nil {
@@ -101,8 +101,8 @@ func TestEpochTimeouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for job, timeout := range map[string]time.Duration{"short": time.Minute, "long": time.Hour} {
-		p.must(fsm.CmdJobPut, fsm.JobPut{Job: job, Config: fsm.JobConfig{Retained: 1, AckTimeout: fsm.Duration(timeout), History: 10}})
-		p.must(fsm.CmdAttemptStart, fsm.AttemptStart{Job: job, AttemptID: "a1", Tasks: []fsm.Task{{ID: "t1", Caps: caps}}})
+		p.must(fsm.CmdJobPut, fsm.JobPut{Job: job, Config: wire.JobConfig{Retained: 1, AckTimeout: fsm.Duration(timeout), History: 10}})
+		p.must(fsm.CmdAttemptStart, fsm.AttemptStart{Job: job, AttemptID: "a1", Tasks: []wire.Task{{ID: "t1", Caps: caps}}})
 		p.must(fsm.CmdEpochBegin, fsm.EpochBegin{Job: job, Generation: 1, Epoch: 1})
 	}
 	p.advance(2 * time.Minute)
@@ -115,7 +115,7 @@ func TestEpochTimeouts(t *testing.T) {
 		leader.EpochTimeouts(p, p.f, nil)(ctx)
 	}()
 	deadline := time.After(10 * time.Second)
-	for p.epochState("short", 1) != fsm.EpochAborted {
+	for p.epochState("short", 1) != wire.EpochAborted {
 		wait, stop := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		p.f.WaitChange(wait)
 		stop()
@@ -127,7 +127,7 @@ func TestEpochTimeouts(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if got := p.epochState("long", 1); got != fsm.EpochPending {
+	if got := p.epochState("long", 1); got != wire.EpochPending {
 		t.Fatalf("epoch within its timeout is %s, want pending", got)
 	}
 	if got := counterValue(t, leader.EpochsTimedOut) - before; got != 1 {
@@ -148,8 +148,11 @@ func TestAuthBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(toks) != 1 || toks[0].Role != fsm.RoleOperator || toks[0].Hash != wire.TokenHash("boot-secret") {
+	if len(toks) != 1 || toks[0].Role != wire.RoleOperator {
 		t.Fatalf("tokens after bootstrap: %+v", toks)
+	}
+	if tok, err := p.f.TokenByHash(wire.TokenHash("boot-secret")); err != nil || tok == nil || tok.Accessor != toks[0].Accessor {
+		t.Fatalf("the bootstrap secret finds %+v, %v; want token %s", tok, err, toks[0].Accessor)
 	}
 	n := p.proposed()
 	leader.AuthBootstrap(p, p.f, nil, "other-secret")(context.Background())

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strings"
 	"time"
 
 	"github.com/metastore/metastore/manifests"
@@ -425,4 +426,32 @@ type Token struct {
 	CreatedAt   time.Time `json:"created_at"`
 	CreateIndex uint64    `json:"create_index"`
 	Secret      string    `json:"secret,omitempty"`
+}
+
+// Covers reports whether the token's scope covers job.
+func (t *Token) Covers(job string) bool {
+	switch {
+	case t.Role == RoleOperator:
+		return true
+	case t.Role != RoleWorker:
+		return false
+	case t.Job != "":
+		return job == t.Job
+	case t.JobPrefix != "":
+		return strings.HasPrefix(job, t.JobPrefix)
+	}
+	return false
+}
+
+// Scope describes the token's scope for messages: "all jobs", `job "a"`,
+// `jobs prefixed "team-"`.
+func (t *Token) Scope() string {
+	switch {
+	case t.Role == RoleOperator:
+		return "all jobs (operator)"
+	case t.Job != "":
+		return `job "` + t.Job + `"`
+	default:
+		return `jobs prefixed "` + t.JobPrefix + `"`
+	}
 }

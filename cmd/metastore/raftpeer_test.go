@@ -66,7 +66,7 @@ func forgedToken(t *testing.T) (secret string, cmd []byte) {
 	t.Helper()
 	secret = api.GenerateToken()
 	cmd, err := fsm.Encode(fsm.CmdTokenCreate, time.Now(), &fsm.TokenCreate{
-		Accessor: "00000000deadbeef", Hash: wire.TokenHash(secret), Role: fsm.RoleOperator, Description: "intruder"})
+		Accessor: "00000000deadbeef", Hash: wire.TokenHash(secret), Role: wire.RoleOperator, Description: "intruder"})
 	if err != nil {
 		t.Fatal(err)
 	}

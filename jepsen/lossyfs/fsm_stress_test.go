@@ -44,6 +44,7 @@ import (
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/jepsen/lossyfs"
+	"github.com/metastore/metastore/wire"
 )
 
 const (
@@ -73,9 +74,9 @@ func stressCmd(i uint64) []byte {
 	g := int64(i) / 5
 	switch {
 	case i == 1:
-		typ, p = fsm.CmdJobPut, fsm.JobPut{Job: "plain", Config: fsm.JobConfig{Retained: 2}}
+		typ, p = fsm.CmdJobPut, fsm.JobPut{Job: "plain", Config: wire.JobConfig{Retained: 2}}
 	case i == 2:
-		typ, p = fsm.CmdAttemptStart, fsm.AttemptStart{Job: "plain", AttemptID: "a1", Tasks: []fsm.Task{{ID: "p0"}}}
+		typ, p = fsm.CmdAttemptStart, fsm.AttemptStart{Job: "plain", AttemptID: "a1", Tasks: []wire.Task{{ID: "p0"}}}
 	case i%5 == 0:
 		typ, p = fsm.CmdIntentCreate, fsm.IntentCreate{Job: "plain", Generation: 1, Task: "p0", Keys: keys(g), LeaseUntil: now.Add(time.Second)}
 	case i%5 == 1:
