@@ -32,8 +32,8 @@ func init() {
 	register(CmdURLKeyInit, "url-key-init", 1, applyURLKeyInit)
 }
 
-// Token is a token's record. It never holds the secret.
-type Token struct {
+// tokenRecord is a token's record. It never holds the secret.
+type tokenRecord struct {
 	// Accessor names the token in lists and revocations; it is not a
 	// credential.
 	Accessor string    `json:"accessor"`
@@ -121,7 +121,7 @@ type TokenCreated struct {
 	Token   *wire.Token `json:"token,omitempty"`
 }
 
-func (p *TokenCreate) same(t *Token) bool {
+func (p *TokenCreate) same(t *tokenRecord) bool {
 	return t.Hash == p.Hash && t.Role == p.Role && t.Job == p.Job && t.JobPrefix == p.JobPrefix && t.Description == p.Description
 }
 
@@ -156,7 +156,7 @@ func applyTokenCreate(t *txn, c Command) (any, error) {
 	if t.b(bucketAuth).Get(append(authHashPrefix, p.Hash...)) != nil {
 		return nil, ruleErr(wire.CodeConflict, "hash", "a token with this secret exists")
 	}
-	tok := &Token{
+	tok := &tokenRecord{
 		Accessor: p.Accessor, Role: p.Role, Job: p.Job, JobPrefix: p.JobPrefix, Description: p.Description,
 		Hash: p.Hash, CreatedAt: c.Time, CreateIndex: t.index,
 	}
@@ -195,7 +195,7 @@ func applyTokenRevoke(t *txn, c Command) (any, error) {
 	if tok.Role == wire.RoleOperator && !p.Force {
 		others := 0
 		err := t.scan(bucketAuth, authTokenPrefix, func(k, v []byte) (bool, error) {
-			var o Token
+			var o tokenRecord
 			if err := decodeRecord(v, &o); err != nil {
 				return false, fmt.Errorf("fsm: decode %s/%q: %w", bucketAuth, k, err)
 			}
@@ -244,8 +244,8 @@ func applyURLKeyInit(t *txn, c Command) (any, error) {
 	return true, b.Put(authURLKey, p.Key)
 }
 
-func (t *txn) token(accessor string) (*Token, error) {
-	var tok Token
+func (t *txn) token(accessor string) (*tokenRecord, error) {
+	var tok tokenRecord
 	ok, err := t.getRecord(bucketAuth, append(authTokenPrefix, accessor...), &tok)
 	if err != nil || !ok {
 		return nil, err
@@ -274,7 +274,7 @@ func (f *FSM) Tokens() ([]wire.Token, uint64, error) {
 	out := []wire.Token{}
 	idx, err := f.view(func(t *txn) error {
 		return t.scan(bucketAuth, authTokenPrefix, func(k, _ []byte) (bool, error) {
-			var tok Token
+			var tok tokenRecord
 			if _, err := t.getRecord(bucketAuth, k, &tok); err != nil {
 				return false, err
 			}

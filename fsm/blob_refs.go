@@ -9,7 +9,7 @@ import (
 // (lineage_*.go) and the blob handlers (blobs.go) move them: a blob whose
 // count falls to zero becomes a GC candidate, keyed by the time it did.
 
-func (t *txn) blob(key string) (*Blob, error) {
+func (t *txn) blob(key string) (*blobRecord, error) {
 	v := t.b(bucketBlobs).Get([]byte(key))
 	if v == nil {
 		return nil, nil
@@ -23,8 +23,8 @@ func (t *txn) blob(key string) (*Blob, error) {
 
 // decodeBlob decodes a blob record as stored, with what it counts in its
 // job's usage (putBlob moves the usage by the difference).
-func decodeBlob(v []byte) (*Blob, error) {
-	var b Blob
+func decodeBlob(v []byte) (*blobRecord, error) {
+	var b blobRecord
 	if err := decodeRecord(v, &b); err != nil {
 		return nil, err
 	}
@@ -34,7 +34,7 @@ func decodeBlob(v []byte) (*Blob, error) {
 
 // putBlob writes a blob record and collects the change of its job's usage
 // (quota.go) from what the record counted when it was read.
-func (t *txn) putBlob(b *Blob) error {
+func (t *txn) putBlob(b *blobRecord) error {
 	b.ModifyIndex = t.index
 	if err := t.putRecord(bucketBlobs, []byte(b.Key), b); err != nil {
 		return err
@@ -55,7 +55,7 @@ func (t *txn) putBlob(b *Blob) error {
 func timeKey(at time.Time, key string) []byte { return append(u64(uint64(at.UnixNano())), key...) }
 
 // unreference marks a blob whose count fell to zero as a GC candidate.
-func (t *txn) unreference(b *Blob, now time.Time) error {
+func (t *txn) unreference(b *blobRecord, now time.Time) error {
 	b.UnreferencedAt = &now
 	return t.b(bucketGCCandidates).Put(timeKey(now, b.Key), nil)
 }
@@ -66,7 +66,7 @@ func (t *txn) addRef(key string) error {
 	if err != nil {
 		return err
 	}
-	if b == nil || b.State != BlobLive {
+	if b == nil || b.State != blobLive {
 		return errCorruptRef(key, b)
 	}
 	if b.Refs == 0 && b.UnreferencedAt != nil {
@@ -84,7 +84,7 @@ func (t *txn) dropRef(key string, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if b == nil || b.State != BlobLive || b.Refs == 0 {
+	if b == nil || b.State != blobLive || b.Refs == 0 {
 		return errCorruptRef(key, b)
 	}
 	b.Refs--
@@ -96,7 +96,7 @@ func (t *txn) dropRef(key string, now time.Time) error {
 	return t.putBlob(b)
 }
 
-func errCorruptRef(key string, b *Blob) error {
+func errCorruptRef(key string, b *blobRecord) error {
 	state := "missing"
 	if b != nil {
 		state = string(b.State)

@@ -18,22 +18,22 @@ func init() {
 	register(CmdBlobsPurge, "blobs-purge", 1, applyBlobsPurge)
 }
 
-// BlobState is the lifecycle state of a blob.
-type BlobState string
+// blobState is the lifecycle state of a blob (wire.BlobState shows it).
+type blobState string
 
 const (
 	// BlobIntent: a key handed to a worker for an upload, held by a lease.
-	BlobIntent BlobState = "intent"
+	blobIntent blobState = "intent"
 	// BlobLive: committed by an ack; Refs counts the manifests' references.
-	BlobLive BlobState = "live"
+	blobLive blobState = "live"
 	// BlobExpired: an intent whose lease ended before any ack committed it.
-	BlobExpired BlobState = "expired"
+	blobExpired blobState = "expired"
 	// BlobDeleting: marked for deletion; the object-store delete may be in
 	// flight. Never referenced again.
-	BlobDeleting BlobState = "deleting"
+	blobDeleting blobState = "deleting"
 	// BlobGone: deleted from the object store; kept as a tombstone for a
 	// while so late references are answered clearly.
-	BlobGone BlobState = "gone"
+	blobGone blobState = "gone"
 )
 
 // corruptError is an inconsistency in the stored state: fatal.
@@ -93,16 +93,16 @@ func applyIntentCreate(t *txn, c Command) (any, error) {
 		if b, err := t.blob(k); err != nil {
 			return nil, err
 		} else if b != nil {
-			if b.State == BlobIntent && b.Job == p.Job && b.LeaseUntil != nil && b.LeaseUntil.Equal(p.LeaseUntil) {
+			if b.State == blobIntent && b.Job == p.Job && b.LeaseUntil != nil && b.LeaseUntil.Equal(p.LeaseUntil) {
 				continue // a retried request
 			}
 			return nil, ruleErr(wire.CodeConflict, "keys", "blob key %q is already in use", k)
 		}
 	}
-	out := make([]*Blob, 0, len(p.Keys))
+	out := make([]*blobRecord, 0, len(p.Keys))
 	for _, k := range p.Keys {
 		lease := p.LeaseUntil
-		b := &Blob{Key: k, Job: p.Job, Task: p.Task, State: BlobIntent, LeaseUntil: &lease, CreatedAt: c.Time}
+		b := &blobRecord{Key: k, Job: p.Job, Task: p.Task, State: blobIntent, LeaseUntil: &lease, CreatedAt: c.Time}
 		if c.Version >= 2 {
 			b.Generation = p.Generation
 		}
@@ -144,13 +144,13 @@ func applyIntentsExpire(t *txn, c Command) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if b == nil || b.State != BlobIntent || b.LeaseUntil == nil || c.Time.Before(*b.LeaseUntil) {
+		if b == nil || b.State != blobIntent || b.LeaseUntil == nil || c.Time.Before(*b.LeaseUntil) {
 			continue
 		}
 		if err := t.del(bucketBlobLeases, timeKey(*b.LeaseUntil, k)); err != nil {
 			return nil, err
 		}
-		b.State = BlobExpired
+		b.State = blobExpired
 		if err := t.unreference(b, *b.LeaseUntil); err != nil {
 			return nil, err
 		}
@@ -164,8 +164,8 @@ func applyIntentsExpire(t *txn, c Command) (any, error) {
 
 // deletable reports whether the collector may mark b deleting at now: no
 // reference, no live intent, unreferenced for at least grace.
-func deletable(b *Blob, now time.Time, grace time.Duration) bool {
-	if b.State != BlobLive && b.State != BlobExpired {
+func deletable(b *blobRecord, now time.Time, grace time.Duration) bool {
+	if b.State != blobLive && b.State != blobExpired {
 		return false
 	}
 	return b.Refs == 0 && b.UnreferencedAt != nil && !now.Before(b.UnreferencedAt.Add(grace))
@@ -191,7 +191,7 @@ func applyBlobsDeleting(t *txn, c Command) (any, error) {
 		if err := t.del(bucketGCCandidates, timeKey(*b.UnreferencedAt, k)); err != nil {
 			return nil, err
 		}
-		b.State = BlobDeleting
+		b.State = blobDeleting
 		b.DeletingAt = &c.Time
 		if err := t.putBlob(b); err != nil {
 			return nil, err
@@ -216,10 +216,10 @@ func applyBlobsGone(t *txn, c Command) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if b == nil || b.State != BlobDeleting {
+		if b == nil || b.State != blobDeleting {
 			continue
 		}
-		b.State = BlobGone
+		b.State = blobGone
 		b.GoneAt = &c.Time
 		if err := t.putBlob(b); err != nil {
 			return nil, err
@@ -247,7 +247,7 @@ func applyBlobsPurge(t *txn, c Command) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if b == nil || b.State != BlobGone {
+		if b == nil || b.State != blobGone {
 			continue
 		}
 		if b.GoneAt == nil {
@@ -336,13 +336,13 @@ func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
 	s := &BlobStats{Count: map[wire.BlobState]int{}, Bytes: map[wire.BlobState]uint64{}, LiveByJob: map[string]JobBlobs{}}
 	idx, err := f.view(func(t *txn) error {
 		if err := t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
-			var b Blob
+			var b blobRecord
 			if err := decodeRecord(v, &b); err != nil {
 				return false, err
 			}
 			s.Count[wire.BlobState(b.State)]++
 			s.Bytes[wire.BlobState(b.State)] += b.Size
-			if b.State == BlobLive {
+			if b.State == blobLive {
 				j := s.LiveByJob[b.Job]
 				j.Count++
 				j.Bytes += b.Size

@@ -120,12 +120,12 @@ func (p *TaskAck) contentHash() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// AckResult is the answer to an ack: the epoch after it, and whether this
-// ack completed it.
-type AckResult struct {
-	Ack       *Ack   `json:"ack"`
-	Epoch     *Epoch `json:"epoch"`
-	Completed bool   `json:"completed_by_this_ack"`
+// ackResult is the answer to an ack: the epoch after it, and whether this
+// ack completed it (wire.AckResult shows it).
+type ackResult struct {
+	Ack       *ackRecord   `json:"ack"`
+	Epoch     *epochRecord `json:"epoch"`
+	Completed bool         `json:"completed_by_this_ack"`
 }
 
 // EpochAbort aborts a pending epoch.
@@ -215,8 +215,8 @@ func applyEpochBegin(t *txn, c Command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Epoch{
-		Job: p.Job, Epoch: p.Epoch, Generation: p.Generation, State: EpochPending,
+	e := &epochRecord{
+		Job: p.Job, Epoch: p.Epoch, Generation: p.Generation, State: epochPending,
 		BeganAt: c.Time, Deadline: c.Time.Add(time.Duration(j.Config.AckTimeout)),
 		Expected: a.Expected, CreateIndex: t.index, ModifyIndex: t.index,
 	}
@@ -275,9 +275,9 @@ func applyEpochAbort(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	switch e.State {
-	case EpochAborted:
+	case epochAborted:
 		return e, nil // a retried abort, or one that lost a race with a timeout
-	case EpochPending:
+	case epochPending:
 	default:
 		return nil, ruleErr(wire.CodeEpochNotPending, "epoch", "epoch %d is %s and cannot be aborted", p.Epoch, e.State)
 	}
@@ -313,7 +313,7 @@ func applyEpochPin(t *txn, c Command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if e.State != EpochCompleted {
+	if e.State != epochCompleted {
 		return nil, ruleErr(wire.CodeEpochNotCompleted, "epoch", "epoch %d is %s; only a completed, retained epoch can be pinned", p.Epoch, e.State)
 	}
 	if e.Pinned {
@@ -401,7 +401,7 @@ func applyEpochsTimeout(t *txn, c Command) (any, error) {
 		}
 		// Checked against the proposer's time: the epoch may have completed
 		// or been aborted since the leader looked.
-		if e == nil || e.State != EpochPending || c.Time.Before(e.Deadline) {
+		if e == nil || e.State != epochPending || c.Time.Before(e.Deadline) {
 			continue
 		}
 		reason := fmt.Sprintf("ack timeout after %s: %d of %d tasks acknowledged", time.Duration(j.Config.AckTimeout), e.Acked, e.Expected)

@@ -75,7 +75,7 @@ func applyMemberUpsert(t *txn, c Command) (any, error) {
 	if err := validate(); err != nil {
 		return nil, err
 	}
-	m := Member(p)
+	m := memberRecord(p)
 	t.memberChanged(p.ID)
 	return &m, t.putRecord(bucketMembers, []byte(p.ID), &m)
 }
@@ -116,7 +116,7 @@ func applyJobPut(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	if j == nil {
-		j = &Job{ID: p.Job, CreatedAt: c.Time, CreateIndex: t.index, Pending: []uint64{}, Retained: []uint64{}, Ended: []uint64{}}
+		j = &jobRecord{ID: p.Job, CreatedAt: c.Time, CreateIndex: t.index, Pending: []uint64{}, Retained: []uint64{}, Ended: []uint64{}}
 		ts, err := t.tombstone(p.Job)
 		if err != nil {
 			return nil, err
@@ -130,10 +130,10 @@ func applyJobPut(t *txn, c Command) (any, error) {
 				return nil, err
 			}
 		}
-	} else if j.Config == JobConfig(p.Config) {
+	} else if j.Config == jobConfig(p.Config) {
 		return j, nil
 	}
-	j.Config = JobConfig(p.Config)
+	j.Config = jobConfig(p.Config)
 	j.UpdatedAt = c.Time
 	j.ModifyIndex = t.index
 	if err := applyRetention(t, j, c.Time); err != nil {
@@ -248,7 +248,7 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 	}
 
 	gen := j.Generation + 1
-	a := &Attempt{Job: p.Job, Generation: gen, AttemptID: p.AttemptID, StartedAt: c.Time, Tasks: len(p.Tasks), ContentHash: hash, Index: t.index}
+	a := &attemptRecord{Job: p.Job, Generation: gen, AttemptID: p.AttemptID, StartedAt: c.Time, Tasks: len(p.Tasks), ContentHash: hash, Index: t.index}
 	if c.Version >= 2 {
 		// The epoch a restore of the job reads now (PlanRestore's default):
 		// the newest completed epoch, which retention always keeps.
@@ -262,7 +262,7 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 		}
 	}
 	for i := range p.Tasks {
-		tk := Task(p.Tasks[i])
+		tk := taskRecord(p.Tasks[i])
 		if tk.Caps.Expected() {
 			a.Expected++
 		}

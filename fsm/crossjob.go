@@ -63,7 +63,7 @@ func checkForeignBase(t *txn, job string, base *BaseRef) error {
 	if err != nil {
 		return err
 	}
-	if e == nil || e.State != EpochCompleted || !e.Pinned {
+	if e == nil || e.State != epochCompleted || !e.Pinned {
 		return errForeignBase(job, base)
 	}
 	a, err := t.ack(base.Job, base.Epoch, base.Task)

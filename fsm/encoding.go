@@ -72,10 +72,10 @@ var binaryBuckets = []struct {
 	name bucket
 	zero func() msgRecord
 }{
-	{bucketJobs, func() msgRecord { return new(Job) }},
-	{bucketEpochs, func() msgRecord { return new(Epoch) }},
-	{bucketBlobs, func() msgRecord { return new(Blob) }},
-	{bucketLineages, func() msgRecord { return new(Lineage) }},
+	{bucketJobs, func() msgRecord { return new(jobRecord) }},
+	{bucketEpochs, func() msgRecord { return new(epochRecord) }},
+	{bucketBlobs, func() msgRecord { return new(blobRecord) }},
+	{bucketLineages, func() msgRecord { return new(lineageRecord) }},
 	{bucketRecords, func() msgRecord { return new(record) }},
 }
 

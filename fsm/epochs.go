@@ -18,7 +18,7 @@ import (
 // ackTask applies a task's ack of an epoch: it checks every rule
 // (ackOp.check), writing nothing, then writes the ack (ackOp.write). A
 // retried ack, with the content already stored, answers the stored ack.
-func ackTask(t *txn, c Command, p *TaskAck) (*AckResult, error) {
+func ackTask(t *txn, c Command, p *TaskAck) (*ackResult, error) {
 	op := &ackOp{c: c, p: p}
 	retry, err := op.check(t)
 	if err != nil || retry != nil {
@@ -32,21 +32,21 @@ func ackTask(t *txn, c Command, p *TaskAck) (*AckResult, error) {
 type ackOp struct {
 	c Command
 	p *TaskAck
-	j *Job
+	j *jobRecord
 	// tk is the acking task in the ack's generation; e the acked epoch.
-	tk *Task
-	e  *Epoch
+	tk *taskRecord
+	e  *epochRecord
 	// hash identifies the ack's content (TaskAck.contentHash).
 	hash string
 	// plan is the manifest change (nil: none); abandoned is a manifest of
 	// an earlier attempt that this attempt leaves.
 	plan      *manifestPlan
-	abandoned *Lineage
+	abandoned *lineageRecord
 }
 
 // check runs the rules of an ack in order and stops at the first broken
 // one. It writes nothing. It answers the stored ack for a retry.
-func (op *ackOp) check(t *txn) (*AckResult, error) {
+func (op *ackOp) check(t *txn) (*ackResult, error) {
 	p := op.p
 	var err error
 	if op.j, err = writableJob(t, p.Job); err != nil {
@@ -68,7 +68,7 @@ func (op *ackOp) check(t *txn) (*AckResult, error) {
 	if retry, err := checkAckRetry(t, p, op.e, op.hash); err != nil || retry != nil {
 		return retry, err
 	}
-	if op.e.State != EpochPending {
+	if op.e.State != epochPending {
 		return nil, ruleErr(wire.CodeEpochNotPending, "epoch", "epoch %d is %s", p.Epoch, op.e.State)
 	}
 	return nil, op.decideManifest(t)
@@ -76,7 +76,7 @@ func (op *ackOp) check(t *txn) (*AckResult, error) {
 
 // ackingTask is the task of the ack's generation that acks: it must be in
 // the attempt and expected to ack.
-func ackingTask(t *txn, p *TaskAck) (*Task, error) {
+func ackingTask(t *txn, p *TaskAck) (*taskRecord, error) {
 	tk, err := t.task(p.Job, p.Generation, p.Task)
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func ackingTask(t *txn, p *TaskAck) (*Task, error) {
 
 // checkAckCapabilities: every payload kind, and a manifest (state), is a
 // capability the task registered.
-func checkAckCapabilities(tk *Task, p *TaskAck) error {
+func checkAckCapabilities(tk *taskRecord, p *TaskAck) error {
 	for _, k := range sortedKinds(p.Payloads) {
 		if !tk.Caps.Has(k) {
 			return ruleErr(wire.CodeCapabilityMissing, "payloads."+string(k), "task %q did not register capability %s", p.Task, k)
@@ -106,7 +106,7 @@ func checkAckCapabilities(tk *Task, p *TaskAck) error {
 
 // ackedEpoch is the acked epoch: it must exist and belong to the ack's
 // generation.
-func ackedEpoch(t *txn, j *Job, p *TaskAck) (*Epoch, error) {
+func ackedEpoch(t *txn, j *jobRecord, p *TaskAck) (*epochRecord, error) {
 	e, err := mustEpoch(t, j, p.Epoch)
 	if err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func ackedEpoch(t *txn, j *Job, p *TaskAck) (*Epoch, error) {
 // checkAckRetry: a task acks an epoch once. The same content again is a
 // retry, answered with the stored ack (even after the epoch completed);
 // other content is a conflict.
-func checkAckRetry(t *txn, p *TaskAck, e *Epoch, hash string) (*AckResult, error) {
+func checkAckRetry(t *txn, p *TaskAck, e *epochRecord, hash string) (*ackResult, error) {
 	prev, err := t.ack(p.Job, p.Epoch, p.Task)
 	if err != nil || prev == nil {
 		return nil, err
@@ -128,7 +128,7 @@ func checkAckRetry(t *txn, p *TaskAck, e *Epoch, hash string) (*AckResult, error
 	if prev.ContentHash != hash {
 		return nil, ruleErr(wire.CodeConflict, "task", "task %q already acknowledged epoch %d with different content", p.Task, p.Epoch)
 	}
-	return &AckResult{Ack: prev, Epoch: e}, nil
+	return &ackResult{Ack: prev, Epoch: e}, nil
 }
 
 // decideManifest decides the manifest change of a state task's ack
@@ -168,9 +168,9 @@ func (op *ackOp) decideManifest(t *txn) error {
 // write records a checked ack: its payloads, its manifest change and the
 // references that moves, the ack record, and the epoch's count; the ack
 // that brings the count to the expected one completes the epoch.
-func (op *ackOp) write(t *txn) (*AckResult, error) {
+func (op *ackOp) write(t *txn) (*ackResult, error) {
 	p, e, now := op.p, op.e, op.c.Time
-	ack := &Ack{Task: p.Task, At: now, Delay: Duration(now.Sub(e.BeganAt)), Sizes: map[Kind]int{}, ContentHash: op.hash, Index: t.index}
+	ack := &ackRecord{Task: p.Task, At: now, Delay: Duration(now.Sub(e.BeganAt)), Sizes: map[Kind]int{}, ContentHash: op.hash, Index: t.index}
 	for k, v := range p.Payloads {
 		ack.Sizes[k] = len(v)
 		e.PayloadBytes += int64(len(v))
@@ -186,7 +186,7 @@ func (op *ackOp) write(t *txn) (*AckResult, error) {
 	}
 	e.Acked++
 	e.ModifyIndex = t.index
-	res := &AckResult{Ack: ack, Epoch: e}
+	res := &ackResult{Ack: ack, Epoch: e}
 	if e.Acked < e.Expected {
 		return res, t.putEpoch(e)
 	}
@@ -196,7 +196,7 @@ func (op *ackOp) write(t *txn) (*AckResult, error) {
 
 // writeManifest applies the planned manifest change (the lineage's
 // records and blob references) and detaches an abandoned manifest.
-func (op *ackOp) writeManifest(t *txn, ack *Ack) error {
+func (op *ackOp) writeManifest(t *txn, ack *ackRecord) error {
 	p := op.p
 	if op.plan != nil {
 		var err error
@@ -215,7 +215,7 @@ func (op *ackOp) writeManifest(t *txn, ack *Ack) error {
 
 // completeAckedEpoch completes pending epoch e of j, whose last expected
 // ack was just written, and writes j.
-func completeAckedEpoch(t *txn, j *Job, e *Epoch, now time.Time) error {
+func completeAckedEpoch(t *txn, j *jobRecord, e *epochRecord, now time.Time) error {
 	if err := t.del(bucketDeadlines, deadlineKey(e.Deadline.UnixNano(), j.ID, e.Epoch)); err != nil {
 		return err
 	}
@@ -230,7 +230,7 @@ func completeAckedEpoch(t *txn, j *Job, e *Epoch, now time.Time) error {
 
 // checkGeneration fences writes from older attempts, and from the
 // attempts of a deleted job of the same name (GenerationBase).
-func checkGeneration(j *Job, gen uint64) error {
+func checkGeneration(j *jobRecord, gen uint64) error {
 	switch {
 	case gen <= j.GenerationBase:
 		return ruleErr(wire.CodeFenced, "generation", "generation %d belongs to a deleted job of the same name; this job's generations start above %d", gen, j.GenerationBase)
@@ -246,7 +246,7 @@ func checkGeneration(j *Job, gen uint64) error {
 
 // writableJob is mustJob for the writes of a job's workers and operators:
 // a job that was deleted answers job_deleted.
-func writableJob(t *txn, id string) (*Job, error) {
+func writableJob(t *txn, id string) (*jobRecord, error) {
 	j, err := t.job(id)
 	if err != nil || j != nil {
 		return j, err
@@ -257,7 +257,7 @@ func writableJob(t *txn, id string) (*Job, error) {
 	return nil, ruleErr(wire.CodeNotFound, "job", "job %q does not exist", id)
 }
 
-func mustJob(t *txn, id string) (*Job, error) {
+func mustJob(t *txn, id string) (*jobRecord, error) {
 	j, err := t.job(id)
 	if err != nil {
 		return nil, err
@@ -268,7 +268,7 @@ func mustJob(t *txn, id string) (*Job, error) {
 	return j, nil
 }
 
-func mustEpoch(t *txn, j *Job, n uint64) (*Epoch, error) {
+func mustEpoch(t *txn, j *jobRecord, n uint64) (*epochRecord, error) {
 	e, err := t.epoch(j.ID, n)
 	if err != nil {
 		return nil, err
@@ -285,8 +285,8 @@ func mustEpoch(t *txn, j *Job, n uint64) (*Epoch, error) {
 // completeEpoch marks e completed (e is not in j.Pending any more), aborts
 // older pending epochs, which can no longer complete usefully, and applies
 // retention. The caller writes j.
-func completeEpoch(t *txn, j *Job, e *Epoch, now time.Time) error {
-	e.State = EpochCompleted
+func completeEpoch(t *txn, j *jobRecord, e *epochRecord, now time.Time) error {
+	e.State = epochCompleted
 	e.CompletedAt = &now
 	e.ModifyIndex = t.index
 	if err := t.putEpoch(e); err != nil {
@@ -312,15 +312,15 @@ func completeEpoch(t *txn, j *Job, e *Epoch, now time.Time) error {
 
 // abortEpoch aborts pending epoch n of j and drops its payloads. The caller
 // writes j.
-func abortEpoch(t *txn, j *Job, n uint64, now time.Time, reason string) error {
+func abortEpoch(t *txn, j *jobRecord, n uint64, now time.Time, reason string) error {
 	e, err := t.epoch(j.ID, n)
 	if err != nil {
 		return err
 	}
-	if e == nil || e.State != EpochPending {
+	if e == nil || e.State != epochPending {
 		return fmt.Errorf("fsm: job %q lists epoch %d as pending but it is not", j.ID, n)
 	}
-	e.State = EpochAborted
+	e.State = epochAborted
 	e.EndedAt = &now
 	e.Reason = reason
 	e.ModifyIndex = t.index
@@ -346,7 +346,7 @@ func abortEpoch(t *txn, j *Job, n uint64, now time.Time, reason string) error {
 // applyRetention subsumes the completed epochs beyond the job's retention:
 // the newest Retained unpinned completed epochs stay, pinned ones always
 // stay, the rest become subsumed and lose their payloads.
-func applyRetention(t *txn, j *Job, now time.Time) error {
+func applyRetention(t *txn, j *jobRecord, now time.Time) error {
 	keep := make([]uint64, 0, len(j.Retained))
 	unpinned := 0
 	var subsume []uint64
@@ -363,7 +363,7 @@ func applyRetention(t *txn, j *Job, now time.Time) error {
 			keep = append(keep, n)
 			continue
 		}
-		e.State = EpochSubsumed
+		e.State = epochSubsumed
 		e.EndedAt = &now
 		e.ModifyIndex = t.index
 		if err := t.putEpoch(e); err != nil {
@@ -395,7 +395,7 @@ func applyRetention(t *txn, j *Job, now time.Time) error {
 // generations that no retained epoch references: no restore can name them
 // any more. Only referenced attempts remain, so the scan is short. Attempt
 // ids are kept, so a retried start of an old attempt is still fenced.
-func pruneAttempts(t *txn, j *Job) error {
+func pruneAttempts(t *txn, j *jobRecord) error {
 	keep := map[uint64]bool{j.Generation: true}
 	for _, n := range j.Retained {
 		e, err := t.epochRef(j.ID, n)
@@ -431,7 +431,7 @@ func pruneAttempts(t *txn, j *Job) error {
 
 // trimHistory forgets the oldest ended epochs beyond the job's history
 // limit: their records and acks are deleted.
-func trimHistory(t *txn, j *Job) error {
+func trimHistory(t *txn, j *jobRecord) error {
 	for len(j.Ended) > j.Config.History {
 		n := j.Ended[0]
 		j.Ended = j.Ended[1:]

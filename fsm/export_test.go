@@ -126,7 +126,7 @@ func BlobRefs(f *FSM) (map[string]uint64, error) {
 	out := map[string]uint64{}
 	_, err := f.view(func(t *txn) error {
 		return t.scan(bucketBlobs, nil, func(k, v []byte) (bool, error) {
-			var b Blob
+			var b blobRecord
 			if err := decodeRecord(v, &b); err != nil {
 				return false, err
 			}

@@ -82,7 +82,7 @@ func (t *txn) fsck(rep *FsckReport) error {
 		return err
 	}
 	err = t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
-		var b Blob
+		var b blobRecord
 		if err := decodeRecord(v, &b); err != nil {
 			return false, err
 		}
@@ -92,14 +92,14 @@ func (t *txn) fsck(rep *FsckReport) error {
 		if n != b.Refs {
 			rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: b.Key, State: wire.BlobState(b.State), Stored: b.Refs, Recounted: n})
 		}
-		if n > 0 && b.State != BlobLive {
+		if n > 0 && b.State != blobLive {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is %s but %d records reference it", b.Key, b.State, n))
 		}
-		wantCandidate := (b.State == BlobLive || b.State == BlobExpired) && b.Refs == 0
+		wantCandidate := (b.State == blobLive || b.State == blobExpired) && b.Refs == 0
 		switch {
-		case b.State == BlobIntent && b.LeaseUntil == nil:
+		case b.State == blobIntent && b.LeaseUntil == nil:
 			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is an upload intent without a lease", b.Key))
-		case b.State == BlobGone && b.GoneAt == nil:
+		case b.State == blobGone && b.GoneAt == nil:
 			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is gone without the time it went", b.Key))
 		case wantCandidate && b.UnreferencedAt == nil:
 			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is unreferenced without the time it became so", b.Key))
@@ -134,7 +134,7 @@ func (t *txn) fsckJobs(rep *FsckReport) error {
 		return err
 	}
 	return t.scan(bucketJobs, nil, func(_, v []byte) (bool, error) {
-		var j Job
+		var j jobRecord
 		if err := decodeRecord(v, &j); err != nil {
 			return false, err
 		}
@@ -181,7 +181,7 @@ func (f *FSM) ReferencedBlobs(job string) ([]BlobRef, uint64, error) {
 				return err
 			}
 			err = t.scan(bucketAcks, jobNumKey(job, n), func(_, v []byte) (bool, error) {
-				var a Ack
+				var a ackRecord
 				if err := decodeRecord(v, &a); err != nil {
 					return false, err
 				}
@@ -218,7 +218,7 @@ func (f *FSM) Manifest(job string, epoch uint64, task string) (*manifests.Manife
 		if err != nil {
 			return err
 		}
-		if e.State != EpochCompleted && e.State != EpochPending {
+		if e.State != epochCompleted && e.State != epochPending {
 			return ruleErr(wire.CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; its manifests are no longer kept", epoch, job, e.State)
 		}
 		a, err := t.ack(job, epoch, task)

@@ -27,15 +27,15 @@ type JobDelete struct {
 
 func (p *JobDelete) Validate() error { return wire.CheckID("job", p.Job) }
 
-// PinRef is a pinned savepoint a forced delete released.
-type PinRef struct {
+// pinRef is a pinned savepoint a forced delete released.
+type pinRef struct {
 	Epoch uint64 `json:"epoch"`
 	Name  string `json:"name,omitempty"`
 }
 
-// JobTombstone is what remains of a deleted job, and the answer to its
-// delete.
-type JobTombstone struct {
+// jobTombstone is what remains of a deleted job; wire.JobDeletion shows
+// it as the answer to its delete.
+type jobTombstone struct {
 	Job string `json:"job"`
 	// Generation is the deleted job's last attempt generation: writes of
 	// it or an older one are refused, and a job created again under the
@@ -45,7 +45,7 @@ type JobTombstone struct {
 	LastEpoch uint64 `json:"last_epoch"`
 	Forced    bool   `json:"forced,omitempty"`
 	// Pins lists the savepoints the delete released (forced).
-	Pins []PinRef `json:"pins,omitempty"`
+	Pins []pinRef `json:"pins,omitempty"`
 	// Lineages counts the task manifests (lineages) released; Intents the
 	// upload intents expired.
 	Lineages  int       `json:"lineages"`
@@ -54,8 +54,8 @@ type JobTombstone struct {
 	Index     uint64    `json:"index"`
 }
 
-func (t *txn) tombstone(job string) (*JobTombstone, error) {
-	var ts JobTombstone
+func (t *txn) tombstone(job string) (*jobTombstone, error) {
+	var ts jobTombstone
 	ok, err := t.getRecord(bucketJobTombstones, []byte(job), &ts)
 	if err != nil || !ok {
 		return nil, err
@@ -86,7 +86,7 @@ func applyJobDelete(t *txn, c Command) (any, error) {
 }
 
 // deleteJob checks, then deletes. A repeated delete answers the tombstone.
-func deleteJob(t *txn, p *JobDelete, now time.Time) (*JobTombstone, error) {
+func deleteJob(t *txn, p *JobDelete, now time.Time) (*jobTombstone, error) {
 	j, err := t.job(p.Job)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func deleteJob(t *txn, p *JobDelete, now time.Time) (*JobTombstone, error) {
 	}
 
 	// Every check is done: from here on, writes.
-	ts := &JobTombstone{Job: j.ID, Generation: j.Generation, LastEpoch: j.LastEpoch, Forced: p.Force, DeletedAt: now, Index: t.index}
+	ts := &jobTombstone{Job: j.ID, Generation: j.Generation, LastEpoch: j.LastEpoch, Forced: p.Force, DeletedAt: now, Index: t.index}
 	if p.Force {
 		ts.Pins = pins
 	}
@@ -148,15 +148,15 @@ func deleteJob(t *txn, p *JobDelete, now time.Time) (*JobTombstone, error) {
 }
 
 // jobPins lists the pinned savepoints of j, by epoch.
-func jobPins(t *txn, j *Job) ([]PinRef, error) {
-	var pins []PinRef
+func jobPins(t *txn, j *jobRecord) ([]pinRef, error) {
+	var pins []pinRef
 	for _, n := range j.Retained {
 		e, err := t.epochRef(j.ID, n)
 		if err != nil {
 			return nil, err
 		}
 		if e.Pinned {
-			pins = append(pins, PinRef{Epoch: n, Name: e.PinName})
+			pins = append(pins, pinRef{Epoch: n, Name: e.PinName})
 		}
 	}
 	return pins, nil
@@ -165,7 +165,7 @@ func jobPins(t *txn, j *Job) ([]PinRef, error) {
 // releaseJobLineages deletes every lineage of j: the tasks' heads and the
 // lineages its live epochs (pending and retained) hold. Each record drops
 // its blob reference; another job's fork holds its own references.
-func releaseJobLineages(t *txn, j *Job, now time.Time) (int, error) {
+func releaseJobLineages(t *txn, j *jobRecord, now time.Time) (int, error) {
 	var lids []uint64
 	seen := map[uint64]bool{}
 	add := func(lid uint64) {
@@ -186,7 +186,7 @@ func releaseJobLineages(t *txn, j *Job, now time.Time) (int, error) {
 	}
 	for _, n := range append(append([]uint64(nil), j.Pending...), j.Retained...) {
 		err := t.scan(bucketAcks, jobNumKey(j.ID, n), func(_, v []byte) (bool, error) {
-			var a Ack
+			var a ackRecord
 			if err := decodeRecord(v, &a); err != nil {
 				return false, err
 			}
@@ -218,13 +218,13 @@ func releaseJobLineages(t *txn, j *Job, now time.Time) (int, error) {
 // candidates, unreferenced from now. Every key the store hands out starts
 // with the job's id and a slash.
 func expireJobIntents(t *txn, job string, now time.Time) (int, error) {
-	var intents []*Blob
+	var intents []*blobRecord
 	err := t.scan(bucketBlobs, []byte(job+"/"), func(_, v []byte) (bool, error) {
 		b, err := decodeBlob(v)
 		if err != nil {
 			return false, err
 		}
-		if b.Job == job && b.State == BlobIntent {
+		if b.Job == job && b.State == blobIntent {
 			intents = append(intents, b)
 		}
 		return true, nil
@@ -238,7 +238,7 @@ func expireJobIntents(t *txn, job string, now time.Time) (int, error) {
 				return 0, err
 			}
 		}
-		b.State = BlobExpired
+		b.State = blobExpired
 		if err := t.unreference(b, now); err != nil {
 			return 0, err
 		}

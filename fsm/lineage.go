@@ -17,7 +17,7 @@ import (
 // from another checkpoint (copying that manifest's references once).
 //
 // A record lives while a live epoch of its lineage (pending, retained or
-// pinned, in Lineage.Epochs) lies in [added, dropped), or while it is in the
+// pinned, in lineageRecord.Epochs) lies in [added, dropped), or while it is in the
 // lineage's current manifest. Each record holds one reference to its blob;
 // when a record dies the reference is dropped. The buckets are declared in
 // schema.go.
@@ -66,8 +66,8 @@ func seqKey(lid, lastSeq uint64, ref manifests.Ref) []byte {
 
 func headKey(job, task string) []byte { return append(jobPrefix(job), task...) }
 
-func (t *txn) lineage(id uint64) (*Lineage, error) {
-	var l Lineage
+func (t *txn) lineage(id uint64) (*lineageRecord, error) {
+	var l lineageRecord
 	ok, err := t.getRecord(bucketLineages, u64(id), &l)
 	if err != nil || !ok {
 		return nil, err
@@ -75,7 +75,7 @@ func (t *txn) lineage(id uint64) (*Lineage, error) {
 	return &l, nil
 }
 
-func (t *txn) putLineage(l *Lineage) error { return t.putRecord(bucketLineages, u64(l.ID), l) }
+func (t *txn) putLineage(l *lineageRecord) error { return t.putRecord(bucketLineages, u64(l.ID), l) }
 
 func (t *txn) head(job, task string) (uint64, error) {
 	raw := t.b(bucketHeads).Get(headKey(job, task))

@@ -13,13 +13,13 @@ import (
 
 // applyManifest writes a planned manifest change for the ack of task in
 // epoch and returns the lineage it extended.
-func applyManifest(t *txn, j *Job, gen, epoch uint64, task string, p *manifestPlan, now time.Time) (uint64, error) {
+func applyManifest(t *txn, j *jobRecord, gen, epoch uint64, task string, p *manifestPlan, now time.Time) (uint64, error) {
 	for _, bc := range p.commit {
 		if err := commitBlob(t, bc, now, p.strict); err != nil {
 			return 0, err
 		}
 	}
-	var target *Lineage
+	var target *lineageRecord
 	var err error
 	switch p.mode {
 	case "continue":
@@ -87,7 +87,7 @@ func commitBlob(t *txn, bc BlobCommit, now time.Time, strict bool) error {
 	if b == nil {
 		return &corruptError{fmt.Sprintf("blob %q passed the commit check but has no record", bc.Key)}
 	}
-	if b.State == BlobLive {
+	if b.State == blobLive {
 		return nil
 	}
 	if b.LeaseUntil == nil {
@@ -96,7 +96,7 @@ func commitBlob(t *txn, bc BlobCommit, now time.Time, strict bool) error {
 	if err := t.del(bucketBlobLeases, timeKey(*b.LeaseUntil, b.Key)); err != nil {
 		return err
 	}
-	b.State = BlobLive
+	b.State = blobLive
 	b.Size = bc.Size
 	b.Checksum = bc.Checksum
 	b.LeaseUntil = nil
@@ -111,7 +111,7 @@ func commitBlob(t *txn, bc BlobCommit, now time.Time, strict bool) error {
 	return t.putBlob(b)
 }
 
-func newLineage(t *txn, job, task string, gen uint64) (*Lineage, error) {
+func newLineage(t *txn, job, task string, gen uint64) (*lineageRecord, error) {
 	meta := t.b(bucketMeta)
 	var id uint64 = 1
 	if raw := meta.Get(metaNextLineage); len(raw) == 8 {
@@ -120,7 +120,7 @@ func newLineage(t *txn, job, task string, gen uint64) (*Lineage, error) {
 	if err := meta.Put(metaNextLineage, u64(id+1)); err != nil {
 		return nil, err
 	}
-	return &Lineage{ID: id, Job: job, Task: task, Generation: gen, Epochs: []uint64{}}, nil
+	return &lineageRecord{ID: id, Job: job, Task: task, Generation: gen, Epochs: []uint64{}}, nil
 }
 
 func addRecord(t *txn, lid uint64, kind byte, ref manifests.Ref, r *record, epoch uint64) error {
@@ -142,7 +142,7 @@ func addRecord(t *txn, lid uint64, kind byte, ref manifests.Ref, r *record, epoc
 
 // dropRecord drops a present record at epoch; it dies at once unless a live
 // epoch of the lineage still holds it.
-func dropRecord(t *txn, l *Lineage, kind byte, ref manifests.Ref, epoch uint64, now time.Time) error {
+func dropRecord(t *txn, l *lineageRecord, kind byte, ref manifests.Ref, epoch uint64, now time.Time) error {
 	r, err := t.record(l.ID, kind, ref)
 	if err != nil {
 		return err
@@ -167,7 +167,7 @@ func dropRecord(t *txn, l *Lineage, kind byte, ref manifests.Ref, epoch uint64, 
 
 // copyManifest copies the manifest of src at epoch at into dst, as present
 // records added before dst's first epoch.
-func copyManifest(t *txn, src *Lineage, at uint64, dst *Lineage) error {
+func copyManifest(t *txn, src *lineageRecord, at uint64, dst *lineageRecord) error {
 	type item struct {
 		kind byte
 		ref  manifests.Ref

@@ -14,9 +14,9 @@ import (
 // manifestPlan is what applyManifest decided, before it writes.
 type manifestPlan struct {
 	mode   string // continue, rollback, fork, fresh
-	head   *Lineage
-	source *Lineage // fork: the lineage copied from
-	at     uint64   // rollback, fork: the base epoch
+	head   *lineageRecord
+	source *lineageRecord // fork: the lineage copied from
+	at     uint64         // rollback, fork: the base epoch
 	change manifests.Change
 	commit []BlobCommit
 	strict bool // task-ack version 2 rules
@@ -27,7 +27,7 @@ type manifestPlan struct {
 // task-ack version 2 (crossjob.go): another job's checkpoint is a base only
 // when it is pinned, another job's blobs are referenced only when inherited
 // from such a base, and upload slots of an earlier attempt are refused.
-func planManifest(t *txn, j *Job, gen, epoch uint64, tk *Task, m *ManifestAck, now time.Time, strict bool) (*manifestPlan, error) {
+func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, m *ManifestAck, now time.Time, strict bool) (*manifestPlan, error) {
 	if m.Delta != nil && !tk.Caps.Incremental() {
 		return nil, ruleErr(wire.CodeInvalid, "manifest.delta", "task %q does not have the incremental capability: send the full manifest", tk.ID)
 	}
@@ -158,7 +158,7 @@ func checkReuse(t *txn, p *manifestPlan, view lineageView) error {
 
 // baseLineage resolves the checkpoint a task restored from to the lineage
 // holding its manifest.
-func baseLineage(t *txn, job string, base *BaseRef, strict bool) (*Lineage, error) {
+func baseLineage(t *txn, job string, base *BaseRef, strict bool) (*lineageRecord, error) {
 	if strict && base.Job != job {
 		if err := checkForeignBase(t, job, base); err != nil {
 			return nil, err
@@ -175,7 +175,7 @@ func baseLineage(t *txn, job string, base *BaseRef, strict bool) (*Lineage, erro
 	if err != nil {
 		return nil, err
 	}
-	if e == nil || e.State != EpochCompleted {
+	if e == nil || e.State != epochCompleted {
 		state := "not remembered"
 		if e != nil {
 			state = string(e.State)
@@ -202,12 +202,12 @@ func baseLineage(t *txn, job string, base *BaseRef, strict bool) (*Lineage, erro
 // checkCommit checks that an ack may commit blob b: an intent of this job
 // whose lease has not ended (strict: and that this attempt asked for), or a
 // blob already committed with the same size.
-func checkCommit(b *Blob, bc BlobCommit, job string, gen uint64, now time.Time, strict bool) error {
+func checkCommit(b *blobRecord, bc BlobCommit, job string, gen uint64, now time.Time, strict bool) error {
 	field := "manifest.blobs"
 	switch {
 	case b == nil:
 		return ruleErr(wire.CodeBlobUnknown, field, "blob %q has no upload intent; ask for an upload slot first", bc.Key)
-	case b.State == BlobIntent:
+	case b.State == blobIntent:
 		if b.Job != job {
 			return ruleErr(wire.CodeInvalid, field, "blob %q is an upload of job %q", bc.Key, b.Job)
 		}
@@ -218,7 +218,7 @@ func checkCommit(b *Blob, bc BlobCommit, job string, gen uint64, now time.Time, 
 			return ruleErr(wire.CodeFenced, field, "blob %q is an upload slot of attempt generation %d, superseded by generation %d: its upload URL was handed to a worker of that attempt; ask for new upload slots", bc.Key, b.Generation, gen)
 		}
 		return nil
-	case b.State == BlobLive:
+	case b.State == blobLive:
 		if b.Size != bc.Size {
 			return ruleErr(wire.CodeConflict, field, "blob %q was committed with size %d, not %d", bc.Key, b.Size, bc.Size)
 		}
@@ -228,26 +228,26 @@ func checkCommit(b *Blob, bc BlobCommit, job string, gen uint64, now time.Time, 
 }
 
 // referenceable returns the size of a blob a manifest may reference.
-func referenceable(b *Blob, key string, now time.Time) (uint64, error) {
+func referenceable(b *blobRecord, key string, now time.Time) (uint64, error) {
 	field := "manifest"
 	switch {
 	case b == nil:
 		return 0, ruleErr(wire.CodeBlobUnknown, field, "blob %q is not known", key)
-	case b.State == BlobLive:
+	case b.State == blobLive:
 		return b.Size, nil
-	case b.State == BlobIntent:
+	case b.State == blobIntent:
 		return 0, ruleErr(wire.CodeInvalid, "manifest.blobs", "blob %q is an upload not yet committed: list it in manifest.blobs with its size", key)
 	}
 	return 0, blobStateErr(b, field)
 }
 
-func blobStateErr(b *Blob, field string) error {
+func blobStateErr(b *blobRecord, field string) error {
 	switch b.State {
-	case BlobDeleting:
+	case blobDeleting:
 		return ruleErr(wire.CodeBlobDeleting, field, "blob %q is being deleted by the garbage collector and cannot be referenced", b.Key)
-	case BlobGone:
+	case blobGone:
 		return ruleErr(wire.CodeBlobGone, field, "blob %q was deleted by the garbage collector", b.Key)
-	case BlobExpired:
+	case blobExpired:
 		return ruleErr(wire.CodeBlobExpired, field, "the upload intent of blob %q expired before it was committed", b.Key)
 	}
 	return ruleErr(wire.CodeConflict, field, "blob %q is %s", b.Key, b.State)

@@ -77,7 +77,7 @@ func changesAfter(t *txn, lid, from, to uint64) ([]change, error) {
 // rollback undoes every change the lineage recorded after epoch at: records
 // added later die, records dropped later are present again. Nothing live
 // depends on those changes: at is the lineage's newest live epoch.
-func rollback(t *txn, l *Lineage, at uint64, now time.Time) error {
+func rollback(t *txn, l *lineageRecord, at uint64, now time.Time) error {
 	changes, err := changesAfter(t, l.ID, at, 0)
 	if err != nil {
 		return err
@@ -118,7 +118,7 @@ func rollback(t *txn, l *Lineage, at uint64, now time.Time) error {
 
 // detach handles a lineage that is no longer its task's head: it keeps only
 // what its live epochs hold, and goes away with the last of them.
-func detach(t *txn, l *Lineage, now time.Time) error {
+func detach(t *txn, l *lineageRecord, now time.Time) error {
 	if len(l.Epochs) == 0 {
 		return deleteLineage(t, l, now)
 	}
@@ -128,7 +128,7 @@ func detach(t *txn, l *Lineage, now time.Time) error {
 	return t.putLineage(l)
 }
 
-func deleteLineage(t *txn, l *Lineage, now time.Time) error {
+func deleteLineage(t *txn, l *lineageRecord, now time.Time) error {
 	type item struct {
 		kind byte
 		ref  manifests.Ref
@@ -171,7 +171,7 @@ func deleteLineage(t *txn, l *Lineage, now time.Time) error {
 func epochLeft(t *txn, job string, epoch uint64, now time.Time) error {
 	var lids []uint64
 	err := t.scan(bucketAcks, jobNumKey(job, epoch), func(_, v []byte) (bool, error) {
-		var a Ack
+		var a ackRecord
 		if err := decodeRecord(v, &a); err != nil {
 			return false, err
 		}
@@ -248,7 +248,7 @@ func epochLeft(t *txn, job string, epoch uint64, now time.Time) error {
 
 // settle brings a released lineage to what its live epochs hold: rolled
 // back to the newest of them, or deleted (with its head) when none is left.
-func settle(t *txn, l *Lineage, now time.Time) error {
+func settle(t *txn, l *lineageRecord, now time.Time) error {
 	if len(l.Epochs) == 0 {
 		return deleteLineage(t, l, now)
 	}

@@ -27,8 +27,9 @@ import (
 // ahead of the file; the member is stopping, and Raft applies those
 // entries again at restart.
 
-// memberList is one published list of member records, or the error
-// reading them met (a record that does not decode).
+// memberList is one published list of the member records (as Members
+// shows them), or the error reading them met (a record that does not
+// decode).
 type memberList struct {
 	members []Member
 	err     error
@@ -54,11 +55,11 @@ func (f *FSM) Members() ([]Member, error) {
 func (f *FSM) publishMembers(t *txn) {
 	var l memberList
 	l.err = t.scan(bucketMembers, nil, func(_, v []byte) (bool, error) {
-		var m Member
+		var m memberRecord
 		if err := decodeRecord(v, &m); err != nil {
 			return false, err
 		}
-		l.members = append(l.members, m)
+		l.members = append(l.members, wireMember(&m))
 		return true, nil
 	})
 	if l.err != nil {
@@ -86,14 +87,14 @@ func (f *FSM) updateMembers(t *txn, ids []string) {
 		byID[m.ID] = m
 	}
 	for _, id := range ids {
-		var m Member
+		var m memberRecord
 		ok, err := t.getRecord(bucketMembers, []byte(id), &m)
 		switch {
 		case err != nil:
 			f.members.Store(&memberList{err: err})
 			return
 		case ok:
-			byID[id] = m
+			byID[id] = wireMember(&m)
 		default:
 			delete(byID, id)
 		}

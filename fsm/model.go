@@ -18,16 +18,16 @@ type (
 )
 
 // hasAttempt reports whether the job has started an attempt of its own.
-func (j *Job) hasAttempt() bool { return j.Generation > j.GenerationBase }
+func (j *jobRecord) hasAttempt() bool { return j.Generation > j.GenerationBase }
 
-// Task is one task of an attempt.
-type Task struct {
+// taskRecord is one task of an attempt.
+type taskRecord struct {
 	ID   string `json:"id"`
 	Caps Caps   `json:"capabilities"`
 }
 
-// Attempt is one (re)start of a job.
-type Attempt struct {
+// attemptRecord is one (re)start of a job.
+type attemptRecord struct {
 	Job        string    `json:"job"`
 	Generation uint64    `json:"generation"`
 	AttemptID  string    `json:"attempt_id"`
@@ -46,18 +46,19 @@ type Attempt struct {
 	Index        uint64  `json:"index"`
 }
 
-// EpochState is the lifecycle state of an epoch.
-type EpochState string
+// epochState is the lifecycle state of an epoch (wire.EpochState shows
+// it).
+type epochState string
 
 const (
-	EpochPending   EpochState = "pending"
-	EpochCompleted EpochState = "completed"
-	EpochAborted   EpochState = "aborted"
-	EpochSubsumed  EpochState = "subsumed"
+	epochPending   epochState = "pending"
+	epochCompleted epochState = "completed"
+	epochAborted   epochState = "aborted"
+	epochSubsumed  epochState = "subsumed"
 )
 
-// Ack is one task's acknowledgement of an epoch.
-type Ack struct {
+// ackRecord is one task's acknowledgement of an epoch.
+type ackRecord struct {
 	Task string    `json:"task"`
 	At   time.Time `json:"at"`
 	// Delay is the time from the epoch's begin to this ack.
@@ -70,9 +71,9 @@ type Ack struct {
 	Lineage uint64 `json:"lineage,omitempty"`
 }
 
-// Member is a cluster member's record, replicated so any member can find
-// the leader's HTTP address.
-type Member struct {
+// memberRecord is a cluster member's record, replicated so any member can
+// find the leader's HTTP address (Members shows it as a Member).
+type memberRecord struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
 	HTTPAddr string `json:"http_addr"`

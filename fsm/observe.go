@@ -76,10 +76,10 @@ func applyBlobsObserved(t *txn, c Command) (any, error) {
 		if err := t.del(bucketBlobUnobserved, []byte(o.Key)); err != nil {
 			return nil, err
 		}
-		if b == nil || b.State != BlobLive {
+		if b == nil || b.State != blobLive {
 			continue
 		}
-		b.Observed = &Observation{Size: o.Size, ETag: o.ETag, Missing: o.Missing, At: c.Time}
+		b.Observed = &observation{Size: o.Size, ETag: o.ETag, Missing: o.Missing, At: c.Time}
 		b.Flagged = o.Missing || o.Size != b.Size
 		if err := t.putBlob(b); err != nil {
 			return nil, err
@@ -118,7 +118,7 @@ func flaggedIn(t *txn, keys []string) ([]wire.FlaggedBlob, error) {
 		if raw == nil {
 			continue
 		}
-		var b Blob
+		var b blobRecord
 		if err := decodeRecord(raw, &b); err != nil {
 			return nil, err
 		}

@@ -35,7 +35,7 @@ func (f *FSM) Jobs() ([]wire.Job, uint64, error) {
 	out := []wire.Job{}
 	idx, err := f.view(func(t *txn) error {
 		return t.scan(bucketJobs, nil, func(_, v []byte) (bool, error) {
-			var j Job
+			var j jobRecord
 			if err := decodeRecord(v, &j); err != nil {
 				return false, err
 			}
@@ -93,7 +93,7 @@ func (f *FSM) Attempts(job string, limit int, withTasks bool) (*wire.AttemptList
 			return err
 		}
 		err := t.scan(bucketAttempts, jobPrefix(job), func(_, v []byte) (bool, error) {
-			var a Attempt
+			var a attemptRecord
 			if err := decodeRecord(v, &a); err != nil {
 				return false, err
 			}
@@ -138,7 +138,7 @@ func (f *FSM) Epoch(job string, n uint64) (*wire.EpochDetail, uint64, error) {
 		out = &wire.EpochDetail{Epoch: *wireEpoch(e), Acks: []wire.Ack{}, Stragglers: []string{}}
 		acked := map[string]bool{}
 		err = t.scan(bucketAcks, jobNumKey(job, n), func(_, v []byte) (bool, error) {
-			var a Ack
+			var a ackRecord
 			if err := decodeRecord(v, &a); err != nil {
 				return false, err
 			}
@@ -162,7 +162,7 @@ func (f *FSM) Epoch(job string, n uint64) (*wire.EpochDetail, uint64, error) {
 			return nil
 		}
 		return t.scan(bucketTasks, jobNumKey(job, e.Generation), func(_, v []byte) (bool, error) {
-			var tk Task
+			var tk taskRecord
 			if err := decodeRecord(v, &tk); err != nil {
 				return false, err
 			}
@@ -184,11 +184,11 @@ func (f *FSM) Epochs(job string, state wire.EpochState) ([]wire.Epoch, uint64, e
 			return err
 		}
 		return t.scan(bucketEpochs, jobPrefix(job), func(_, v []byte) (bool, error) {
-			var e Epoch
+			var e epochRecord
 			if err := decodeRecord(v, &e); err != nil {
 				return false, err
 			}
-			if state == "" || e.State == EpochState(state) {
+			if state == "" || e.State == epochState(state) {
 				out = append(out, *wireEpoch(&e))
 			}
 			return true, nil
@@ -301,7 +301,7 @@ func restorePlan(t *txn, req RestoreRequest) (*wire.RestorePlan, error) {
 	plan := &wire.RestorePlan{Job: req.Job, Task: req.Task, Kinds: map[Kind]wire.KindRestore{}}
 	plan.Source.Job, plan.Source.Task = srcJob, srcTask
 
-	var e *Epoch
+	var e *epochRecord
 	switch {
 	case foreign:
 		// Another job's checkpoint: only a savepoint (crossjob.go), and
@@ -314,7 +314,7 @@ func restorePlan(t *txn, req RestoreRequest) (*wire.RestorePlan, error) {
 			if err != nil {
 				return nil, err
 			}
-			if c.Pinned && c.State == EpochCompleted && (c.PinName == req.Pin && req.Pin != "" || c.Epoch == req.Epoch) {
+			if c.Pinned && c.State == epochCompleted && (c.PinName == req.Pin && req.Pin != "" || c.Epoch == req.Epoch) {
 				e = c
 			}
 		}
@@ -339,7 +339,7 @@ func restorePlan(t *txn, req RestoreRequest) (*wire.RestorePlan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if e.State != EpochCompleted {
+		if e.State != epochCompleted {
 			return nil, ruleErr(wire.CodeEpochNotCompleted, "epoch", "epoch %d of job %q is %s; restore needs a completed, retained epoch", req.Epoch, srcJob, e.State)
 		}
 	case src.LatestCompleted == 0:
@@ -465,7 +465,7 @@ func (t *txn) stateHash() (string, error) {
 func (t *txn) tasks(job string, gen uint64) ([]wire.Task, error) {
 	out := []wire.Task{}
 	err := t.scan(bucketTasks, jobNumKey(job, gen), func(_, v []byte) (bool, error) {
-		var tk Task
+		var tk taskRecord
 		if err := decodeRecord(v, &tk); err != nil {
 			return false, err
 		}

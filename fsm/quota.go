@@ -27,11 +27,11 @@ func (u *JobUsage) add(d JobUsage) {
 func (u JobUsage) zero() bool { return u == JobUsage{} }
 
 // blobUsage is what one blob record counts in its job's usage.
-func blobUsage(state BlobState, size uint64) JobUsage {
+func blobUsage(state blobState, size uint64) JobUsage {
 	switch state {
-	case BlobIntent:
+	case blobIntent:
 		return JobUsage{Intents: 1}
-	case BlobLive:
+	case blobLive:
 		return JobUsage{LiveBlobs: 1, LiveBytes: size}
 	}
 	return JobUsage{}
@@ -132,7 +132,7 @@ func (c *usageCounts) rebuild(db *bolt.DB) error {
 func (t *txn) scanUsage(prefix []byte, strict bool) (map[string]*JobUsage, error) {
 	jobs := map[string]*JobUsage{}
 	err := t.scan(bucketBlobs, prefix, func(_, v []byte) (bool, error) {
-		var b Blob
+		var b blobRecord
 		if err := decodeRecord(v, &b); err != nil {
 			if strict {
 				return false, err
@@ -213,7 +213,7 @@ func (f *FSM) Committed(keys []string, latest bool) (map[string]bool, error) {
 			if err != nil {
 				return err
 			}
-			out[k] = b != nil && b.State != BlobIntent
+			out[k] = b != nil && b.State != blobIntent
 		}
 		return nil
 	})

@@ -6,7 +6,10 @@ package fsm
 // these declarations (field names from the json tags, times in UTC).
 // Records written by releases before the binary encoding are JSON; both
 // are read (decodeRecord), and Open rewrites the JSON ones once
-// (encoding.go). Regenerate after changing a type here:
+// (encoding.go). Like every record of the state machine they are not
+// exported: the package shows them as package wire's types (views.go), so
+// how they are stored is not part of any answer. Regenerate after changing
+// a type here:
 //
 //	go generate ./fsm/
 
@@ -15,13 +18,13 @@ package fsm
 //msgp:tag json
 //msgp:timezone utc
 //msgp:replace Duration with:int64
-//msgp:replace EpochState with:string
-//msgp:replace BlobState with:string
+//msgp:replace epochState with:string
+//msgp:replace blobState with:string
 
 import "time"
 
-// JobConfig is the configuration of a job as records and commands hold it.
-type JobConfig struct {
+// jobConfig is the configuration of a job as its record holds it.
+type jobConfig struct {
 	// Retained is the number of completed checkpoints kept; older ones are
 	// subsumed unless pinned.
 	Retained int `json:"retained,allownil"`
@@ -32,16 +35,16 @@ type JobConfig struct {
 	History int `json:"history"`
 }
 
-// Job is a streaming job.
-type Job struct {
+// jobRecord is a streaming job.
+type jobRecord struct {
 	ID     string    `json:"id"`
-	Config JobConfig `json:"config"`
+	Config jobConfig `json:"config"`
 	// Generation is the generation of the current attempt; 0 before the
 	// first attempt.
 	Generation uint64 `json:"generation"`
 	AttemptID  string `json:"attempt_id,omitempty"`
 	// GenerationBase is the last generation of a deleted job of the same
-	// name (JobTombstone.Generation), 0 for a job whose name was never
+	// name (jobTombstone.Generation), 0 for a job whose name was never
 	// deleted: this job's generations start above it, and writes of it or
 	// an older one are fenced. Generation equals it until the first
 	// attempt.
@@ -59,7 +62,7 @@ type Job struct {
 	// ascending by the time they ended.
 	Ended []uint64 `json:"ended,allownil"`
 	// RestoredAttempts counts the attempts that resumed from a checkpoint
-	// (an Attempt.RestoredFrom above 0) among the attempts of generation
+	// (an attemptRecord.RestoredFrom above 0) among the attempts of generation
 	// RestoresCountedFrom and later; absent means 0.
 	RestoredAttempts uint64 `json:"restored_attempts,omitempty"`
 	// RestoresCountedFrom is the first generation whose start recorded the
@@ -73,12 +76,12 @@ type Job struct {
 	ModifyIndex         uint64    `json:"modify_index"`
 }
 
-// Epoch is one checkpoint of a job.
-type Epoch struct {
+// epochRecord is one checkpoint of a job.
+type epochRecord struct {
 	Job        string     `json:"job"`
 	Epoch      uint64     `json:"epoch"`
 	Generation uint64     `json:"generation"`
-	State      EpochState `json:"state"`
+	State      epochState `json:"state"`
 	BeganAt    time.Time  `json:"began_at"`
 	Deadline   time.Time  `json:"deadline"`
 	// CompletedAt is set when the epoch completed, EndedAt when it was
@@ -96,8 +99,8 @@ type Epoch struct {
 	ModifyIndex  uint64 `json:"modify_index"`
 }
 
-// Blob is an object in the object store, as the metastore knows it.
-type Blob struct {
+// blobRecord is an object in the object store, as the metastore knows it.
+type blobRecord struct {
 	Key  string `json:"key"`
 	Job  string `json:"job"`
 	Task string `json:"task,omitempty"`
@@ -105,13 +108,13 @@ type Blob struct {
 	// recorded before intent-create version 2). An ack of another attempt
 	// cannot commit it.
 	Generation uint64    `json:"generation,omitempty"`
-	State      BlobState `json:"state"`
+	State      blobState `json:"state"`
 	Size       uint64    `json:"size"`
 	// Checksum is what the worker declared when it committed the blob.
 	Checksum string `json:"checksum,omitempty"`
 	// Observed is what the object store reported for the blob when the
 	// leader looked right after its ack (observe.go); nil: not yet.
-	Observed *Observation `json:"observed,omitempty"`
+	Observed *observation `json:"observed,omitempty"`
 	// Flagged: the observed object did not match the declared size, or
 	// was missing. Restore plans list flagged blobs.
 	Flagged bool `json:"flagged,omitempty"`
@@ -131,8 +134,8 @@ type Blob struct {
 	counted JobUsage `json:"-"`
 }
 
-// Observation is what the object store reported for a blob after its ack.
-type Observation struct {
+// observation is what the object store reported for a blob after its ack.
+type observation struct {
 	// Size and ETag as a HEAD request answered them (ETag without quotes;
 	// empty from a store that has none, the local directory store).
 	Size uint64 `json:"size"`
@@ -143,8 +146,8 @@ type Observation struct {
 	At time.Time `json:"at"`
 }
 
-// Lineage is one chain of a task's manifests.
-type Lineage struct {
+// lineageRecord is one chain of a task's manifests.
+type lineageRecord struct {
 	ID         uint64 `json:"id"`
 	Job        string `json:"job"`
 	Task       string `json:"task"`

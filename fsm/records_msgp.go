@@ -9,7 +9,7 @@ import (
 )
 
 // MarshalMsg implements msgp.Marshaler
-func (z *Blob) MarshalMsg(b []byte) (o []byte, err error) {
+func (z *blobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
 	zb0001Len := uint32(16)
@@ -151,7 +151,7 @@ func (z *Blob) MarshalMsg(b []byte) (o []byte, err error) {
 }
 
 // UnmarshalMsg implements msgp.Unmarshaler
-func (z *Blob) UnmarshalMsg(bts []byte) (o []byte, err error) {
+func (z *blobRecord) UnmarshalMsg(bts []byte) (o []byte, err error) {
 	var field []byte
 	_ = field
 	var zb0001 uint32
@@ -200,7 +200,7 @@ func (z *Blob) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					err = msgp.WrapError(err, "State")
 					return
 				}
-				z.State = BlobState(zb0002)
+				z.State = blobState(zb0002)
 			}
 		case "size":
 			z.Size, bts, err = msgp.ReadUint64Bytes(bts)
@@ -223,7 +223,7 @@ func (z *Blob) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				z.Observed = nil
 			} else {
 				if z.Observed == nil {
-					z.Observed = new(Observation)
+					z.Observed = new(observation)
 				}
 				bts, err = z.Observed.UnmarshalMsg(bts)
 				if err != nil {
@@ -336,7 +336,7 @@ func (z *Blob) UnmarshalMsg(bts []byte) (o []byte, err error) {
 }
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
-func (z *Blob) Msgsize() (s int) {
+func (z *blobRecord) Msgsize() (s int) {
 	s = 3 + 4 + msgp.StringPrefixSize + len(z.Key) + 4 + msgp.StringPrefixSize + len(z.Job) + 5 + msgp.StringPrefixSize + len(z.Task) + 11 + msgp.Uint64Size + 6 + msgp.StringPrefixSize + len(string(z.State)) + 5 + msgp.Uint64Size + 9 + msgp.StringPrefixSize + len(z.Checksum) + 9
 	if z.Observed == nil {
 		s += msgp.NilSize
@@ -372,7 +372,7 @@ func (z *Blob) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
-func (z *Epoch) MarshalMsg(b []byte) (o []byte, err error) {
+func (z *epochRecord) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
 	zb0001Len := uint32(16)
@@ -468,7 +468,7 @@ func (z *Epoch) MarshalMsg(b []byte) (o []byte, err error) {
 }
 
 // UnmarshalMsg implements msgp.Unmarshaler
-func (z *Epoch) UnmarshalMsg(bts []byte) (o []byte, err error) {
+func (z *epochRecord) UnmarshalMsg(bts []byte) (o []byte, err error) {
 	var field []byte
 	_ = field
 	var zb0001 uint32
@@ -511,7 +511,7 @@ func (z *Epoch) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					err = msgp.WrapError(err, "State")
 					return
 				}
-				z.State = EpochState(zb0002)
+				z.State = epochState(zb0002)
 			}
 		case "began_at":
 			z.BeganAt, bts, err = msgp.ReadTimeUTCBytes(bts)
@@ -620,7 +620,7 @@ func (z *Epoch) UnmarshalMsg(bts []byte) (o []byte, err error) {
 }
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
-func (z *Epoch) Msgsize() (s int) {
+func (z *epochRecord) Msgsize() (s int) {
 	s = 3 + 4 + msgp.StringPrefixSize + len(z.Job) + 6 + msgp.Uint64Size + 11 + msgp.Uint64Size + 6 + msgp.StringPrefixSize + len(string(z.State)) + 9 + msgp.TimeSize + 9 + msgp.TimeSize + 13
 	if z.CompletedAt == nil {
 		s += msgp.NilSize
@@ -638,7 +638,81 @@ func (z *Epoch) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
-func (z *Job) MarshalMsg(b []byte) (o []byte, err error) {
+func (z jobConfig) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 3
+	// string "retained"
+	o = append(o, 0x83, 0xa8, 0x72, 0x65, 0x74, 0x61, 0x69, 0x6e, 0x65, 0x64)
+	o = msgp.AppendInt(o, z.Retained)
+	// string "ack_timeout"
+	o = append(o, 0xab, 0x61, 0x63, 0x6b, 0x5f, 0x74, 0x69, 0x6d, 0x65, 0x6f, 0x75, 0x74)
+	o = msgp.AppendInt64(o, int64(z.AckTimeout))
+	// string "history"
+	o = append(o, 0xa7, 0x68, 0x69, 0x73, 0x74, 0x6f, 0x72, 0x79)
+	o = msgp.AppendInt(o, z.History)
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *jobConfig) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "retained":
+			z.Retained, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Retained")
+				return
+			}
+		case "ack_timeout":
+			{
+				var zb0002 int64
+				zb0002, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "AckTimeout")
+					return
+				}
+				z.AckTimeout = Duration(zb0002)
+			}
+		case "history":
+			z.History, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "History")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z jobConfig) Msgsize() (s int) {
+	s = 1 + 9 + msgp.IntSize + 12 + msgp.Int64Size + 8 + msgp.IntSize
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *jobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
 	zb0001Len := uint32(16)
@@ -751,7 +825,7 @@ func (z *Job) MarshalMsg(b []byte) (o []byte, err error) {
 }
 
 // UnmarshalMsg implements msgp.Unmarshaler
-func (z *Job) UnmarshalMsg(bts []byte) (o []byte, err error) {
+func (z *jobRecord) UnmarshalMsg(bts []byte) (o []byte, err error) {
 	var field []byte
 	_ = field
 	var zb0001 uint32
@@ -931,87 +1005,13 @@ func (z *Job) UnmarshalMsg(bts []byte) (o []byte, err error) {
 }
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
-func (z *Job) Msgsize() (s int) {
+func (z *jobRecord) Msgsize() (s int) {
 	s = 3 + 3 + msgp.StringPrefixSize + len(z.ID) + 7 + z.Config.Msgsize() + 11 + msgp.Uint64Size + 11 + msgp.StringPrefixSize + len(z.AttemptID) + 16 + msgp.Uint64Size + 11 + msgp.Uint64Size + 17 + msgp.Uint64Size + 8 + msgp.ArrayHeaderSize + (len(z.Pending) * (msgp.Uint64Size)) + 9 + msgp.ArrayHeaderSize + (len(z.Retained) * (msgp.Uint64Size)) + 6 + msgp.ArrayHeaderSize + (len(z.Ended) * (msgp.Uint64Size)) + 18 + msgp.Uint64Size + 22 + msgp.Uint64Size + 11 + msgp.TimeSize + 11 + msgp.TimeSize + 13 + msgp.Uint64Size + 13 + msgp.Uint64Size
 	return
 }
 
 // MarshalMsg implements msgp.Marshaler
-func (z JobConfig) MarshalMsg(b []byte) (o []byte, err error) {
-	o = msgp.Require(b, z.Msgsize())
-	// map header, size 3
-	// string "retained"
-	o = append(o, 0x83, 0xa8, 0x72, 0x65, 0x74, 0x61, 0x69, 0x6e, 0x65, 0x64)
-	o = msgp.AppendInt(o, z.Retained)
-	// string "ack_timeout"
-	o = append(o, 0xab, 0x61, 0x63, 0x6b, 0x5f, 0x74, 0x69, 0x6d, 0x65, 0x6f, 0x75, 0x74)
-	o = msgp.AppendInt64(o, int64(z.AckTimeout))
-	// string "history"
-	o = append(o, 0xa7, 0x68, 0x69, 0x73, 0x74, 0x6f, 0x72, 0x79)
-	o = msgp.AppendInt(o, z.History)
-	return
-}
-
-// UnmarshalMsg implements msgp.Unmarshaler
-func (z *JobConfig) UnmarshalMsg(bts []byte) (o []byte, err error) {
-	var field []byte
-	_ = field
-	var zb0001 uint32
-	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
-	if err != nil {
-		err = msgp.WrapError(err)
-		return
-	}
-	for zb0001 > 0 {
-		zb0001--
-		field, bts, err = msgp.ReadMapKeyZC(bts)
-		if err != nil {
-			err = msgp.WrapError(err)
-			return
-		}
-		switch msgp.UnsafeString(field) {
-		case "retained":
-			z.Retained, bts, err = msgp.ReadIntBytes(bts)
-			if err != nil {
-				err = msgp.WrapError(err, "Retained")
-				return
-			}
-		case "ack_timeout":
-			{
-				var zb0002 int64
-				zb0002, bts, err = msgp.ReadInt64Bytes(bts)
-				if err != nil {
-					err = msgp.WrapError(err, "AckTimeout")
-					return
-				}
-				z.AckTimeout = Duration(zb0002)
-			}
-		case "history":
-			z.History, bts, err = msgp.ReadIntBytes(bts)
-			if err != nil {
-				err = msgp.WrapError(err, "History")
-				return
-			}
-		default:
-			bts, err = msgp.Skip(bts)
-			if err != nil {
-				err = msgp.WrapError(err)
-				return
-			}
-		}
-	}
-	o = bts
-	return
-}
-
-// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
-func (z JobConfig) Msgsize() (s int) {
-	s = 1 + 9 + msgp.IntSize + 12 + msgp.Int64Size + 8 + msgp.IntSize
-	return
-}
-
-// MarshalMsg implements msgp.Marshaler
-func (z *Lineage) MarshalMsg(b []byte) (o []byte, err error) {
+func (z *lineageRecord) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
 	zb0001Len := uint32(7)
@@ -1061,7 +1061,7 @@ func (z *Lineage) MarshalMsg(b []byte) (o []byte, err error) {
 }
 
 // UnmarshalMsg implements msgp.Unmarshaler
-func (z *Lineage) UnmarshalMsg(bts []byte) (o []byte, err error) {
+func (z *lineageRecord) UnmarshalMsg(bts []byte) (o []byte, err error) {
 	var field []byte
 	_ = field
 	var zb0001 uint32
@@ -1151,13 +1151,13 @@ func (z *Lineage) UnmarshalMsg(bts []byte) (o []byte, err error) {
 }
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
-func (z *Lineage) Msgsize() (s int) {
+func (z *lineageRecord) Msgsize() (s int) {
 	s = 1 + 3 + msgp.Uint64Size + 4 + msgp.StringPrefixSize + len(z.Job) + 5 + msgp.StringPrefixSize + len(z.Task) + 11 + msgp.Uint64Size + 11 + msgp.Uint64Size + 7 + msgp.ArrayHeaderSize + (len(z.Epochs) * (msgp.Uint64Size)) + 9 + msgp.BoolSize
 	return
 }
 
 // MarshalMsg implements msgp.Marshaler
-func (z *Observation) MarshalMsg(b []byte) (o []byte, err error) {
+func (z *observation) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
 	zb0001Len := uint32(4)
@@ -1197,7 +1197,7 @@ func (z *Observation) MarshalMsg(b []byte) (o []byte, err error) {
 }
 
 // UnmarshalMsg implements msgp.Unmarshaler
-func (z *Observation) UnmarshalMsg(bts []byte) (o []byte, err error) {
+func (z *observation) UnmarshalMsg(bts []byte) (o []byte, err error) {
 	var field []byte
 	_ = field
 	var zb0001 uint32
@@ -1251,7 +1251,7 @@ func (z *Observation) UnmarshalMsg(bts []byte) (o []byte, err error) {
 }
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
-func (z *Observation) Msgsize() (s int) {
+func (z *observation) Msgsize() (s int) {
 	s = 1 + 5 + msgp.Uint64Size + 5 + msgp.StringPrefixSize + len(z.ETag) + 8 + msgp.BoolSize + 3 + msgp.TimeSize
 	return
 }

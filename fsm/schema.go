@@ -248,8 +248,8 @@ func (t *txn) scan(name bucket, prefix []byte, fn func(k, v []byte) (bool, error
 	return nil
 }
 
-func (t *txn) job(id string) (*Job, error) {
-	var j Job
+func (t *txn) job(id string) (*jobRecord, error) {
+	var j jobRecord
 	ok, err := t.getRecord(bucketJobs, []byte(id), &j)
 	if err != nil || !ok {
 		return nil, err
@@ -257,10 +257,10 @@ func (t *txn) job(id string) (*Job, error) {
 	return &j, nil
 }
 
-func (t *txn) putJob(j *Job) error { return t.putRecord(bucketJobs, []byte(j.ID), j) }
+func (t *txn) putJob(j *jobRecord) error { return t.putRecord(bucketJobs, []byte(j.ID), j) }
 
-func (t *txn) epoch(job string, n uint64) (*Epoch, error) {
-	var e Epoch
+func (t *txn) epoch(job string, n uint64) (*epochRecord, error) {
+	var e epochRecord
 	ok, err := t.getRecord(bucketEpochs, jobNumKey(job, n), &e)
 	if err != nil || !ok {
 		return nil, err
@@ -271,7 +271,7 @@ func (t *txn) epoch(job string, n uint64) (*Epoch, error) {
 // epochRef reads an epoch another record names (a job's retained or
 // latest completed epoch): a missing one means the state is corrupt, not
 // that the caller asked for something absent.
-func (t *txn) epochRef(job string, n uint64) (*Epoch, error) {
+func (t *txn) epochRef(job string, n uint64) (*epochRecord, error) {
 	e, err := t.epoch(job, n)
 	if err == nil && e == nil {
 		err = &corruptError{fmt.Sprintf("job %q names epoch %d, which has no record", job, n)}
@@ -281,7 +281,7 @@ func (t *txn) epochRef(job string, n uint64) (*Epoch, error) {
 
 // attemptRef reads an attempt another record names (a job's generation,
 // an attempt id's): missing means the state is corrupt.
-func (t *txn) attemptRef(job string, gen uint64) (*Attempt, error) {
+func (t *txn) attemptRef(job string, gen uint64) (*attemptRecord, error) {
 	a, err := t.attempt(job, gen)
 	if err == nil && a == nil {
 		err = &corruptError{fmt.Sprintf("job %q names attempt generation %d, which has no record", job, gen)}
@@ -289,12 +289,12 @@ func (t *txn) attemptRef(job string, gen uint64) (*Attempt, error) {
 	return a, err
 }
 
-func (t *txn) putEpoch(e *Epoch) error {
+func (t *txn) putEpoch(e *epochRecord) error {
 	return t.putRecord(bucketEpochs, jobNumKey(e.Job, e.Epoch), e)
 }
 
-func (t *txn) attempt(job string, gen uint64) (*Attempt, error) {
-	var a Attempt
+func (t *txn) attempt(job string, gen uint64) (*attemptRecord, error) {
+	var a attemptRecord
 	ok, err := t.getRecord(bucketAttempts, jobNumKey(job, gen), &a)
 	if err != nil || !ok {
 		return nil, err
@@ -302,8 +302,8 @@ func (t *txn) attempt(job string, gen uint64) (*Attempt, error) {
 	return &a, nil
 }
 
-func (t *txn) task(job string, gen uint64, task string) (*Task, error) {
-	var tk Task
+func (t *txn) task(job string, gen uint64, task string) (*taskRecord, error) {
+	var tk taskRecord
 	ok, err := t.getRecord(bucketTasks, taskKey(job, gen, task), &tk)
 	if err != nil || !ok {
 		return nil, err
@@ -311,8 +311,8 @@ func (t *txn) task(job string, gen uint64, task string) (*Task, error) {
 	return &tk, nil
 }
 
-func (t *txn) ack(job string, epoch uint64, task string) (*Ack, error) {
-	var a Ack
+func (t *txn) ack(job string, epoch uint64, task string) (*ackRecord, error) {
+	var a ackRecord
 	ok, err := t.getRecord(bucketAcks, taskKey(job, epoch, task), &a)
 	if err != nil || !ok {
 		return nil, err

@@ -14,29 +14,30 @@ import "github.com/metastore/metastore/wire"
 // returned as it is.
 func shown(v any) any {
 	switch v := v.(type) {
-	case *Job:
+	case *jobRecord:
 		return wireJob(v)
-	case *Attempt:
+	case *attemptRecord:
 		a := wireAttempt(v)
 		return &a
-	case *Epoch:
+	case *epochRecord:
 		return wireEpoch(v)
-	case *AckResult:
+	case *ackResult:
 		return wireAckResult(v)
-	case *Blob:
+	case *blobRecord:
 		return wireBlob(v)
-	case []*Blob:
+	case []*blobRecord:
 		out := make([]*wire.Blob, len(v))
 		for i, b := range v {
 			out[i] = wireBlob(b)
 		}
 		return out
-	case *Token:
+	case *tokenRecord:
 		return wireToken(v)
-	case *JobTombstone:
+	case *jobTombstone:
 		return wireJobDeletion(v)
-	case *Member:
-		return v
+	case *memberRecord:
+		m := wireMember(v)
+		return &m
 	}
 	return v
 }
@@ -54,11 +55,11 @@ func convertAll[A, B any](in []A, f func(*A) B) []B {
 	return out
 }
 
-func wireJobConfig(c JobConfig) wire.JobConfig {
+func wireJobConfig(c jobConfig) wire.JobConfig {
 	return wire.JobConfig{Retained: c.Retained, AckTimeout: c.AckTimeout, History: c.History}
 }
 
-func wireJob(j *Job) *wire.Job {
+func wireJob(j *jobRecord) *wire.Job {
 	if j == nil {
 		return nil
 	}
@@ -71,16 +72,16 @@ func wireJob(j *Job) *wire.Job {
 	}
 }
 
-func wireTask(t *Task) wire.Task { return wire.Task{ID: t.ID, Caps: t.Caps} }
+func wireTask(t *taskRecord) wire.Task { return wire.Task{ID: t.ID, Caps: t.Caps} }
 
-func wireAttempt(a *Attempt) wire.Attempt {
+func wireAttempt(a *attemptRecord) wire.Attempt {
 	return wire.Attempt{
 		Job: a.Job, Generation: a.Generation, AttemptID: a.AttemptID, StartedAt: a.StartedAt,
 		Tasks: a.Tasks, Expected: a.Expected, ContentHash: a.ContentHash, RestoredFrom: a.RestoredFrom, Index: a.Index,
 	}
 }
 
-func wireEpoch(e *Epoch) *wire.Epoch {
+func wireEpoch(e *epochRecord) *wire.Epoch {
 	if e == nil {
 		return nil
 	}
@@ -92,28 +93,28 @@ func wireEpoch(e *Epoch) *wire.Epoch {
 	}
 }
 
-func wireAck(a *Ack) *wire.Ack {
+func wireAck(a *ackRecord) *wire.Ack {
 	if a == nil {
 		return nil
 	}
 	return &wire.Ack{Task: a.Task, At: a.At, Delay: a.Delay, Sizes: a.Sizes, ContentHash: a.ContentHash, Index: a.Index, Lineage: a.Lineage}
 }
 
-func wireAckResult(r *AckResult) *wire.AckResult {
+func wireAckResult(r *ackResult) *wire.AckResult {
 	if r == nil {
 		return nil
 	}
 	return &wire.AckResult{Ack: wireAck(r.Ack), Epoch: wireEpoch(r.Epoch), Completed: r.Completed}
 }
 
-func wireObservation(o *Observation) *wire.Observation {
+func wireObservation(o *observation) *wire.Observation {
 	if o == nil {
 		return nil
 	}
 	return &wire.Observation{Size: o.Size, ETag: o.ETag, Missing: o.Missing, At: o.At}
 }
 
-func wireBlob(b *Blob) *wire.Blob {
+func wireBlob(b *blobRecord) *wire.Blob {
 	if b == nil {
 		return nil
 	}
@@ -126,7 +127,7 @@ func wireBlob(b *Blob) *wire.Blob {
 }
 
 // wireToken shows a token's record without its hash.
-func wireToken(t *Token) *wire.Token {
+func wireToken(t *tokenRecord) *wire.Token {
 	if t == nil {
 		return nil
 	}
@@ -134,7 +135,7 @@ func wireToken(t *Token) *wire.Token {
 		Description: t.Description, CreatedAt: t.CreatedAt, CreateIndex: t.CreateIndex}
 }
 
-func wireJobDeletion(ts *JobTombstone) *wire.JobDeletion {
+func wireJobDeletion(ts *jobTombstone) *wire.JobDeletion {
 	if ts == nil {
 		return nil
 	}
@@ -144,4 +145,17 @@ func wireJobDeletion(ts *JobTombstone) *wire.JobDeletion {
 	}
 	return &wire.JobDeletion{Job: ts.Job, Generation: ts.Generation, LastEpoch: ts.LastEpoch, Forced: ts.Forced, PinsReleased: pins,
 		LineagesReleased: ts.Lineages, IntentsExpired: ts.Intents, DeletedAt: ts.DeletedAt, Index: ts.Index}
+}
+
+// Member is a cluster member's addresses, as the member records hold them
+// (Members; the value of a member-upsert command). The API has no type of
+// its own for it: the node reads it to find members and the leader.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+func wireMember(m *memberRecord) Member {
+	return Member{ID: m.ID, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr}
 }

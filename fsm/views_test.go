@@ -79,14 +79,14 @@ func TestViewsKeepEveryField(t *testing.T) {
 		// Result shows as the wire type (shown).
 		command bool
 	}{
-		{&Job{}, func(v any) any { return wireJob(v.(*Job)) }, true},
-		{&Attempt{}, func(v any) any { a := wireAttempt(v.(*Attempt)); return &a }, true},
-		{&Task{}, func(v any) any { tk := wireTask(v.(*Task)); return &tk }, false},
-		{&Epoch{}, func(v any) any { return wireEpoch(v.(*Epoch)) }, true},
-		{&Ack{}, func(v any) any { return wireAck(v.(*Ack)) }, false},
-		{&AckResult{}, func(v any) any { return wireAckResult(v.(*AckResult)) }, true},
-		{&Blob{}, func(v any) any { return wireBlob(v.(*Blob)) }, true},
-		{&Observation{}, func(v any) any { return wireObservation(v.(*Observation)) }, false},
+		{&jobRecord{}, func(v any) any { return wireJob(v.(*jobRecord)) }, true},
+		{&attemptRecord{}, func(v any) any { a := wireAttempt(v.(*attemptRecord)); return &a }, true},
+		{&taskRecord{}, func(v any) any { tk := wireTask(v.(*taskRecord)); return &tk }, false},
+		{&epochRecord{}, func(v any) any { return wireEpoch(v.(*epochRecord)) }, true},
+		{&ackRecord{}, func(v any) any { return wireAck(v.(*ackRecord)) }, false},
+		{&ackResult{}, func(v any) any { return wireAckResult(v.(*ackResult)) }, true},
+		{&blobRecord{}, func(v any) any { return wireBlob(v.(*blobRecord)) }, true},
+		{&observation{}, func(v any) any { return wireObservation(v.(*observation)) }, false},
 	}
 	for _, c := range views {
 		for _, filled := range []bool{false, true} {
@@ -108,7 +108,7 @@ func TestViewsKeepEveryField(t *testing.T) {
 			})
 		}
 	}
-	var nilJob *Job
+	var nilJob *jobRecord
 	if got := mustJSON(t, wireJob(nilJob)); string(got) != "null" {
 		t.Errorf("a nil job shows %s", got)
 	}
@@ -117,7 +117,7 @@ func TestViewsKeepEveryField(t *testing.T) {
 // TestTokenViewHidesTheHash: a token shows its record without the hash of
 // its secret.
 func TestTokenViewHidesTheHash(t *testing.T) {
-	var tok Token
+	var tok tokenRecord
 	fill(reflect.ValueOf(&tok).Elem(), 0)
 	tok.Hash = "0123456789abcdef"
 	got := mustJSON(t, shown(&tok))
