@@ -20,10 +20,11 @@
 //   - cluster.go, gc.go: member status and backups; the garbage
 //     collector's answers.
 //
-// The state machine (package fsm) keeps its own records and command
-// payloads: their encoding is the storage and log format, and package api
-// converts records to these types explicitly (api/wire.go), so a change of
-// the storage encoding does not change the API. fsm uses this package's
+// The state machine (package fsm) keeps its own records, unexported, and
+// its command payloads: their encoding is the storage and log format. Its
+// reads and command values answer with these types, converted from the
+// records field by field (fsm/views.go), so a change of the storage
+// encoding does not change the API. fsm uses this package's
 // codes, value types and checks, so a rule is named the same way in the
 // state machine and on the wire.
 package wire
