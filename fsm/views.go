@@ -42,19 +42,6 @@ func shown(v any) any {
 	return v
 }
 
-// convertAll converts every element of in; nil stays nil (JSON null), an
-// empty slice stays empty ([]).
-func convertAll[A, B any](in []A, f func(*A) B) []B {
-	if in == nil {
-		return nil
-	}
-	out := make([]B, len(in))
-	for i := range in {
-		out[i] = f(&in[i])
-	}
-	return out
-}
-
 func wireJobConfig(c jobConfig) wire.JobConfig {
 	return wire.JobConfig{Retained: c.Retained, AckTimeout: c.AckTimeout, History: c.History}
 }
