@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -25,9 +24,6 @@ const (
 	// MaxKeyLen bounds blob keys.
 	MaxKeyLen = 512
 )
-
-// keyPattern is the charset of blob keys: relative paths of safe segments.
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`)
 
 // Error is a violation of the manifest rules. Ref names the offending
 // reference (a segment as key@offset, or a blob key).
@@ -63,15 +59,59 @@ func ValidateKey(key string) error {
 	if len(key) == 0 || len(key) > MaxKeyLen {
 		return errf(CodeInvalid, key, "a blob key must be 1 to %d bytes", MaxKeyLen)
 	}
-	if !keyPattern.MatchString(key) {
+	switch verdict, seg := checkKeyPath(key); verdict {
+	case keyBad:
 		return errf(CodeInvalid, key, "a blob key is a relative path of segments of [A-Za-z0-9._-]")
-	}
-	for _, seg := range strings.Split(key, "/") {
-		if seg == "." || seg == ".." {
-			return errf(CodeInvalid, key, "a blob key cannot contain a %q segment", seg)
-		}
+	case keyDotSegment:
+		return errf(CodeInvalid, key, "a blob key cannot contain a %q segment", seg)
 	}
 	return nil
+}
+
+// keyVerdict is checkKeyPath's judgement of a key.
+type keyVerdict int
+
+const (
+	keyOK keyVerdict = iota
+	keyBad
+	keyDotSegment
+)
+
+// checkKeyPath judges key as a path: bad when a byte is outside
+// [A-Za-z0-9._-] and "/" or a segment is empty (the regular expression
+// ^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$, written out: every member checks
+// every key an ack carries, and the expression cost 5% of applying an
+// ack), else a dot segment when a segment is "." or "..", the first one
+// returned.
+func checkKeyPath(key string) (keyVerdict, string) {
+	dot := ""
+	start := 0
+	for i := 0; i <= len(key); i++ {
+		if i < len(key) && key[i] != '/' {
+			if !keyChar(key[i]) {
+				return keyBad, ""
+			}
+			continue
+		}
+		switch seg := key[start:i]; seg {
+		case "":
+			return keyBad, ""
+		case ".", "..":
+			if dot == "" {
+				dot = seg
+			}
+		}
+		start = i + 1
+	}
+	if dot != "" {
+		return keyDotSegment, dot
+	}
+	return keyOK, ""
+}
+
+// keyChar reports whether c may appear in a segment of a blob key.
+func keyChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
 // Segment is a range of a changelog blob holding the state changes with
