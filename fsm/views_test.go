@@ -6,56 +6,9 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-	"time"
-)
 
-// fill sets every field of the value v points to, recursively, to a value
-// that is not the zero value (slices and maps get one element), so a field
-// of a record that a conversion forgets shows in its JSON.
-func fill(v reflect.Value, depth int) {
-	switch v.Kind() {
-	case reflect.Pointer:
-		if depth > 6 {
-			return
-		}
-		v.Set(reflect.New(v.Type().Elem()))
-		fill(v.Elem(), depth+1)
-	case reflect.Struct:
-		if v.Type() == reflect.TypeFor[time.Time]() {
-			v.Set(reflect.ValueOf(time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)))
-			return
-		}
-		for i := 0; i < v.NumField(); i++ {
-			if v.Type().Field(i).IsExported() {
-				fill(v.Field(i), depth+1)
-			}
-		}
-	case reflect.Slice:
-		if v.Type().Elem().Kind() == reflect.Uint8 {
-			v.SetBytes([]byte("payload"))
-			return
-		}
-		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
-		fill(v.Index(0), depth+1)
-	case reflect.Map:
-		v.Set(reflect.MakeMap(v.Type()))
-		k := reflect.New(v.Type().Key()).Elem()
-		fill(k, depth+1)
-		e := reflect.New(v.Type().Elem()).Elem()
-		fill(e, depth+1)
-		v.SetMapIndex(k, e)
-	case reflect.String:
-		v.SetString("s")
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		v.SetInt(3)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		v.SetUint(3)
-	case reflect.Float32, reflect.Float64:
-		v.SetFloat(1.5)
-	}
-}
+	"github.com/metastore/metastore/internal/fill"
+)
 
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
@@ -93,7 +46,7 @@ func TestViewsKeepEveryField(t *testing.T) {
 			t.Run(fmt.Sprintf("%T/filled=%v", c.record, filled), func(t *testing.T) {
 				v := reflect.New(reflect.TypeOf(c.record).Elem())
 				if filled {
-					fill(v.Elem(), 0)
+					fill.Value(v.Elem())
 				}
 				in := v.Interface()
 				out := c.show(in)
@@ -118,7 +71,7 @@ func TestViewsKeepEveryField(t *testing.T) {
 // its secret.
 func TestTokenViewHidesTheHash(t *testing.T) {
 	var tok tokenRecord
-	fill(reflect.ValueOf(&tok).Elem(), 0)
+	fill.Fill(&tok)
 	tok.Hash = "0123456789abcdef"
 	got := mustJSON(t, shown(&tok))
 	var m map[string]any
