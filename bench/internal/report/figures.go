@@ -146,6 +146,9 @@ var sections = []section{
 			mp("ack_p50_ms", "p50 ms", millis, func(p *ManifestPoint) (float64, bool) { return p.AckTime.P50MS, p.AckTime.Count > 0 }),
 			mp("ack_p99_ms", "p99 ms", millis, func(p *ManifestPoint) (float64, bool) { return p.AckTime.P99MS, p.AckTime.Count > 0 }),
 			mp("bytes_per_ack", "bytes/ack", count, func(p *ManifestPoint) (float64, bool) { return p.BytesPerAck, p.AckTime.Count > 0 }),
+			mp("device_bytes_per_ack", "device bytes/ack", count, func(p *ManifestPoint) (float64, bool) {
+				return p.DeviceBytesPerAck, p.AckTime.Count > 0 && p.DeviceBytesWritten > 0
+			}),
 		},
 	},
 	{

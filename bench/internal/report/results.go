@@ -213,6 +213,12 @@ type ManifestPoint struct {
 	// cycles (epoch begins and key fetches included), per BytesMethod.
 	BytesWritten int64   `json:"bytes_written"`
 	BytesPerAck  float64 `json:"bytes_per_ack"`
+	// DeviceBytesWritten is what the block devices holding the members'
+	// data directories wrote over the same acks, synced at both ends (the
+	// file system's journal and any other writer on the machine included);
+	// zero when the data is not on a block device.
+	DeviceBytesWritten int64   `json:"device_bytes_written,omitempty"`
+	DeviceBytesPerAck  float64 `json:"device_bytes_per_ack,omitempty"`
 }
 
 // Restore is the time to read a large manifest as a restore does.

@@ -44,13 +44,14 @@ func MeasureManifestCost(ctx context.Context, sys sut.System, p Params) (*report
 	sizes = slices.Compact(sizes)
 	meter := newByteMeter(sys.Members())
 	mc := &report.ManifestCost{Acks: p.ManifestAcks, SegmentsPerAck: p.SegmentsPerAck, BytesMethod: meter.method}
+	dev := newDeviceMeter(sys.Members())
 	var last *Preloaded
 	for _, size := range sizes {
 		pre, err := NewPreloaded(ctx, sys, fmt.Sprintf("manifest-%d", size), size)
 		if err != nil {
 			return mc, last, err
 		}
-		pt, err := manifestPoint(ctx, sys, p, pre, meter)
+		pt, err := manifestPoint(ctx, sys, p, pre, meter, dev)
 		if err != nil {
 			return mc, last, fmt.Errorf("%d segments: %w", size, err)
 		}
@@ -60,8 +61,9 @@ func MeasureManifestCost(ctx context.Context, sys sut.System, p Params) (*report
 	return mc, last, nil
 }
 
-// manifestPoint does the acks of one size, advancing pre.
-func manifestPoint(ctx context.Context, sys sut.System, p Params, pre *Preloaded, meter *byteMeter) (report.ManifestPoint, error) {
+// manifestPoint does the acks of one size, advancing pre. dev, when not
+// nil, also counts what reached the devices.
+func manifestPoint(ctx context.Context, sys sut.System, p Params, pre *Preloaded, meter *byteMeter, dev *deviceMeter) (report.ManifestPoint, error) {
 	size := pre.Segments
 	w := newWorker(sys, pre.Job, pre.Task, p.KeyBatch, time.Now())
 	// Followers may still be applying the preload (a member acknowledges
@@ -70,6 +72,12 @@ func manifestPoint(ctx context.Context, sys sut.System, p Params, pre *Preloaded
 	before, err := meter.settled(ctx)
 	if err != nil {
 		return report.ManifestPoint{}, err
+	}
+	var devBefore int64
+	if dev != nil {
+		if devBefore, err = dev.written(); err != nil {
+			return report.ManifestPoint{}, err
+		}
 	}
 	took := make([]time.Duration, 0, p.ManifestAcks)
 	for range p.ManifestAcks {
@@ -94,12 +102,21 @@ func manifestPoint(ctx context.Context, sys sut.System, p Params, pre *Preloaded
 		return report.ManifestPoint{}, err
 	}
 	written := max(0, after-before)
-	return report.ManifestPoint{
+	pt := report.ManifestPoint{
 		Size:         size,
 		AckTime:      report.Summarize(took),
 		BytesWritten: written,
 		BytesPerAck:  float64(written) / float64(len(took)),
-	}, nil
+	}
+	if dev != nil {
+		devAfter, err := dev.written()
+		if err != nil {
+			return report.ManifestPoint{}, err
+		}
+		pt.DeviceBytesWritten = max(0, devAfter-devBefore)
+		pt.DeviceBytesPerAck = float64(pt.DeviceBytesWritten) / float64(len(took))
+	}
+	return pt, nil
 }
 
 // MeasureRestore reads pre's manifest reads times from the leader
