@@ -122,10 +122,22 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 // deeper than a few levels.
 const maxJSONDepth = 32
 
-// checkJSONShape walks the first JSON value of raw and refuses one nested
-// deeper than maxJSONDepth or with a key twice in one object (decoders
-// disagree on which of the two wins; the API takes neither).
+// checkJSONShape refuses a first JSON value of raw nested deeper than
+// maxJSONDepth or with a key twice in one object (decoders disagree on
+// which of the two wins; the API takes neither). The byte scanner of
+// jsonshape.go passes the bodies clients send without allocating; what it
+// does not pass (a syntax error, a refused shape, an escaped key, a very
+// wide object) is walked again by walkJSONShape, which names the problem.
 func checkJSONShape(raw []byte) error {
+	if shapeOK(raw) {
+		return nil
+	}
+	return walkJSONShape(raw)
+}
+
+// walkJSONShape is checkJSONShape with encoding/json's tokenizer: slower
+// (a value per token), and the one that words the errors.
+func walkJSONShape(raw []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	type frame struct {
