@@ -53,7 +53,7 @@ import (
 // leader goes through AppendEntries. Heartbeats carry no previous entry and
 // are never retried.
 type retryPastGap struct {
-	serialHeartbeats
+	*heartbeatGate
 	// termAt returns the term of this member's entry at index, from its
 	// log or, at its newest snapshot's index, from that snapshot.
 	termAt func(index uint64) (uint64, bool)
@@ -63,7 +63,7 @@ type retryPastGap struct {
 
 // AppendEntries sends args; see retryPastGap.
 func (t retryPastGap) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	if err := t.serialHeartbeats.AppendEntries(id, target, args, resp); err != nil || resp.Success {
+	if err := t.heartbeatGate.AppendEntries(id, target, args, resp); err != nil || resp.Success {
 		return err
 	}
 	last := resp.LastLog
@@ -85,7 +85,7 @@ func (t retryPastGap) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 		}
 	}
 	var again raft.AppendEntriesResponse
-	if err := t.serialHeartbeats.AppendEntries(id, target, &retry, &again); err != nil {
+	if err := t.heartbeatGate.AppendEntries(id, target, &retry, &again); err != nil {
 		return nil // the original refusal stands
 	}
 	if t.retried != nil {

@@ -137,7 +137,7 @@ func TestAppendRetriedPastSnapshotGap(t *testing.T) {
 
 	terms := map[uint64]uint64{10: 1, 11: 1, 12: 1}
 	var retries []string
-	trans := retryPastGap{serialHeartbeats: serialHeartbeats{g.leader},
+	trans := retryPastGap{heartbeatGate: &heartbeatGate{NetworkTransport: g.leader},
 		termAt: func(i uint64) (uint64, bool) { term, ok := terms[i]; return term, ok },
 		retried: func(id raft.ServerID, prev, from uint64, ok bool) {
 			if id != "follower" || prev != 10 || from != 11 || !ok {
@@ -182,7 +182,7 @@ func TestAppendRetryKeepsConflictRefused(t *testing.T) {
 	// 11 (term 1) is not the leader's.
 	terms := map[uint64]uint64{10: 1, 11: 2, 12: 2}
 	retried := 0
-	trans := retryPastGap{serialHeartbeats: serialHeartbeats{g.leader},
+	trans := retryPastGap{heartbeatGate: &heartbeatGate{NetworkTransport: g.leader},
 		termAt: func(i uint64) (uint64, bool) { term, ok := terms[i]; return term, ok },
 		retried: func(_ raft.ServerID, _, _ uint64, ok bool) {
 			retried++

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,5 +67,214 @@ func TestHeartbeatsReachTheMainGoroutine(t *testing.T) {
 	}
 	if err := <-sent; err != nil {
 		t.Fatalf("heartbeat not answered: %v", err)
+	}
+}
+
+// role is a fixed Raft role and term for the gate.
+type role struct {
+	state raft.RaftState
+	term  uint64
+}
+
+func (r role) State() raft.RaftState { return r.state }
+func (r role) CurrentTerm() uint64   { return r.term }
+
+// TestHeartbeatGate: a heartbeat takes the fast path only when the member
+// is a follower and the heartbeat is of its term; every other one reaches
+// Consumer(), the channel of Raft's main goroutine.
+func TestHeartbeatGate(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.RaftAddr = freeport.Addr(t)
+	logger := hclog.NewNullLogger()
+	recv, _, err := newTransport(cfg, logger, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	fastPath := make(chan raft.RPC, 1)
+	recv.SetHeartbeatHandler(func(rpc raft.RPC) {
+		fastPath <- rpc
+		rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
+	})
+	send, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, 5*time.Second, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer send.Close()
+
+	for _, c := range []struct {
+		name   string
+		member *role
+		term   uint64
+		fast   bool
+	}{
+		{"before Raft runs", nil, 7, false},
+		{"follower, its term", &role{raft.Follower, 7}, 7, true},
+		{"follower, a newer term", &role{raft.Follower, 6}, 7, false},
+		{"follower, an older term", &role{raft.Follower, 8}, 7, false},
+		{"candidate, its term", &role{raft.Candidate, 7}, 7, false},
+		{"leader, its term", &role{raft.Leader, 7}, 7, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.member != nil {
+				recv.setMember(*c.member)
+			}
+			hb := &raft.AppendEntriesRequest{
+				RPCHeader: raft.RPCHeader{ID: []byte("n2"), Addr: []byte(send.LocalAddr())},
+				Term:      c.term,
+			}
+			sent := make(chan error, 1)
+			go func() {
+				var resp raft.AppendEntriesResponse
+				sent <- send.AppendEntries("n1", recv.LocalAddr(), hb, &resp)
+			}()
+			select {
+			case rpc := <-recv.Consumer():
+				if c.fast {
+					t.Errorf("the heartbeat reached the main goroutine; want the fast path")
+				}
+				rpc.Respond(&raft.AppendEntriesResponse{Term: c.term}, nil)
+			case <-fastPath:
+				if !c.fast {
+					t.Errorf("the heartbeat took the fast path, beside Raft's main goroutine")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the heartbeat reached neither the consumer nor the handler")
+			}
+			if err := <-sent; err != nil {
+				t.Fatalf("heartbeat not answered: %v", err)
+			}
+		})
+	}
+}
+
+// blockingLogs is a log store whose appends wait while blocked.
+type blockingLogs struct {
+	*raft.InmemStore
+	mu      sync.Mutex
+	blocked chan struct{} // closed when unblocked; nil when not blocked
+}
+
+func (b *blockingLogs) block() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.blocked = make(chan struct{})
+}
+
+func (b *blockingLogs) unblock() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.blocked != nil {
+		close(b.blocked)
+		b.blocked = nil
+	}
+}
+
+func (b *blockingLogs) StoreLogs(logs []*raft.Log) error {
+	b.mu.Lock()
+	ch := b.blocked
+	b.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+	return b.InmemStore.StoreLogs(logs)
+}
+
+func (b *blockingLogs) StoreLog(l *raft.Log) error { return b.StoreLogs([]*raft.Log{l}) }
+
+// TestLeaderKeepsLeaseWhileFollowersAppend: three Raft members on the
+// gated transport; both followers' main goroutines are held in a log append
+// for eight lease timeouts (as a snapshot install or a slow disk holds
+// them). Their heartbeats still answer, so the leader keeps its lease and
+// stays the leader throughout; the entry commits once the appends finish.
+// Without the fast path the leader steps down within a lease timeout.
+func TestLeaderKeepsLeaseWhileFollowersAppend(t *testing.T) {
+	const n = 3
+	logger := hclog.NewNullLogger()
+	var (
+		gates = make([]*heartbeatGate, n)
+		logs  = make([]*blockingLogs, n)
+		rafts = make([]*raft.Raft, n)
+		conf  raft.Configuration
+	)
+	for i := range n {
+		nt, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 3, 5*time.Second, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gates[i] = newHeartbeatGate(nt)
+		t.Cleanup(func() { gates[i].Close() })
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(fmt.Sprint("n", i)), Address: nt.LocalAddr()})
+	}
+	for i := range n {
+		rc := raft.DefaultConfig()
+		rc.LocalID = conf.Servers[i].ID
+		rc.Logger = logger
+		rc.HeartbeatTimeout = 200 * time.Millisecond
+		rc.ElectionTimeout = 200 * time.Millisecond
+		rc.LeaderLeaseTimeout = 100 * time.Millisecond
+		rc.CommitTimeout = 5 * time.Millisecond
+		logs[i] = &blockingLogs{InmemStore: raft.NewInmemStore()}
+		stable := raft.NewInmemStore()
+		snaps := raft.NewInmemSnapshotStore()
+		if err := raft.BootstrapCluster(rc, logs[i], stable, snaps, gates[i], conf); err != nil {
+			t.Fatal(err)
+		}
+		r, err := raft.NewRaft(rc, &raft.MockFSM{}, logs[i], stable, snaps, gates[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		gates[i].setMember(r)
+		rafts[i] = r
+		t.Cleanup(func() { r.Shutdown().Error() })
+	}
+	leader := -1
+	deadline := time.Now().Add(10 * time.Second)
+	for leader < 0 {
+		for i, r := range rafts {
+			if r.State() == raft.Leader {
+				leader = i
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no leader after 10s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+	if err := rafts[leader].Apply([]byte("warm"), 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // before the members shut down (cleanups run last first)
+		for i := range n {
+			logs[i].unblock()
+		}
+	})
+	for i := range n {
+		if i != leader {
+			logs[i].block()
+		}
+	}
+	roles := make(chan raft.Observation, 16)
+	obs := raft.NewObserver(roles, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.RaftState)
+		return ok
+	})
+	rafts[leader].RegisterObserver(obs)
+	defer rafts[leader].DeregisterObserver(obs)
+	f := rafts[leader].Apply([]byte("held"), 10*time.Second)
+	held := time.Now()
+	select {
+	case o := <-roles:
+		t.Fatalf("the leader became %v %s after its followers' appends stalled (lease timeout 100ms)", o.Data, time.Since(held).Round(time.Millisecond))
+	case <-time.After(800 * time.Millisecond): // the stall: eight lease timeouts
+	}
+	if s := rafts[leader].State(); s != raft.Leader {
+		t.Fatalf("the leader is %v after the stall", s)
+	}
+	for i := range n {
+		logs[i].unblock()
+	}
+	if err := f.Error(); err != nil {
+		t.Fatalf("the held entry: %v", err)
 	}
 }

@@ -91,7 +91,7 @@ type Node struct {
 	leading atomic.Bool
 
 	raft      *raft.Raft
-	trans     serialHeartbeats
+	trans     *heartbeatGate
 	tlsStream *tlsStreamLayer // nil without TLS
 	boltStore *raftboltdb.BoltStore
 	logs      raft.LogStore // log cache over boltStore
@@ -276,7 +276,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	stable := stallingStable{StableStore: n.boltStore, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
 	// As a leader, an append a follower refuses only for a gap at its
 	// snapshot's index is retried from its last entry (appendretry.go).
-	trans := retryPastGap{serialHeartbeats: n.trans, termAt: n.termAt,
+	trans := retryPastGap{heartbeatGate: n.trans, termAt: n.termAt,
 		retried: func(id raft.ServerID, prev, from uint64, ok bool) {
 			n.log.Info("append refused for a missing previous entry; retried from the follower's last entry",
 				"follower", id, "prev_index", prev, "follower_last_index", from, "accepted", ok)
@@ -297,6 +297,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
+	n.trans.setMember(n.raft) // heartbeats of its term may now take the fast path (heartbeat.go)
 	closers = append(closers, func() error { return n.raft.Shutdown().Error() }, n.stopDiskWaits)
 
 	if !hasState && len(cfg.Join) > 0 {
@@ -339,8 +340,8 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 // reader; replication to that follower stops and Raft.Shutdown hangs
 // forever (seen in this package's tests; grafana/pyroscope#5518 hit it in
 // production). Raft's own docs say pipelining brings little benefit.
-func newTransport(cfg config.Config, logger hclog.Logger, material *mtls.Reloader, log *slog.Logger) (serialHeartbeats, *tlsStreamLayer, error) {
-	var none serialHeartbeats
+func newTransport(cfg config.Config, logger hclog.Logger, material *mtls.Reloader, log *slog.Logger) (*heartbeatGate, *tlsStreamLayer, error) {
+	var none *heartbeatGate
 	advertise, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertiseAddr())
 	if err != nil {
 		return none, nil, fmt.Errorf("node: resolve raft advertise address %q: %w", cfg.RaftAdvertiseAddr(), err)
@@ -356,14 +357,14 @@ func newTransport(cfg config.Config, logger hclog.Logger, material *mtls.Reloade
 		if err != nil {
 			return none, nil, fmt.Errorf("node: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
-		return serialHeartbeats{trans}, nil, nil
+		return newHeartbeatGate(trans), nil, nil
 	}
 	stream, err := listenRaftTLS(cfg.RaftAddr, advertise, material, log)
 	if err != nil {
 		return none, nil, fmt.Errorf("node: raft TLS transport on %s: %w", cfg.RaftAddr, err)
 	}
 	tc.Stream = stream
-	return serialHeartbeats{raft.NewNetworkTransportWithConfig(tc)}, stream, nil
+	return newHeartbeatGate(raft.NewNetworkTransportWithConfig(tc)), stream, nil
 }
 
 // raftConfig maps the node's configuration onto raft.Config. Zero durations
