@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/metastore/metastore/bench/internal/procs"
 	"github.com/metastore/metastore/bench/internal/sut"
 	"github.com/metastore/metastore/client"
 	"github.com/metastore/metastore/manifests"
@@ -28,11 +29,19 @@ const RestoreMethod = "metastore snapshot restore (PUT /v1/snapshot on the leade
 // each (one segment of Options.FootprintBlobBytes per blob; upload slots
 // 1,000 keys per request; no object bytes: the store does not read the
 // object store to commit a blob). Once every member has applied the load
-// it reports each running member's resident memory (VmRSS) and data
-// directory size, the time and size of a backup (metastore snapshot save:
-// GET /v1/snapshot from the leader, a Raft snapshot streamed out) and the
-// time to restore it (see RestoreMethod). The restored state is the state
-// backed up, so the system carries on with it.
+// it reports each running member's resident memory (VmRSS, split into
+// RssAnon and RssFile) and data directory size. Then it kills a follower
+// (SIGKILL), starts it again and times it until it answers its status and
+// until it is ready and has applied the leader's index read before the
+// kill (see measureRestart). Last it reports the time and size of a backup
+// (metastore snapshot save: GET /v1/snapshot from the leader, a Raft
+// snapshot streamed out) and the time to restore it (see RestoreMethod).
+// The restored state is the state backed up, so the system carries on
+// with it.
+//
+// When the restart, the backup or the restore fails, Footprint returns
+// the figures measured before with the error, which it also records in
+// the result (RestartError, RestoreError).
 func (s *System) Footprint(ctx context.Context, blobs, jobs int) (sut.FootprintResult, error) {
 	res := sut.FootprintResult{Blobs: blobs, Jobs: jobs, RestoreMethod: RestoreMethod}
 	if jobs <= 0 || blobs < jobs {
@@ -58,31 +67,100 @@ func (s *System) Footprint(ctx context.Context, blobs, jobs int) (sut.FootprintR
 	if err := s.waitCaughtUp(ctx); err != nil {
 		return res, err
 	}
+	if err := s.measureMembers(&res); err != nil {
+		return res, err
+	}
 
+	if err := s.measureRestart(ctx, &res); err != nil {
+		res.RestartError = err.Error()
+		return res, err
+	}
+	if err := s.backupAndRestore(ctx, run, &res); err != nil {
+		res.RestoreError = err.Error()
+		return res, err
+	}
+	return res, nil
+}
+
+// measureMembers records each running member's resident memory and data
+// directory size in res. It sets every per-member slice or none.
+func (s *System) measureMembers(res *sut.FootprintResult) error {
+	var ids []string
+	var rss, anon, file, dirs []int64
+	split := true
 	for _, m := range s.Members() {
-		rss, err := residentBytes(m.PID)
+		mem, err := procs.ResidentMemory(m.PID)
 		if err != nil {
-			return res, err
+			return fmt.Errorf("mssut: Footprint: member %s: %w", m.ID, err)
 		}
 		size, err := dirBytes(m.DataDir)
 		if err != nil {
-			return res, err
+			return err
 		}
-		res.RSSBytes = append(res.RSSBytes, rss)
-		res.DataDirBytes = append(res.DataDirBytes, size)
+		ids = append(ids, m.ID)
+		rss = append(rss, mem.RSS)
+		anon = append(anon, mem.Anon)
+		file = append(file, mem.File)
+		dirs = append(dirs, size)
+		split = split && mem.Split
 	}
+	res.MemberIDs, res.RSSBytes, res.DataDirBytes = ids, rss, dirs
+	if split {
+		res.RSSAnonBytes, res.RSSFileBytes = anon, file
+	}
+	return nil
+}
 
+// measureRestart kills a follower and starts it again from its data
+// directory (as the failover workload does with the leader), timing from
+// the start until it answers GET /v1/status and until it is ready and has
+// applied at least the leader's applied index read right before the kill.
+func (s *System) measureRestart(ctx context.Context, res *sut.FootprintResult) error {
+	leader, err := s.leader(ctx)
+	if err != nil {
+		return fmt.Errorf("mssut: Footprint: restart: %w", err)
+	}
+	var follower *proc
+	for _, p := range s.running() {
+		if p != leader {
+			follower = p
+			break
+		}
+	}
+	if follower == nil {
+		return errors.New("mssut: Footprint: restart: no running follower")
+	}
+	lst, err := s.status(ctx, leader)
+	if err != nil {
+		return fmt.Errorf("mssut: Footprint: restart: the leader's status: %w", err)
+	}
+	res.RestartMember, res.RestartIndex = follower.id, lst.AppliedIndex
+	if err := follower.kill(); err != nil {
+		return fmt.Errorf("mssut: Footprint: restart: %w", err)
+	}
+	r, err := s.restart(ctx, follower, lst.AppliedIndex)
+	res.RestartServeSecs = r.answered.Seconds()
+	if err != nil {
+		return fmt.Errorf("mssut: Footprint: restart: %w", err)
+	}
+	res.RestartSecs, res.RestartIndex = r.caughtUp.Seconds(), r.index
+	return nil
+}
+
+// backupAndRestore saves a backup from the leader and restores it,
+// recording sizes and times in res.
+func (s *System) backupAndRestore(ctx context.Context, run uint64, res *sut.FootprintResult) error {
 	backup := filepath.Join(s.dir, fmt.Sprintf("footprint-%d.backup", run))
 	defer os.Remove(backup)
 	leader, err := s.leader(ctx)
 	if err != nil {
-		return res, err
+		return err
 	}
 	f, err := os.Create(backup)
 	if err != nil {
-		return res, fmt.Errorf("mssut: Footprint: %w", err)
+		return fmt.Errorf("mssut: Footprint: %w", err)
 	}
-	start = time.Now()
+	start := time.Now()
 	err = s.send(ctx, leader.url(), http.MethodGet, "/v1/snapshot", nil, 0, f, snapshotTimeout)
 	if err == nil {
 		err = f.Sync()
@@ -92,23 +170,23 @@ func (s *System) Footprint(ctx context.Context, blobs, jobs int) (sut.FootprintR
 		err = cerr
 	}
 	if err != nil {
-		return res, fmt.Errorf("mssut: Footprint: snapshot save from %s: %w", leader.id, err)
+		return fmt.Errorf("mssut: Footprint: snapshot save from %s: %w", leader.id, err)
 	}
 	st, err := os.Stat(backup)
 	if err != nil {
-		return res, fmt.Errorf("mssut: Footprint: %w", err)
+		return fmt.Errorf("mssut: Footprint: %w", err)
 	}
 	res.SnapshotBytes = st.Size()
 
 	start = time.Now()
 	if err := s.restoreSnapshot(ctx, backup, st.Size()); err != nil {
-		return res, err
+		return err
 	}
 	if err := s.waitRestored(ctx); err != nil {
-		return res, fmt.Errorf("mssut: Footprint: after the snapshot restore: %w", err)
+		return fmt.Errorf("mssut: Footprint: after the snapshot restore: %w", err)
 	}
 	res.RestoreSecs = time.Since(start).Seconds()
-	return res, nil
+	return nil
 }
 
 // restoreAttempts bounds how often Footprint sends its restore: a restore

@@ -199,10 +199,40 @@ func TestSystem(t *testing.T) {
 			t.Errorf("member %d: %d bytes resident, %d bytes of data", i, fp.RSSBytes[i], fp.DataDirBytes[i])
 		}
 	}
+	// The split of VmRSS (every kernel since 4.5 reports it).
+	if len(fp.MemberIDs) != 3 || len(fp.RSSAnonBytes) != 3 || len(fp.RSSFileBytes) != 3 {
+		t.Errorf("Footprint members %v, RssAnon %v, RssFile %v: want three of each", fp.MemberIDs, fp.RSSAnonBytes, fp.RSSFileBytes)
+	} else {
+		for i := range fp.RSSBytes {
+			if fp.RSSAnonBytes[i] <= 0 || fp.RSSFileBytes[i] <= 0 || fp.RSSAnonBytes[i]+fp.RSSFileBytes[i] > fp.RSSBytes[i] {
+				t.Errorf("member %s: VmRSS %d, RssAnon %d, RssFile %d", fp.MemberIDs[i], fp.RSSBytes[i], fp.RSSAnonBytes[i], fp.RSSFileBytes[i])
+			}
+		}
+	}
+	// A follower was killed and restarted, and caught up with the
+	// leader's applied index of before the kill.
+	if fp.RestartMember == "" || fp.RestartServeSecs <= 0 || fp.RestartSecs < fp.RestartServeSecs || fp.RestartIndex == 0 || fp.RestartError != "" || fp.RestoreError != "" {
+		t.Errorf("Footprint restart implausible: %+v", fp)
+	}
+	if ms := sys.Members(); len(ms) != 3 {
+		t.Errorf("Members() after Footprint = %v, want 3", ms)
+	}
+	if st, err := sys.status(ctx, mustMember(t, sys, fp.RestartMember)); err != nil || st.AppliedIndex < fp.RestartIndex {
+		t.Errorf("restarted member %s: %+v, %v", fp.RestartMember, st, err)
+	}
 
 	// The restored state is the state before: the job carries on.
 	if n, err := sys.ReadManifest(ctx, job, "a", false); err != nil || n != 36 {
 		t.Fatalf("ReadManifest after the snapshot restore = %d, %v; want 36", n, err)
 	}
 	cycle(1)
+}
+
+func mustMember(t *testing.T, s *System, id string) *proc {
+	t.Helper()
+	p, err := s.member(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -427,28 +426,4 @@ func dirBytes(dir string) (int64, error) {
 		return 0, fmt.Errorf("mssut: size of %s: %w", dir, err)
 	}
 	return total, nil
-}
-
-// residentBytes reads VmRSS of a process from /proc.
-func residentBytes(pid int) (int64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("mssut: resident memory of pid %d: %w", pid, err)
-	}
-	for line := range strings.SplitSeq(string(raw), "\n") {
-		rest, ok := strings.CutPrefix(line, "VmRSS:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("mssut: pid %d: unexpected VmRSS line %q", pid, line)
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("mssut: pid %d: VmRSS %q: %w", pid, f[0], err)
-		}
-		return kb << 10, nil
-	}
-	return 0, fmt.Errorf("mssut: pid %d: no VmRSS in /proc/%d/status", pid, pid)
 }

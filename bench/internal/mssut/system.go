@@ -470,41 +470,72 @@ func (s *System) Restart(ctx context.Context, m sut.Member) error {
 	if err != nil {
 		return err
 	}
+	_, err = s.restart(ctx, p, 0)
+	return err
+}
+
+// rejoin is what a restart took, timed from just before the process was
+// started.
+type rejoin struct {
+	// answered: until the member first answered GET /v1/status (its HTTP
+	// server is up).
+	answered time.Duration
+	// caughtUp: until it was ready (/readyz), knew a leader and had
+	// applied index.
+	caughtUp time.Duration
+	// index is the applied index it waited for: the leader's once the
+	// member was ready, or the floor given to restart if higher.
+	index uint64
+}
+
+// restartPoll is how often restart asks the member how far it is.
+const restartPoll = 20 * time.Millisecond
+
+// restart is Restart of member p that also waits until p has applied at
+// least floor, and reports how long each stage took.
+func (s *System) restart(ctx context.Context, p *proc, floor uint64) (rejoin, error) {
+	var r rejoin
+	start := time.Now()
 	if err := p.start(); err != nil {
-		return err
+		return r, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 	defer cancel()
-	err = sut.WaitFor(ctx, 50*time.Millisecond, func() (bool, error) {
+	err := sut.WaitFor(ctx, restartPoll, func() (bool, error) {
 		if _, ok := p.running(); !ok {
 			return false, p.exitErr()
 		}
-		if !s.ready(ctx, p) {
+		st, err := s.status(ctx, p)
+		if err != nil {
 			return false, nil
 		}
-		st, err := s.status(ctx, p)
-		return err == nil && st.LeaderID != "", nil
+		if r.answered == 0 {
+			r.answered = time.Since(start)
+		}
+		return st.LeaderID != "" && s.ready(ctx, p), nil
 	})
 	if err != nil {
-		return fmt.Errorf("mssut: member %s did not rejoin: %w", p.id, err)
+		return r, fmt.Errorf("mssut: member %s did not rejoin: %w", p.id, err)
 	}
 	leader, err := s.leader(ctx)
 	if err != nil {
-		return err
+		return r, err
 	}
 	lst, err := s.status(ctx, leader)
 	if err != nil {
-		return err
+		return r, err
 	}
-	err = sut.WaitFor(ctx, 50*time.Millisecond, func() (bool, error) {
+	r.index = max(floor, lst.AppliedIndex)
+	err = sut.WaitFor(ctx, restartPoll, func() (bool, error) {
 		if _, ok := p.running(); !ok {
 			return false, p.exitErr()
 		}
 		st, err := s.status(ctx, p)
-		return err == nil && st.AppliedIndex >= lst.AppliedIndex, nil
+		return err == nil && st.AppliedIndex >= r.index, nil
 	})
 	if err != nil {
-		return fmt.Errorf("mssut: member %s did not catch up with the leader's applied index %d: %w", p.id, lst.AppliedIndex, err)
+		return r, fmt.Errorf("mssut: member %s did not catch up with the leader's applied index %d: %w", p.id, r.index, err)
 	}
-	return nil
+	r.caughtUp = time.Since(start)
+	return r, nil
 }

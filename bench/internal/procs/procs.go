@@ -149,27 +149,58 @@ func (p *Process) Kill() error {
 // RSS returns the resident memory of process pid in bytes (VmRSS of
 // /proc/PID/status).
 func RSS(pid int) (int64, error) {
+	m, err := ResidentMemory(pid)
+	return m.RSS, err
+}
+
+// Memory is a process's resident memory in bytes, from /proc/PID/status.
+// RSS (VmRSS) is the sum of the others: Anon (RssAnon) the anonymous pages
+// the process owns (heap, stacks), File (RssFile) the resident pages of
+// files it maps (its executable, a memory-mapped database file: page
+// cache, which the kernel may reclaim and read again), Shmem (RssShmem)
+// shared memory. Split is false when the kernel reported only VmRSS
+// (Linux before 4.5); the others are then zero.
+type Memory struct {
+	RSS, Anon, File, Shmem int64
+	Split                  bool
+}
+
+// ResidentMemory reads process pid's resident memory from
+// /proc/PID/status.
+func ResidentMemory(pid int) (Memory, error) {
+	var m Memory
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0, fmt.Errorf("procs: resident memory of %d: %w", pid, err)
+		return m, fmt.Errorf("procs: resident memory of %d: %w", pid, err)
 	}
+	fields := map[string]*int64{"VmRSS": &m.RSS, "RssAnon": &m.Anon, "RssFile": &m.File, "RssShmem": &m.Shmem}
+	seen := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
-		if !ok {
+		key, rest, ok := strings.Cut(sc.Text(), ":")
+		dst := fields[key]
+		if !ok || dst == nil {
 			continue
 		}
 		f := strings.Fields(rest)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("procs: resident memory of %d: unexpected line %q", pid, sc.Text())
+			return m, fmt.Errorf("procs: resident memory of %d: unexpected line %q", pid, sc.Text())
 		}
 		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("procs: resident memory of %d: %w", pid, err)
+			return m, fmt.Errorf("procs: resident memory of %d: %w", pid, err)
 		}
-		return kb * 1024, nil
+		*dst = kb * 1024
+		seen[key] = true
 	}
-	return 0, fmt.Errorf("procs: resident memory of %d: no VmRSS in /proc/%d/status", pid, pid)
+	if !seen["VmRSS"] {
+		return m, fmt.Errorf("procs: resident memory of %d: no VmRSS in /proc/%d/status", pid, pid)
+	}
+	m.Split = seen["RssAnon"] && seen["RssFile"]
+	if !m.Split {
+		m.Anon, m.File, m.Shmem = 0, 0, 0
+	}
+	return m, nil
 }
 
 // LogTail returns the last n bytes of the file at path (a member's log, to

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,5 +140,26 @@ func TestStopNew(t *testing.T) {
 		if !zombie(p) {
 			t.Fatalf("stray %d is still running", p)
 		}
+	}
+}
+
+// TestResidentMemory checks the split of this process's resident memory:
+// the kernel reports VmRSS as the sum of RssAnon, RssFile and RssShmem.
+func TestResidentMemory(t *testing.T) {
+	m, err := ResidentMemory(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Split {
+		if b, err := os.ReadFile("/proc/self/status"); err == nil && strings.Contains(string(b), "\nRssAnon:") {
+			t.Fatalf("ResidentMemory = %+v: no split although the kernel reports RssAnon", m)
+		}
+		t.Skipf("the kernel reports no RssAnon/RssFile: %+v", m)
+	}
+	if m.RSS <= 0 || m.Anon <= 0 || m.File <= 0 || m.Anon+m.File+m.Shmem != m.RSS {
+		t.Errorf("ResidentMemory = %+v: want positive parts that add up to VmRSS", m)
+	}
+	if _, err := ResidentMemory(-1); err == nil {
+		t.Error("ResidentMemory of no process succeeded")
 	}
 }

@@ -3,6 +3,8 @@ package report
 import (
 	"fmt"
 	"strings"
+
+	"github.com/metastore/metastore/bench/internal/sut"
 )
 
 // The goals the metastore is measured against.
@@ -22,6 +24,12 @@ const (
 	// GoalFailoverMedian: median seconds from a leader's kill to the
 	// first successful ack, less than this.
 	GoalFailoverMedian = 2.0
+	// GoalFootprintRSS: resident memory (VmRSS) of each member with the
+	// footprint workload's live blobs (by default 1,000,000), at most.
+	GoalFootprintRSS = 1 << 30
+	// GoalRestartSeconds: seconds from starting a killed member again
+	// until it serves, caught up with the leader, at most.
+	GoalRestartSeconds = 30.0
 )
 
 // Goal statuses.
@@ -49,6 +57,7 @@ func EvaluateGoals(r *Results) []Goal {
 		resumeGoal(ms),
 		gcGoal(ms),
 		failoverGoal(ms),
+		footprintGoal(ms),
 	}
 }
 
@@ -203,4 +212,72 @@ func failoverGoal(ms *System) Goal {
 	g.Status = verdict(f.MedianSeconds < GoalFailoverMedian)
 	g.Detail = fmt.Sprintf("%d kills: median %.3f s, p90 %.3f s, max %.3f s", len(f.Samples), f.MedianSeconds, f.P90Seconds, f.MaxSeconds)
 	return g
+}
+
+// footprintGoal judges the members' resident memory at the footprint's
+// blob count and the restart of the member the footprint killed. The
+// detail gives the largest RssAnon and RssFile beside the largest VmRSS:
+// VmRSS counts the resident pages of the memory-mapped state file, which
+// the kernel can reclaim.
+func footprintGoal(ms *System) Goal {
+	g := Goal{
+		ID:          "footprint",
+		Description: fmt.Sprintf("at the footprint's blob count: VmRSS per member <= %d GiB, and a killed member restarts and serves within %g s", GoalFootprintRSS>>30, GoalRestartSeconds),
+		Status:      NA,
+		Detail:      "footprint not measured",
+	}
+	if ms == nil || ms.Extras == nil || ms.Extras.Footprint == nil || !ms.Extras.Footprint.Measured() {
+		return g
+	}
+	fp := ms.Extras.Footprint
+	top := maxIndex(fp.RSSBytes)
+	lean := fp.RSSBytes[top] <= GoalFootprintRSS
+	parts := []string{fmt.Sprintf("%d blobs: VmRSS max %s (%s, %s)", fp.Blobs, humanBytes(fp.RSSBytes[top]), footprintMember(fp, top), verdict(lean))}
+	if len(fp.RSSAnonBytes) > 0 && len(fp.RSSFileBytes) > 0 {
+		parts = append(parts, fmt.Sprintf("RssAnon max %s, RssFile max %s",
+			humanBytes(fp.RSSAnonBytes[maxIndex(fp.RSSAnonBytes)]), humanBytes(fp.RSSFileBytes[maxIndex(fp.RSSFileBytes)])))
+	} else {
+		parts = append(parts, "RssAnon not reported")
+	}
+	restarted, quick := false, false
+	switch {
+	case fp.RestartError != "":
+		restarted = true
+		parts = append(parts, fmt.Sprintf("member %s did not restart and catch up (%s; the error is with the footprint's figures)", fp.RestartMember, Miss))
+	case fp.RestartSecs > 0:
+		restarted = true
+		quick = fp.RestartSecs <= GoalRestartSeconds
+		parts = append(parts, fmt.Sprintf("member %s killed and started again: answered its status after %.2f s, ready at the leader's index %d after %.2f s (%s)",
+			fp.RestartMember, fp.RestartServeSecs, fp.RestartIndex, fp.RestartSecs, verdict(quick)))
+	default:
+		parts = append(parts, "restart not measured")
+	}
+	g.Detail = strings.Join(parts, "; ")
+	switch {
+	case !lean || (restarted && !quick):
+		g.Status = Miss
+	case restarted:
+		g.Status = Pass
+	}
+	return g
+}
+
+// maxIndex is the index of the largest of xs (not empty).
+func maxIndex(xs []int64) int {
+	i := 0
+	for j, x := range xs {
+		if x > xs[i] {
+			i = j
+		}
+	}
+	return i
+}
+
+// footprintMember names the member of the footprint's per-member figures
+// at index i.
+func footprintMember(fp *sut.FootprintResult, i int) string {
+	if i < len(fp.MemberIDs) {
+		return fp.MemberIDs[i]
+	}
+	return fmt.Sprintf("member %d", i+1)
 }

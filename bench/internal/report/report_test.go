@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -124,9 +125,12 @@ func sample() *Results {
 				Restore:    &Restore{Segments: 100600, Reads: 20, Leader: Latency{Count: 20, P50MS: 90, P99MS: 110}, Follower: Latency{Count: 20, P50MS: 80, P99MS: 100}, FollowerSegments: 100600},
 				Failover:   failover(1.1, 0.9, 1.4),
 				Extras: &Extras{
-					GC:        &sut.GCResult{Deleted: 20000, Seconds: 2, PerSecond: 10000, RaftEntries: 30, EntriesPer1000: 1.5, DeleteRequests: 20},
-					Resume:    &sut.ResumeResult{Tasks: 100, Stateful: 10, MetastoreRequests: 10, NaiveRequests: 200, NaiveNoSuchKey: 90},
-					Footprint: &sut.FootprintResult{Blobs: 1000000, Jobs: 1000, RSSBytes: []int64{1 << 30, 1 << 30, 1 << 30}, DataDirBytes: []int64{2 << 30}, RestoreMethod: "snapshot"},
+					GC:     &sut.GCResult{Deleted: 20000, Seconds: 2, PerSecond: 10000, RaftEntries: 30, EntriesPer1000: 1.5, DeleteRequests: 20},
+					Resume: &sut.ResumeResult{Tasks: 100, Stateful: 10, MetastoreRequests: 10, NaiveRequests: 200, NaiveNoSuchKey: 90},
+					Footprint: &sut.FootprintResult{Blobs: 1000000, Jobs: 1000, LoadSeconds: 178, MemberIDs: []string{"n1", "n2", "n3"},
+						RSSBytes: []int64{900 << 20, 1 << 30, 950 << 20}, RSSAnonBytes: []int64{120 << 20, 130 << 20, 125 << 20}, RSSFileBytes: []int64{780 << 20, 894 << 20, 825 << 20},
+						DataDirBytes: []int64{2 << 30, 3 << 30, 3 << 30}, RestartMember: "n3", RestartIndex: 123456, RestartServeSecs: 1.25, RestartSecs: 12.5,
+						SnapshotBytes: 1500 << 20, SnapshotSecs: 20.7, RestoreSecs: 53.8, RestoreMethod: "snapshot"},
 				}},
 			{Name: Etcd, Version: "3.4.23", Started: time.Date(2025, 3, 1, 10, 10, 0, 0, time.UTC), Finished: time.Date(2025, 3, 1, 10, 20, 0, 0, time.UTC),
 				Throughput: []ThroughputPoint{point(1, 400, 5), point(64, 2000, 25)},
@@ -201,7 +205,7 @@ func goalStatus(r *Results) map[string]string {
 
 func TestGoals(t *testing.T) {
 	r := sample()
-	want := map[string]string{"ack_throughput": Pass, "manifest_size": Pass, "resume_stateless": Pass, "gc": Pass, "failover": Pass}
+	want := map[string]string{"ack_throughput": Pass, "manifest_size": Pass, "resume_stateless": Pass, "gc": Pass, "failover": Pass, "footprint": Pass}
 	if got := goalStatus(r); !reflect.DeepEqual(got, want) {
 		t.Fatalf("goals %v, want %v\n%+v", got, want, r.Goals)
 	}
@@ -217,6 +221,17 @@ func TestGoals(t *testing.T) {
 		{"gc", func(r *Results) { r.System(Metastore).Extras.GC.PerSecond = 4999 }},
 		{"gc", func(r *Results) { r.System(Metastore).Extras.GC.EntriesPer1000 = 2.1 }},
 		{"failover", func(r *Results) { r.System(Metastore).Failover.MedianSeconds = 2 }},
+		{"footprint", func(r *Results) { r.System(Metastore).Extras.Footprint.RSSBytes[2] = 1<<30 + 1 }},
+		{"footprint", func(r *Results) { r.System(Metastore).Extras.Footprint.RestartSecs = 30.01 }},
+		{"footprint", func(r *Results) {
+			fp := r.System(Metastore).Extras.Footprint
+			fp.RestartSecs, fp.RestartError = 0, "mssut: member n3 did not rejoin: context deadline exceeded"
+		}},
+		// Over the memory goal, restart not measured: missed all the same.
+		{"footprint", func(r *Results) {
+			fp := r.System(Metastore).Extras.Footprint
+			fp.RSSBytes[0], fp.RestartSecs = 2<<30, 0
+		}},
 	}
 	for _, c := range miss {
 		r := sample()
@@ -247,6 +262,137 @@ func TestGoals(t *testing.T) {
 		if g.Status != NA {
 			t.Errorf("goal %s without figures: %s", g.ID, g.Status)
 		}
+	}
+}
+
+// TestFootprintGoal checks the footprint goal's verdicts and the figures
+// its detail gives: the largest VmRSS with its member, the largest RssAnon
+// and RssFile, and the restart.
+func TestFootprintGoal(t *testing.T) {
+	goal := func(r *Results) Goal {
+		t.Helper()
+		for _, g := range r.Goals {
+			if g.ID == "footprint" {
+				return g
+			}
+		}
+		t.Fatalf("no footprint goal in %+v", r.Goals)
+		return Goal{}
+	}
+	r := sample()
+	g := goal(r)
+	if g.Status != Pass || g.Description != "at the footprint's blob count: VmRSS per member <= 1 GiB, and a killed member restarts and serves within 30 s" {
+		t.Errorf("goal %+v", g)
+	}
+	for _, want := range []string{"1000000 blobs", "VmRSS max 1.0 GiB (n2, PASS)", "RssAnon max 130.0 MiB", "RssFile max 894.0 MiB",
+		"member n3", "status after 1.25 s", "index 123456 after 12.50 s (PASS)"} {
+		if !strings.Contains(g.Detail, want) {
+			t.Errorf("detail lacks %q: %s", want, g.Detail)
+		}
+	}
+
+	for name, c := range map[string]struct {
+		change func(fp *sut.FootprintResult)
+		status string
+		detail string
+	}{
+		"rss at the goal":        {func(fp *sut.FootprintResult) { fp.RSSBytes[1] = GoalFootprintRSS }, Pass, "VmRSS max 1.0 GiB (n2, PASS)"},
+		"rss over":               {func(fp *sut.FootprintResult) { fp.RSSBytes[0] = 1600 << 20 }, Miss, "VmRSS max 1.6 GiB (n1, MISS)"},
+		"restart at the goal":    {func(fp *sut.FootprintResult) { fp.RestartSecs = 30 }, Pass, "after 30.00 s (PASS)"},
+		"restart slow":           {func(fp *sut.FootprintResult) { fp.RestartSecs = 45.5 }, Miss, "after 45.50 s (MISS)"},
+		"restart failed":         {func(fp *sut.FootprintResult) { fp.RestartSecs, fp.RestartError = 0, "boom" }, Miss, "member n3 did not restart"},
+		"restart not measured":   {func(fp *sut.FootprintResult) { fp.RestartSecs, fp.RestartMember = 0, "" }, NA, "restart not measured"},
+		"no rss split":           {func(fp *sut.FootprintResult) { fp.RSSAnonBytes, fp.RSSFileBytes = nil, nil }, Pass, "RssAnon not reported"},
+		"restore failed":         {func(fp *sut.FootprintResult) { fp.RestoreSecs, fp.RestoreError = 0, "503 outcome_unknown" }, Pass, "VmRSS max"},
+		"load failed":            {func(fp *sut.FootprintResult) { *fp = sut.FootprintResult{Blobs: 10, Jobs: 1} }, NA, "footprint not measured"},
+		"no member ids recorded": {func(fp *sut.FootprintResult) { fp.MemberIDs = nil }, Pass, "VmRSS max 1.0 GiB (member 2, PASS)"},
+	} {
+		r := sample()
+		c.change(r.System(Metastore).Extras.Footprint)
+		Finalize(r)
+		if g := goal(r); g.Status != c.status || !strings.Contains(g.Detail, c.detail) {
+			t.Errorf("%s: %s %q, want %s with %q", name, g.Status, g.Detail, c.status, c.detail)
+		}
+	}
+	r = sample()
+	r.System(Metastore).Extras.Footprint = nil
+	Finalize(r)
+	if g := goal(r); g.Status != NA {
+		t.Errorf("without a footprint: %+v", g)
+	}
+}
+
+// TestWriteFootprint checks the footprint's lines: every member's memory
+// split and data directory, the restart, and the error of a step that
+// failed printed with the figures measured before it.
+func TestWriteFootprint(t *testing.T) {
+	table := func(r *Results) string {
+		t.Helper()
+		var b bytes.Buffer
+		if err := WriteTable(&b, r); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	member := regexp.MustCompile(`(?m)^  n2 +1\.0 GiB +130\.0 MiB +894\.0 MiB +3\.0 GiB$`)
+	restart := "footprint restart: member n3 killed (SIGKILL) and started again: answered its status after 1.25 s; ready, at the leader's applied index 123456, after 12.50 s"
+
+	out := table(sample())
+	for _, want := range []string{"footprint: 1000000 blobs over 1000 jobs loaded in 178.0 s", restart,
+		"footprint snapshot: 1.5 GiB saved in 20.70 s, restored in 53.80 s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if !member.MatchString(out) || !regexp.MustCompile(`(?m)^  member +VmRSS +RssAnon +RssFile +data dir$`).MatchString(out) {
+		t.Errorf("table lacks the members' header or member n2's row:\n%s", out)
+	}
+
+	// The restore failed: the figures before it and the error.
+	r := sample()
+	fp := r.System(Metastore).Extras.Footprint
+	fp.RestoreSecs, fp.RestoreError = 0, "mssut: Footprint: snapshot restore on n1 (attempt 5): 503 outcome_unknown"
+	r.System(Metastore).Errors = []WorkloadError{{Workload: "footprint", Error: fp.RestoreError}}
+	Finalize(r)
+	out = table(r)
+	for _, want := range []string{restart, "footprint snapshot: 1.5 GiB saved in 20.70 s; restore failed: mssut: Footprint: snapshot restore on n1 (attempt 5): 503 outcome_unknown",
+		"metastore footprint: mssut: Footprint: snapshot restore"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table after a failed restore lacks %q:\n%s", want, out)
+		}
+	}
+	if !member.MatchString(out) {
+		t.Errorf("table after a failed restore lacks member n2's row:\n%s", out)
+	}
+
+	// The backup failed.
+	fp.SnapshotBytes, fp.SnapshotSecs, fp.RestoreError = 0, 0, "mssut: Footprint: snapshot save from n1: EOF"
+	if out = table(r); !strings.Contains(out, "footprint snapshot: save failed: mssut: Footprint: snapshot save from n1: EOF") || !member.MatchString(out) {
+		t.Errorf("table after a failed backup:\n%s", out)
+	}
+
+	// The restart failed: no snapshot taken.
+	r = sample()
+	fp = r.System(Metastore).Extras.Footprint
+	fp.RestartSecs, fp.RestartError = 0, "mssut: member n3 did not rejoin: context deadline exceeded"
+	fp.SnapshotBytes, fp.SnapshotSecs, fp.RestoreSecs = 0, 0, 0
+	out = table(r)
+	for _, want := range []string{"footprint restart: member n3 killed (SIGKILL) and started again: failed (it answered its status after 1.25 s): mssut: member n3 did not rejoin",
+		"footprint snapshot: not taken (the restart failed)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table after a failed restart lacks %q:\n%s", want, out)
+		}
+	}
+	if !member.MatchString(out) {
+		t.Errorf("table after a failed restart lacks member n2's row:\n%s", out)
+	}
+
+	// Results from before the split and the restart were recorded.
+	r = sample()
+	r.System(Metastore).Extras.Footprint = &sut.FootprintResult{Blobs: 5, Jobs: 1, RSSBytes: []int64{1 << 20}, DataDirBytes: []int64{2 << 20}, SnapshotBytes: 10, RestoreMethod: "snapshot"}
+	out = table(r)
+	if !regexp.MustCompile(`(?m)^  member 1 +1\.0 MiB +- +- +2\.0 MiB$`).MatchString(out) || strings.Contains(out, "footprint restart:") {
+		t.Errorf("table of an older footprint:\n%s", out)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/metastore/metastore/bench/internal/sut"
 )
 
 // WriteTable writes the human-readable report of r: the run's machine and
@@ -203,12 +205,55 @@ func writeExtras(b *bufio.Writer, r *Results) {
 			rs.Tasks, rs.Stateful, rs.MetastoreRequests, rs.MetastoreStatelessRequests, rs.NaiveRequests, rs.NaiveNoSuchKey)
 	}
 	if fp := x.Footprint; fp != nil {
-		fmt.Fprintf(b, "footprint: %d blobs over %d jobs loaded in %.1f s; rss %s; data dirs %s; snapshot %s in %.2f s, restore %.2f s\n",
-			fp.Blobs, fp.Jobs, fp.LoadSeconds, byteList(fp.RSSBytes), byteList(fp.DataDirBytes),
-			humanBytes(fp.SnapshotBytes), fp.SnapshotSecs, fp.RestoreSecs)
-		if fp.RestoreMethod != "" {
-			fmt.Fprintf(b, "footprint restore: %s\n", fp.RestoreMethod)
+		writeFootprint(b, fp)
+	}
+}
+
+// writeFootprint prints the footprint: the load, each member's memory
+// (VmRSS, and its anonymous and file-backed parts) and data directory,
+// the restart of the killed member, the backup and the restore, and the
+// error of the step that failed, if one did.
+func writeFootprint(b *bufio.Writer, fp *sut.FootprintResult) {
+	fmt.Fprintf(b, "footprint: %d blobs over %d jobs loaded in %.1f s\n", fp.Blobs, fp.Jobs, fp.LoadSeconds)
+	if fp.Measured() {
+		t := table{header: []string{"  member", "VmRSS", "RssAnon", "RssFile", "data dir"}, left: 1}
+		at := func(xs []int64, i int) string {
+			if i < len(xs) {
+				return humanBytes(xs[i])
+			}
+			return "-"
 		}
+		for i := range fp.RSSBytes {
+			t.rows = append(t.rows, []string{"  " + footprintMember(fp, i), at(fp.RSSBytes, i), at(fp.RSSAnonBytes, i), at(fp.RSSFileBytes, i), at(fp.DataDirBytes, i)})
+		}
+		t.write(b)
+		if len(fp.RSSFileBytes) > 0 {
+			b.WriteString("  (RssFile: resident pages of mapped files, the memory-mapped state file among them; page cache the kernel can reclaim)\n")
+		}
+	}
+	switch {
+	case fp.RestartError != "":
+		fmt.Fprintf(b, "footprint restart: member %s killed (SIGKILL) and started again: failed", fp.RestartMember)
+		if fp.RestartServeSecs > 0 {
+			fmt.Fprintf(b, " (it answered its status after %.2f s)", fp.RestartServeSecs)
+		}
+		fmt.Fprintf(b, ": %s\n", fp.RestartError)
+	case fp.RestartSecs > 0:
+		fmt.Fprintf(b, "footprint restart: member %s killed (SIGKILL) and started again: answered its status after %.2f s; ready, at the leader's applied index %d, after %.2f s\n",
+			fp.RestartMember, fp.RestartServeSecs, fp.RestartIndex, fp.RestartSecs)
+	}
+	switch {
+	case fp.RestoreError != "" && fp.SnapshotBytes > 0:
+		fmt.Fprintf(b, "footprint snapshot: %s saved in %.2f s; restore failed: %s\n", humanBytes(fp.SnapshotBytes), fp.SnapshotSecs, fp.RestoreError)
+	case fp.RestoreError != "":
+		fmt.Fprintf(b, "footprint snapshot: save failed: %s\n", fp.RestoreError)
+	case fp.RestartError != "":
+		b.WriteString("footprint snapshot: not taken (the restart failed)\n")
+	default:
+		fmt.Fprintf(b, "footprint snapshot: %s saved in %.2f s, restored in %.2f s\n", humanBytes(fp.SnapshotBytes), fp.SnapshotSecs, fp.RestoreSecs)
+	}
+	if fp.RestoreMethod != "" {
+		fmt.Fprintf(b, "footprint restore: %s\n", fp.RestoreMethod)
 	}
 }
 

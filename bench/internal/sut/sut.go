@@ -96,8 +96,11 @@ type Extras interface {
 	// object per task and kind).
 	Resume(ctx context.Context, tasks, stateful int) (ResumeResult, error)
 	// Footprint loads blobs live blobs across jobs jobs, then reports the
-	// members' resident memory and data-directory sizes, and the time to
-	// take a snapshot and to restore a member from it.
+	// members' resident memory and data-directory sizes, the time a killed
+	// member takes to restart and catch up, and the time to take a
+	// snapshot and to restore it. When a step after the memory was
+	// measured fails, it returns the figures measured so far (Measured
+	// reports true) with the error, which the result also records.
 	Footprint(ctx context.Context, blobs, jobs int) (FootprintResult, error)
 }
 
@@ -124,18 +127,48 @@ type ResumeResult struct {
 	NaiveNoSuchKey int `json:"naive_nosuchkey"`
 }
 
-// FootprintResult is what Extras.Footprint measured.
+// FootprintResult is what Extras.Footprint measured. The per-member
+// slices are in the order of MemberIDs.
 type FootprintResult struct {
-	Blobs         int     `json:"blobs"`
-	Jobs          int     `json:"jobs"`
-	LoadSeconds   float64 `json:"load_seconds"`
-	RSSBytes      []int64 `json:"rss_bytes"`
-	DataDirBytes  []int64 `json:"data_dir_bytes"`
+	Blobs       int      `json:"blobs"`
+	Jobs        int      `json:"jobs"`
+	LoadSeconds float64  `json:"load_seconds"`
+	MemberIDs   []string `json:"member_ids,omitempty"`
+	// RSSBytes is each member's resident memory (VmRSS) once it applied
+	// the load; RSSAnonBytes and RSSFileBytes split it (RssAnon: heap and
+	// stacks; RssFile: resident pages of mapped files, such as a
+	// memory-mapped state file, which the kernel can reclaim). The split
+	// is absent when the kernel does not report it.
+	RSSBytes     []int64 `json:"rss_bytes"`
+	RSSAnonBytes []int64 `json:"rss_anon_bytes,omitempty"`
+	RSSFileBytes []int64 `json:"rss_file_bytes,omitempty"`
+	DataDirBytes []int64 `json:"data_dir_bytes"`
+
+	// RestartMember was killed (SIGKILL) once the load was measured and
+	// started again with the same command line and data directory.
+	// RestartServeSecs is the time from its start until it answered its
+	// status; RestartSecs until it was ready (knew a leader, had applied
+	// what it knew committed) and had applied RestartIndex, the leader's
+	// applied index read before the kill (or later, if higher). Zero when
+	// not measured; RestartError says why the restart failed.
+	RestartMember    string  `json:"restart_member,omitempty"`
+	RestartIndex     uint64  `json:"restart_index,omitempty"`
+	RestartServeSecs float64 `json:"restart_serve_seconds,omitempty"`
+	RestartSecs      float64 `json:"restart_seconds,omitempty"`
+	RestartError     string  `json:"restart_error,omitempty"`
+
 	SnapshotBytes int64   `json:"snapshot_bytes"`
 	SnapshotSecs  float64 `json:"snapshot_seconds"`
 	RestoreSecs   float64 `json:"restore_seconds"`
 	RestoreMethod string  `json:"restore_method"`
+	// RestoreError says why the backup (snapshot save) or the restore
+	// failed; the figures measured before it stand.
+	RestoreError string `json:"restore_error,omitempty"`
 }
+
+// Measured reports whether r holds the figures of a load: Footprint may
+// return them with an error from a later step.
+func (r FootprintResult) Measured() bool { return len(r.RSSBytes) > 0 }
 
 // ErrFenced is wrapped by the errors of writes a system refused because
 // they were made for a generation of the job that a newer one has

@@ -27,6 +27,9 @@ type fake struct {
 	electionDelay time.Duration
 	// failAckAfter, when positive, makes every Ack after that many fail.
 	failAckAfter int
+	// failRestore, when set, is the error of the footprint's restore: the
+	// extras' Footprint returns its figures with it.
+	failRestore error
 
 	mu       sync.Mutex
 	started  bool
@@ -335,7 +338,15 @@ func (f fakeMetastore) Resume(ctx context.Context, tasks, stateful int) (sut.Res
 }
 
 func (f fakeMetastore) Footprint(ctx context.Context, blobs, jobs int) (sut.FootprintResult, error) {
-	return sut.FootprintResult{Blobs: blobs, Jobs: jobs, RSSBytes: []int64{1, 2, 3}, DataDirBytes: []int64{4, 5, 6}, RestoreMethod: "fake"}, nil
+	r := sut.FootprintResult{Blobs: blobs, Jobs: jobs, MemberIDs: []string{"m0", "m1", "m2"},
+		RSSBytes: []int64{3, 5, 7}, RSSAnonBytes: []int64{1, 2, 3}, RSSFileBytes: []int64{2, 3, 4}, DataDirBytes: []int64{4, 5, 6},
+		RestartMember: "m1", RestartIndex: 10, RestartServeSecs: 0.1, RestartSecs: 0.2, RestoreMethod: "fake"}
+	if f.failRestore != nil {
+		r.RestoreError = f.failRestore.Error()
+		return r, f.failRestore
+	}
+	r.SnapshotBytes, r.SnapshotSecs, r.RestoreSecs = 100, 0.1, 0.2
+	return r, nil
 }
 
 // PeerVersion makes the fake a Versioned system.

@@ -324,10 +324,18 @@ func Run(ctx context.Context, sys sut.System, p Params, logger *log.Logger) (res
 		}
 		if p.runs(Footprint) && ctx.Err() == nil {
 			logger.Printf("%s: footprint of %d blobs over %d jobs", name, p.FootprintBlobs, p.FootprintJobs)
-			if r, err := x.Footprint(ctx, p.FootprintBlobs, p.FootprintJobs); err != nil {
+			// A footprint that failed after measuring the load keeps its
+			// figures (the error is in the result too).
+			r, err := x.Footprint(ctx, p.FootprintBlobs, p.FootprintJobs)
+			if err != nil {
 				fail(Footprint, err)
-			} else {
+			}
+			if err == nil || r.Measured() {
 				extras.Footprint = &r
+			}
+			if r.RestartSecs > 0 {
+				logger.Printf("%s: footprint: member %s restarted, serving after %.2f s, caught up to index %d after %.2f s",
+					name, r.RestartMember, r.RestartServeSecs, r.RestartIndex, r.RestartSecs)
 			}
 		}
 		if extras.GC != nil || extras.Resume != nil || extras.Footprint != nil {

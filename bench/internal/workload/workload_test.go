@@ -3,6 +3,7 @@ package workload
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log"
 	"os"
 	"path/filepath"
@@ -146,7 +147,7 @@ func TestRunAgainstFakes(t *testing.T) {
 	if res.System(report.Etcd).Extras != nil {
 		t.Error("extras recorded for a system without them")
 	}
-	if len(res.Ratios) == 0 || len(res.Goals) != 5 {
+	if len(res.Ratios) == 0 || len(res.Goals) != 6 {
 		t.Errorf("%d ratios, %d goals", len(res.Ratios), len(res.Goals))
 	}
 
@@ -260,6 +261,29 @@ func TestRunInterrupted(t *testing.T) {
 	}
 	if len(res.Throughput) != 0 || len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error, "context deadline exceeded") {
 		t.Errorf("interrupted run: %+v", res)
+	}
+}
+
+// TestRunFootprintFailed checks that a footprint that fails after
+// measuring the load keeps its figures in the results, with its error
+// recorded both in them and in the system's errors (which makes the
+// command exit with a failure).
+func TestRunFootprintFailed(t *testing.T) {
+	p := testParams()
+	p.Workloads = []string{Footprint}
+	f := newFake(report.Metastore)
+	f.failRestore = errors.New("snapshot restore: 503 outcome_unknown")
+	started(t, f)
+	res := Run(context.Background(), fakeMetastore{f}, p, nil)
+	if len(res.Errors) != 1 || res.Errors[0].Workload != Footprint || !strings.Contains(res.Errors[0].Error, "outcome_unknown") {
+		t.Errorf("errors %+v, want the footprint's", res.Errors)
+	}
+	if res.Extras == nil || res.Extras.Footprint == nil {
+		t.Fatalf("the footprint's figures were dropped: extras %+v", res.Extras)
+	}
+	fp := res.Extras.Footprint
+	if len(fp.RSSBytes) != 3 || fp.RestartSecs <= 0 || !strings.Contains(fp.RestoreError, "outcome_unknown") {
+		t.Errorf("footprint %+v", fp)
 	}
 }
 
