@@ -181,21 +181,30 @@ func (s *shapeScanner) array(depth int) bool {
 		if !s.value(depth) {
 			return false
 		}
-		s.ws()
-		if s.i >= len(s.raw) {
-			return false
-		}
-		switch s.raw[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
+		if closed, ok := s.after(']'); !ok || closed {
+			return ok
 		}
 	}
+}
+
+// after reads what follows a member of a container: a comma (another
+// member follows) or the container's closing byte. closed reports the
+// latter; ok is false for anything else.
+func (s *shapeScanner) after(closing byte) (closed, ok bool) {
+	s.ws()
+	if s.i >= len(s.raw) {
+		return false, false
+	}
+	switch s.raw[s.i] {
+	case ',':
+		s.i++
+		s.ws()
+		return false, true
+	case closing:
+		s.i++
+		return true, true
+	}
+	return false, false
 }
 
 func (s *shapeScanner) object(depth int) bool {
@@ -237,19 +246,8 @@ func (s *shapeScanner) object(depth int) bool {
 		if !s.value(depth) {
 			return false
 		}
-		s.ws()
-		if s.i >= len(s.raw) {
-			return false
-		}
-		switch s.raw[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
+		if closed, ok := s.after('}'); !ok || closed {
+			return ok
 		}
 	}
 }

@@ -15,13 +15,17 @@ import (
 	"github.com/metastore/metastore/internal/freeport"
 )
 
-// TestHeartbeatsReachTheMainGoroutine sends a heartbeat of a newer term to a
-// member's transport, built by newTransport, after Raft has asked for the
-// heartbeat fast path. The heartbeat must come out of Consumer(), the
-// channel Raft's main goroutine reads, and never reach the fast-path
-// handler: a heartbeat handled beside the leader loop lets a deposed leader
-// append entries under the new leader's term (heartbeat.go).
-func TestHeartbeatsReachTheMainGoroutine(t *testing.T) {
+// heartbeatProbe is a member's transport, built by newTransport, that Raft
+// asked for the heartbeat fast path, and a transport that sends it
+// heartbeats.
+type heartbeatProbe struct {
+	recv     *heartbeatGate
+	send     *raft.NetworkTransport
+	fastPath chan raft.RPC
+}
+
+func newHeartbeatProbe(t *testing.T) *heartbeatProbe {
+	t.Helper()
 	cfg := config.DefaultConfig()
 	cfg.RaftAddr = freeport.Addr(t)
 	logger := hclog.NewNullLogger()
@@ -29,44 +33,64 @@ func TestHeartbeatsReachTheMainGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer recv.Close()
-	fastPath := make(chan raft.RPC, 1)
+	t.Cleanup(func() { recv.Close() })
+	p := &heartbeatProbe{recv: recv, fastPath: make(chan raft.RPC, 1)}
 	recv.SetHeartbeatHandler(func(rpc raft.RPC) {
-		fastPath <- rpc
-		rpc.Respond(&raft.AppendEntriesResponse{}, nil)
+		p.fastPath <- rpc
+		rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
 	})
-
-	send, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, 5*time.Second, logger)
+	p.send, err = raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, 5*time.Second, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer send.Close()
+	t.Cleanup(func() { p.send.Close() })
+	return p
+}
+
+// heartbeat sends a heartbeat of term and reports whether it took the fast
+// path (else it came out of Consumer(), the channel of Raft's main
+// goroutine, which answers it).
+func (p *heartbeatProbe) heartbeat(t *testing.T, term uint64) (fast bool) {
+	t.Helper()
 	// The shape NetworkTransport recognises as a heartbeat: a term and a
 	// leader, no previous entry, no entries, no commit index.
 	hb := &raft.AppendEntriesRequest{
-		RPCHeader: raft.RPCHeader{ID: []byte("n2"), Addr: []byte(send.LocalAddr())},
-		Term:      7,
+		RPCHeader: raft.RPCHeader{ID: []byte("n2"), Addr: []byte(p.send.LocalAddr())},
+		Term:      term,
 	}
 	sent := make(chan error, 1)
 	go func() {
 		var resp raft.AppendEntriesResponse
-		sent <- send.AppendEntries("n1", recv.LocalAddr(), hb, &resp)
+		sent <- p.send.AppendEntries("n1", p.recv.LocalAddr(), hb, &resp)
 	}()
-
 	select {
-	case rpc := <-recv.Consumer():
+	case rpc := <-p.recv.Consumer():
 		req, ok := rpc.Command.(*raft.AppendEntriesRequest)
-		if !ok || req.Term != 7 || len(req.Entries) != 0 {
+		if !ok || req.Term != term || len(req.Entries) != 0 {
 			t.Fatalf("consumer got %#v, want the heartbeat", rpc.Command)
 		}
-		rpc.Respond(&raft.AppendEntriesResponse{Term: 7, Success: true}, nil)
-	case <-fastPath:
-		t.Fatal("the heartbeat was handled by the fast-path handler, beside Raft's main goroutine")
+		rpc.Respond(&raft.AppendEntriesResponse{Term: term, Success: true}, nil)
+	case <-p.fastPath:
+		fast = true
 	case <-time.After(10 * time.Second):
 		t.Fatal("the heartbeat reached neither the consumer nor the handler")
 	}
 	if err := <-sent; err != nil {
 		t.Fatalf("heartbeat not answered: %v", err)
+	}
+	return fast
+}
+
+// TestHeartbeatsReachTheMainGoroutine sends a heartbeat of a newer term to
+// a deposed leader's transport: it must come out of Consumer(), the
+// channel Raft's main goroutine reads, and never reach the fast-path
+// handler: a heartbeat handled beside the leader loop lets a deposed leader
+// append entries under the new leader's term (heartbeat.go).
+func TestHeartbeatsReachTheMainGoroutine(t *testing.T) {
+	p := newHeartbeatProbe(t)
+	p.recv.setMember(role{raft.Leader, 6})
+	if p.heartbeat(t, 7) {
+		t.Fatal("the heartbeat was handled by the fast-path handler, beside Raft's main goroutine")
 	}
 }
 
@@ -83,25 +107,7 @@ func (r role) CurrentTerm() uint64   { return r.term }
 // is a follower and the heartbeat is of its term; every other one reaches
 // Consumer(), the channel of Raft's main goroutine.
 func TestHeartbeatGate(t *testing.T) {
-	cfg := config.DefaultConfig()
-	cfg.RaftAddr = freeport.Addr(t)
-	logger := hclog.NewNullLogger()
-	recv, _, err := newTransport(cfg, logger, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer recv.Close()
-	fastPath := make(chan raft.RPC, 1)
-	recv.SetHeartbeatHandler(func(rpc raft.RPC) {
-		fastPath <- rpc
-		rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
-	})
-	send, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, 5*time.Second, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer send.Close()
-
+	p := newHeartbeatProbe(t)
 	for _, c := range []struct {
 		name   string
 		member *role
@@ -117,32 +123,10 @@ func TestHeartbeatGate(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.member != nil {
-				recv.setMember(*c.member)
+				p.recv.setMember(*c.member)
 			}
-			hb := &raft.AppendEntriesRequest{
-				RPCHeader: raft.RPCHeader{ID: []byte("n2"), Addr: []byte(send.LocalAddr())},
-				Term:      c.term,
-			}
-			sent := make(chan error, 1)
-			go func() {
-				var resp raft.AppendEntriesResponse
-				sent <- send.AppendEntries("n1", recv.LocalAddr(), hb, &resp)
-			}()
-			select {
-			case rpc := <-recv.Consumer():
-				if c.fast {
-					t.Errorf("the heartbeat reached the main goroutine; want the fast path")
-				}
-				rpc.Respond(&raft.AppendEntriesResponse{Term: c.term}, nil)
-			case <-fastPath:
-				if !c.fast {
-					t.Errorf("the heartbeat took the fast path, beside Raft's main goroutine")
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the heartbeat reached neither the consumer nor the handler")
-			}
-			if err := <-sent; err != nil {
-				t.Fatalf("heartbeat not answered: %v", err)
+			if got := p.heartbeat(t, c.term); got != c.fast {
+				t.Errorf("fast path %v, want %v", got, c.fast)
 			}
 		})
 	}
