@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metastore/metastore/bench/internal/procs"
 	"github.com/metastore/metastore/bench/internal/report"
 	"github.com/metastore/metastore/bench/internal/sut"
 )
@@ -90,25 +91,12 @@ func writeBytes(pid int) (int64, error) {
 	return strconv.ParseInt(v, 10, 64)
 }
 
-// rssBytes returns the resident memory of process pid (VmRSS).
-func rssBytes(pid int) (int64, error) {
-	v, err := procField(fmt.Sprintf("/proc/%d/status", pid), "VmRSS")
-	if err != nil {
-		return 0, err
-	}
-	kb, err := strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/%d/status: VmRSS %q", pid, v)
-	}
-	return kb << 10, nil
-}
-
 // membersRSS returns the members' total resident memory, or zero when one
 // could not be read.
 func membersRSS(ms []sut.Member) int64 {
 	var sum int64
 	for _, m := range ms {
-		r, err := rssBytes(m.PID)
+		r, err := procs.RSS(m.PID)
 		if err != nil || m.PID <= 0 {
 			return 0
 		}

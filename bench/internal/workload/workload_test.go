@@ -323,8 +323,8 @@ func TestProcReaders(t *testing.T) {
 	if _, err := writeBytes(pid); err != nil {
 		t.Error(err)
 	}
-	if r, err := rssBytes(pid); err != nil || r <= 0 {
-		t.Errorf("rss %d, %v", r, err)
+	if r := membersRSS([]sut.Member{{ID: "self", PID: pid}}); r <= 0 {
+		t.Errorf("members' rss %d, want the test process's", r)
 	}
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
