@@ -88,6 +88,14 @@ type Config struct {
 	// StateCommitEntries is the most Raft entries one state machine
 	// commit holds.
 	StateCommitEntries int
+	// RaftLogStore is the Raft log store a new data directory gets:
+	// RaftLogStoreWAL or RaftLogStoreBoltDB. A directory that holds one
+	// keeps it (node/raftstore.go).
+	RaftLogStore string
+	// RaftWALSegmentSize is the size of a raft-wal segment file, in bytes:
+	// each is preallocated when created, and compacted entries leave the
+	// disk a whole segment at a time.
+	RaftWALSegmentSize int64
 	// EnablePprof serves Go's profiler under /debug/pprof/ on the HTTP
 	// address (CPU, heap, goroutine profiles; off by default).
 	EnablePprof bool
@@ -200,6 +208,8 @@ func DefaultConfig() Config {
 		ApplyBatch:          256,
 		StateCommitInterval: 100 * time.Millisecond,
 		StateCommitEntries:  10_000,
+		RaftLogStore:        RaftLogStoreWAL,
+		RaftWALSegmentSize:  64 << 20,
 		MaxBodyBytes:        1 << 20,
 		MinFreeDisk:         DefaultMinFreeDisk,
 		ShutdownTimeout:     10 * time.Second,
@@ -320,6 +330,14 @@ func (c *Config) Validate() error {
 	}
 	if c.StateCommitInterval < 0 || c.StateCommitInterval > time.Second {
 		return bad("state-commit-interval", "%s is not between 0 and 1s", c.StateCommitInterval)
+	}
+	switch c.RaftLogStore {
+	case RaftLogStoreWAL, RaftLogStoreBoltDB:
+	default:
+		return bad("raft-log-store", "%q is neither %q nor %q", c.RaftLogStore, RaftLogStoreWAL, RaftLogStoreBoltDB)
+	}
+	if c.RaftWALSegmentSize < 1<<20 || c.RaftWALSegmentSize > 1<<30 {
+		return bad("raft-wal-segment-size", "%d is not between 1 MiB (1048576) and 1 GiB (1073741824)", c.RaftWALSegmentSize)
 	}
 	if c.StateCommitEntries < 1 {
 		return bad("state-commit-entries", "%d is not positive", c.StateCommitEntries)
@@ -468,6 +486,14 @@ func (c *Config) RaftAdvertiseAddr() string {
 	}
 	return c.RaftAddr
 }
+
+// The Raft log stores a data directory can hold (node/raftstore.go).
+const (
+	// RaftLogStoreWAL is hashicorp/raft-wal: segment files in raft/wal/.
+	RaftLogStoreWAL = "wal"
+	// RaftLogStoreBoltDB is hashicorp/raft-boltdb: raft/raft.db.
+	RaftLogStoreBoltDB = "boltdb"
+)
 
 // RaftDir, SnapshotDir and FSMPath locate the parts of the data directory.
 func (c *Config) RaftDir() string     { return filepath.Join(c.DataDir, "raft") }

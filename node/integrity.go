@@ -85,6 +85,29 @@ func corruptFrom(err error) error {
 	return err
 }
 
+// checkLogCoversState refuses a Raft log that ends before the entries
+// the state machine file has applied (and no snapshot covers them): the
+// log lost acknowledged entries (a truncated or damaged segment or file),
+// and a member that went on would vote and lead as if it never had them.
+// Every entry the state machine applied was in this member's log first,
+// or in the snapshot it was restored from.
+func checkLogCoversState(path string, logs raft.LogStore, snaps []*raft.SnapshotMeta, applied uint64) error {
+	last, err := logs.LastIndex()
+	if err != nil {
+		return &CorruptError{Path: path, Problem: fmt.Sprintf("its last index cannot be read: %v", err)}
+	}
+	var snapIndex uint64
+	for _, s := range snaps {
+		snapIndex = max(snapIndex, s.Index)
+	}
+	if applied > max(last, snapIndex) {
+		return &CorruptError{Path: path, Problem: fmt.Sprintf(
+			"the log ends at index %d and the newest snapshot at %d, but the state machine has applied entries up to %d: the log lost entries",
+			last, snapIndex, applied)}
+	}
+	return nil
+}
+
 // checkSnapshots checks every snapshot of the store in dir (the store's
 // own directory, SnapshotDir()/snapshots).
 func checkSnapshots(dir string, store *raft.FileSnapshotStore) error {

@@ -25,8 +25,12 @@ import (
 // write before anything reaches the file, Raft steps down, and the member
 // goes on once space is freed (the state machine and the stable store wait
 // for space the same way: fsm.ApplyBatch, stallingStable).
+//
+// During shutdown (stopping closed) errors are returned: a write that
+// waited for space (stallingFiler) is ended by the shutdown itself.
 type stopOnWriteError struct {
 	raft.LogStore
+	stopping <-chan struct{}
 }
 
 func (s stopOnWriteError) StoreLog(l *raft.Log) error {
@@ -45,5 +49,18 @@ func (s stopOnWriteError) check(op string, err error) error {
 	if err == nil || isNoSpace(err) {
 		return err
 	}
+	select {
+	case <-s.stopping:
+		return err
+	default:
+	}
 	panic(fmt.Sprintf("node: Raft log %s failed; stopping rather than going on with a log file in an unknown state: %v", op, err))
+}
+
+// IsMonotonic forwards the store's answer: a store that refuses gaps
+// (raft-wal) must be told apart, so Raft removes its old entries after a
+// snapshot install or restore instead of appending past a gap.
+func (s stopOnWriteError) IsMonotonic() bool {
+	m, ok := s.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
 }

@@ -33,15 +33,15 @@ func TestLogStoreStopsOnWriteError(t *testing.T) {
 	}
 	for name, write := range writes {
 		t.Run(name, func(t *testing.T) {
-			if err := write(stopOnWriteError{raft.NewInmemStore()}); err != nil {
+			if err := write(stopOnWriteError{LogStore: raft.NewInmemStore()}); err != nil {
 				t.Fatalf("a write that succeeds: %v", err)
 			}
-			if err := write(stopOnWriteError{failingLog{raft.NewInmemStore(), enospc}}); err != enospc {
+			if err := write(stopOnWriteError{LogStore: failingLog{raft.NewInmemStore(), enospc}}); err != enospc {
 				t.Fatalf("a full file system: got %v, want the error returned", err)
 			}
 			msg := func() (msg string) {
 				defer func() { msg = fmt.Sprint(recover()) }()
-				_ = write(stopOnWriteError{failingLog{raft.NewInmemStore(), eio}})
+				_ = write(stopOnWriteError{LogStore: failingLog{raft.NewInmemStore(), eio}})
 				return "no panic"
 			}()
 			if !strings.HasPrefix(msg, "node: Raft log ") || !strings.HasSuffix(msg, ": input/output error") {

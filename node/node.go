@@ -18,9 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
@@ -29,7 +27,8 @@ import (
 )
 
 const (
-	// raftDBFile is the raft-boltdb file (log and stable store) in RaftDir.
+	// raftDBFile is the raft-boltdb file (log and stable store) in RaftDir
+	// (raftstore.go).
 	raftDBFile = "raft.db"
 	// logCacheSize is the number of recent log entries kept in memory.
 	logCacheSize = 512
@@ -37,7 +36,7 @@ const (
 	transportMaxPool = 3
 	// transportTimeout bounds one Raft RPC's I/O.
 	transportTimeout = 10 * time.Second
-	// boltOpenTimeout bounds waiting for the raft.db file lock, so a second
+	// boltOpenTimeout bounds waiting for a Raft store's file lock, so a second
 	// process on the same data directory fails instead of hanging.
 	boltOpenTimeout = 5 * time.Second
 	// leaderPollInterval is how often the leadership loop re-checks Raft's
@@ -93,13 +92,15 @@ type Node struct {
 	raft      *raft.Raft
 	trans     *heartbeatGate
 	tlsStream *tlsStreamLayer // nil without TLS
-	boltStore *raftboltdb.BoltStore
-	logs      raft.LogStore // log cache over boltStore
+	store     raftStore       // the Raft log and stable store (raftstore.go)
+	storeKind string          // config.RaftLogStoreWAL or config.RaftLogStoreBoltDB
+	logs      raft.LogStore   // log cache over store
 	snaps     *raft.FileSnapshotStore
 	metrics   *nodeMetrics
 	disk      *DiskGuard // refuses writes while the data directory is nearly full (disk.go)
 	// diskStop ends waits for disk space (stable.go) at shutdown;
-	// raftStalled is true while Raft waits to record its term or vote.
+	// raftStalled is true while Raft waits to record its term or vote, or
+	// to create its log's next segment.
 	diskStop     chan struct{}
 	diskStopOnce sync.Once
 	raftStalled  atomic.Bool
@@ -196,26 +197,12 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		}
 	}
 
-	if err := checkRaftDB(filepath.Join(cfg.RaftDir(), raftDBFile)); err != nil {
-		return nil, corruptFrom(err) // integrity.go
-	}
-	n.boltStore, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.RaftDir(), raftDBFile),
-		BoltOptions: &bolt.Options{
-			Timeout: boltOpenTimeout,
-			// The log appends at its tail and deletes at its head after
-			// every snapshot, so its freelist is long: rebuilding it at
-			// open (a scan) beats writing it out at every commit.
-			NoFreelistSync: true,
-			FreelistType:   bolt.FreelistMapType,
-		},
-		NoSync: false, // an unsynced log forgets acknowledged entries and votes
-	})
+	n.store, n.storeKind, err = openRaftStore(cfg, n.log, raftLog, spaceWait{log: n.log, stop: n.diskStop, stalled: &n.raftStalled})
 	if err != nil {
-		return nil, fmt.Errorf("node: open raft log store: %w", err)
+		return nil, err
 	}
-	closers = append(closers, n.boltStore.Close)
-	if n.logs, err = raft.NewLogCache(logCacheSize, stopOnWriteError{n.boltStore}); err != nil {
+	closers = append(closers, n.store.Close)
+	if n.logs, err = raft.NewLogCache(logCacheSize, stopOnWriteError{LogStore: n.store, stopping: n.diskStop}); err != nil {
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 
@@ -236,7 +223,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		return nil, err
 	}
 
-	hasState, err := raft.HasExistingState(n.logs, n.boltStore, n.snaps)
+	hasState, err := raft.HasExistingState(n.logs, n.store, n.snaps)
 	if err != nil {
 		return nil, fmt.Errorf("node: inspect raft state: %w", err)
 	}
@@ -247,6 +234,18 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: %s has applied index %d but the Raft state in %s is empty: "+
 			"remove the state machine file to rebuild this member from the cluster, or restore the Raft directory",
 			cfg.FSMPath(), n.fsm.AppliedIndex(), cfg.RaftDir())
+	}
+	if hasState {
+		metas, err := n.snaps.List()
+		if err != nil {
+			return nil, fmt.Errorf("node: list snapshots: %w", err)
+		}
+		if err := checkLogCoversState(n.storePath(), n.store, metas, n.fsm.AppliedIndex()); err != nil {
+			return nil, err
+		}
+		if err := dropLogBehindSnapshot(n.store, n.storeKind, metas, n.log); err != nil {
+			return nil, err
+		}
 	}
 	if err := n.catchUpFromSnapshot(); err != nil {
 		return nil, err
@@ -273,7 +272,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	if faultInject {
 		raftFSM = faultFSM(n.fsm) // test builds only: snapshot persist passes a fault point
 	}
-	stable := stallingStable{StableStore: n.boltStore, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
+	stable := stallingStable{StableStore: n.store, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
 	// As a leader, an append a follower refuses only for a gap at its
 	// snapshot's index is retried from its last entry (appendretry.go).
 	trans := retryPastGap{heartbeatGate: n.trans, termAt: n.termAt,
@@ -760,7 +759,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if err := n.trans.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close transport: %w", err))
 	}
-	if err := n.boltStore.Close(); err != nil {
+	if err := n.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close log store: %w", err))
 	}
 	n.metrics.unregister()
@@ -769,6 +768,14 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	n.log.Info("shut down")
 	return nil
+}
+
+// storePath is the Raft log store's file or directory, as errors name it.
+func (n *Node) storePath() string {
+	if n.storeKind == config.RaftLogStoreBoltDB {
+		return filepath.Join(n.cfg.RaftDir(), raftDBFile)
+	}
+	return filepath.Join(n.cfg.RaftDir(), walDir)
 }
 
 // checkedSnaps is the snapshot store with corruption found on Open

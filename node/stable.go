@@ -33,31 +33,39 @@ func (s stallingStable) SetUint64(key []byte, val uint64) error {
 }
 
 func (s stallingStable) retry(key string, write func() error) error {
+	return waitForSpace(s.log, s.stop, s.stalled, write,
+		"cannot record Raft's term or vote: the file system is full; retrying until space is freed (this member takes no part in Raft meanwhile)",
+		"Raft's term and vote record written again after the file system was full", "key", key)
+}
+
+// waitForSpace runs write until it succeeds or fails for another reason
+// than a full file system, with backoff, or until stop is closed. While it
+// waits, stalled is true and failing is logged every 10 s; recovered is
+// logged once it succeeds again. attrs are added to both.
+func waitForSpace(log *slog.Logger, stop <-chan struct{}, stalled *atomic.Bool, write func() error, failing, recovered string, attrs ...any) error {
 	backoff := 50 * time.Millisecond
 	var since, logged time.Time
 	for {
 		err := write()
 		if err == nil || !isNoSpace(err) {
 			if !since.IsZero() {
-				s.stalled.Store(false)
-				s.log.Info("Raft's term and vote record written again after the file system was full",
-					"key", key, "stalled_for", time.Since(since).Round(time.Millisecond), "err", err)
+				stalled.Store(false)
+				log.Info(recovered, append(attrs, "stalled_for", time.Since(since).Round(time.Millisecond), "err", err)...)
 			}
 			return err
 		}
 		now := time.Now()
 		if since.IsZero() {
 			since = now
-			s.stalled.Store(true)
+			stalled.Store(true)
 		}
 		if now.Sub(logged) >= 10*time.Second {
 			logged = now
-			s.log.Error("cannot record Raft's term or vote: the file system is full; retrying until space is freed (this member takes no part in Raft meanwhile)",
-				"key", key, "stalled_for", now.Sub(since).Round(time.Millisecond), "err", err)
+			log.Error(failing, append(attrs, "stalled_for", now.Sub(since).Round(time.Millisecond), "err", err)...)
 		}
 		select {
 		case <-time.After(backoff):
-		case <-s.stop:
+		case <-stop:
 			return err // shutting down
 		}
 		backoff = min(2*backoff, time.Second)

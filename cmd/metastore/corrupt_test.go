@@ -46,7 +46,8 @@ func restoreLines(p *clProc) int {
 }
 
 // TestCorruptMemberDetectedAndRebuilt damages, on one stopped member of
-// three, in turn its Raft log (raft.db truncated), its snapshots (state.bin
+// three, in turn its Raft log (raft-wal's wal-meta.db truncated; a log
+// that lost entries is node's TestLogThatLostEntriesIsRefused), its snapshots (state.bin
 // with flipped bytes) and its state machine file (fsm.db overwritten). Each
 // time the member refuses to start with one error naming the file, exit
 // status 1; `metastore rebuild` moves its data aside, has it removed from
@@ -91,8 +92,8 @@ func TestCorruptMemberDetectedAndRebuilt(t *testing.T) {
 		moved   string // what the rebuild moves aside with it
 		corrupt func(t *testing.T, dataDir string)
 	}{
-		{"raft.db truncated", "raft/raft.db", "raft", func(t *testing.T, dir string) {
-			if err := os.Truncate(filepath.Join(dir, "raft", "raft.db"), 3*4096); err != nil {
+		{"wal-meta.db truncated", "raft/wal/wal-meta.db", "raft", func(t *testing.T, dir string) {
+			if err := os.Truncate(filepath.Join(dir, "raft", "wal", "wal-meta.db"), 3*4096); err != nil {
 				t.Fatal(err)
 			}
 		}},

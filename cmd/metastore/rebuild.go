@@ -85,7 +85,7 @@ func runRebuild(args []string, stdout, stderr io.Writer, getenv func(string) str
 
 func rebuild(cfg config.Config, log *slog.Logger) error {
 	parts := []string{cfg.RaftDir(), cfg.SnapshotDir(), cfg.FSMPath(), cfg.FSMPath() + ".state", cfg.FSMPath() + ".discarded", cfg.FSMPath() + ".restore"}
-	for _, p := range []string{filepath.Join(cfg.RaftDir(), "raft.db"), cfg.FSMPath()} {
+	for _, p := range []string{filepath.Join(cfg.RaftDir(), "raft.db"), filepath.Join(cfg.RaftDir(), "wal", "wal-meta.db"), cfg.FSMPath()} {
 		if err := notLocked(p); err != nil {
 			return err
 		}

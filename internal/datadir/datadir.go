@@ -2,8 +2,8 @@
 // directory, so that a release never misreads data written by another.
 //
 // The directory holds a FORMAT file (JSON) naming the layout version of
-// everything in it: the Raft log (raft/raft.db, hashicorp/raft entries in
-// raft-boltdb), the snapshots (snapshots/, hashicorp/raft's file store, each
+// everything in it: the Raft log (raft/wal/, hashicorp/raft-wal segment
+// files, or raft/raft.db, raft-boltdb), the snapshots (snapshots/, hashicorp/raft's file store, each
 // holding a state machine snapshot that starts with its own magic and schema
 // version) and the state machine (fsm.db, whose meta bucket carries the same
 // schema version). Check runs before any of them is opened:
@@ -35,7 +35,14 @@ import (
 // store; payload = "metastore-snapshot" magic + fsm schema version + bbolt
 // file), fsm.db with its fsm.db.state marker, blobs/ for the local blob
 // store.
-const Current = 1
+//
+// Format 2: as format 1, but the Raft log and stable store may instead be
+// raft/wal/ (hashicorp/raft-wal: segment files and wal-meta.db), which a
+// release of format 1 does not know: it would start with an empty log
+// beside the state machine. A directory holds one of the two; new ones get
+// the wal (node/raftstore.go). Upgrading from format 1 changes no file:
+// raft/raft.db stays, and is used.
+const Current = 2
 
 // FileName is the name of the format file in the data directory.
 const FileName = "FORMAT"
@@ -65,7 +72,11 @@ type migration struct {
 
 // migrations lists the steps from each older format to the next; a format
 // without a step cannot be upgraded by this build.
-var migrations []migration
+var migrations = []migration{
+	// Format 1 to 2 only records that the directory may now hold a
+	// raft-wal log; its raft.db is kept and used.
+	{From: 1, Apply: func(string) error { return nil }},
+}
 
 // current is Current; tests raise it to exercise migrations.
 var current = Current

@@ -46,6 +46,8 @@ func TestReopenRecordsLastRelease(t *testing.T) {
 	}
 }
 
+// Data without a FORMAT file was written by a format-1 release; it is
+// recorded as format 1 and upgraded from there.
 func TestDataWithoutFormatFileIsFormatOne(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "fsm.db"), []byte("x"), 0o600); err != nil {
@@ -55,11 +57,40 @@ func TestDataWithoutFormatFileIsFormatOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fresh || info.Format != 1 || info.CreatedBy != "unrecorded" {
+	if fresh || info.Format != Current || info.CreatedBy != "unrecorded" {
 		t.Fatalf("pre-format data: fresh=%v info=%+v", fresh, info)
 	}
-	if got, err := Read(dir); err != nil || got.Format != 1 {
+	if got, err := Read(dir); err != nil || got.Format != Current {
 		t.Fatalf("format file not written: %+v %v", got, err)
+	}
+}
+
+// Format 1 to 2 changes no file: a raft-boltdb log stays where it is.
+func TestFormatOneKeepsItsRaftDB(t *testing.T) {
+	dir := t.TempDir()
+	if err := write(dir, Info{Format: 1, CreatedBy: "v-old"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "raft"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	raftDB := filepath.Join(dir, "raft", "raft.db")
+	if err := os.WriteFile(raftDB, []byte("log"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	info, _, err := Check(dir, "v-new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Format != 2 || info.CreatedBy != "v-old" {
+		t.Fatalf("upgraded: %+v", info)
+	}
+	if got, err := os.ReadFile(raftDB); err != nil || string(got) != "log" {
+		t.Fatalf("raft.db after the upgrade: %q, %v", got, err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "raft"))
+	if len(entries) != 1 {
+		t.Fatalf("raft/ holds %d entries after the upgrade, want raft.db alone", len(entries))
 	}
 }
 

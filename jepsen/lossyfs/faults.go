@@ -99,7 +99,7 @@ type Fault struct {
 	// (which hits nothing else).
 	Ops Op
 	// PathMatch selects the files hit by their path relative to the
-	// mount's root ("raft/raft.db"); nil hits every file.
+	// mount's root ("raft/wal/wal-meta.db"); nil hits every file.
 	PathMatch *regexp.Regexp
 	// Prob is the chance that an operation of a file that matches is hit;
 	// 0 means 1 (every one).

@@ -11,12 +11,13 @@ import (
 )
 
 // raftLog matches the Raft log and stable store (the current term and
-// vote), relative to the data directory.
-var raftLog = regexp.MustCompile(`^raft/raft\.db$`)
+// vote), relative to the data directory: raft-wal's segments and
+// wal-meta.db, or raft-boltdb's raft.db (node/raftstore.go).
+var raftLog = regexp.MustCompile(`^raft/(raft\.db|wal/.+)$`)
 
 // ioErrorPanic is the panic of a member that stops on an I/O error
-// (hashicorp/raft's "failed to save current term: write .../raft.db:
-// input/output error", the state machine's "fsm: apply batch ending at
+// (hashicorp/raft's "failed to save current term: ...: input/output
+// error", the state machine's "fsm: apply batch ending at
 // index N: write .../fsm.db: input/output error").
 var ioErrorPanic = regexp.MustCompile(`: input/output error$`)
 
@@ -36,7 +37,7 @@ type diskFault struct {
 }
 
 // DiskEIO returns the fault that makes half of the writes and fsyncs of
-// the target member's Raft log and stable store (raft/raft.db) fail with
+// the target member's Raft log and stable store (raft/wal/ or raft/raft.db) fail with
 // EIO for the hold. The member must not go on as if what failed were
 // durable: it stops with a panic at a failed append or compaction of its
 // log (node: stopOnWriteError), and hashicorp/raft panics when it cannot
@@ -47,7 +48,7 @@ type diskFault struct {
 func DiskEIO(t Target) Fault {
 	return &diskFault{name: "disk-eio-" + string(t), target: t,
 		fault:  lossyfs.Fault{Kind: lossyfs.EIO, Ops: lossyfs.OpWrite | lossyfs.OpFsync, PathMatch: raftLog, Prob: 0.5},
-		what:   "EIO on half the writes and fsyncs of raft/raft.db",
+		what:   "EIO on half the writes and fsyncs of the Raft log (raft/)",
 		panics: []*regexp.Regexp{ioErrorPanic}}
 }
 

@@ -80,7 +80,7 @@
 //	                              a new boot id; heal restarts (needs
 //	                              cluster.Options.LossyDisk: DiskNeeder)
 //	disk-eio-leader               half the writes and fsyncs of the leader's
-//	                              Raft log (raft/raft.db) fail with EIO
+//	                              Raft log (raft/wal/) fail with EIO
 //	                              (jepsen/lossyfs SetFault); the member
 //	                              must step down or stop (its panic on
 //	                              EIO is expected: PanicExpecter); heal
