@@ -109,7 +109,7 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 		gauge("metastore_node_fsm_applied_index", "Last Raft index applied by the state machine.", func() float64 {
 			return float64(n.fsm.AppliedIndex())
 		}),
-		gauge("metastore_node_disk_free_bytes", "Free bytes of the data directory's file system (read at most once a second).", func() float64 {
+		gauge("metastore_node_disk_free_bytes", "Free bytes of the data directory's file system (read at most every 100 ms).", func() float64 {
 			return float64(n.disk.Status().FreeBytes)
 		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -31,7 +31,7 @@ import (
 // one of two stores, in RaftDir:
 //
 //   - wal: hashicorp/raft-wal, in raft/wal/. Entries are appended to
-//     preallocated segment files (64 MiB), one write and one fdatasync per
+//     preallocated segment files (64 MiB), one write and one fsync per
 //     append; a small bbolt file (wal-meta.db) records which segments exist
 //     and holds the term and vote. Compaction deletes whole segments. This
 //     is what Consul runs, and what new data directories get.
