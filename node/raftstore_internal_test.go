@@ -4,9 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 // TestWALStoreAnswersOnlyItsRange: entries deleted from the head (after a
@@ -43,5 +51,70 @@ func TestWALStoreAnswersOnlyItsRange(t *testing.T) {
 	}
 	if err := s.GetLog(7, &l); !errors.Is(err, raft.ErrLogNotFound) {
 		t.Fatalf("GetLog(7) from an emptied log: %v, want ErrLogNotFound", err)
+	}
+}
+
+// enospcFiler creates the segment file, then fails like a preallocation
+// on a full file system, fails times times.
+type enospcFiler struct {
+	types.SegmentFiler
+	dir   string
+	fails int
+	calls int
+}
+
+func (f *enospcFiler) Create(info types.SegmentInfo) (types.SegmentWriter, error) {
+	f.calls++
+	if f.calls <= f.fails {
+		path := filepath.Join(f.dir, segment.FileName(info))
+		file, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, err // the previous attempt's file was left behind
+		}
+		file.Close()
+		return nil, &os.PathError{Op: "fallocate", Path: path, Err: syscall.ENOSPC}
+	}
+	return f.SegmentFiler.Create(info)
+}
+
+// TestSegmentCreationWaitsForSpace: once the WAL runs, a segment that
+// cannot be created for lack of space is retried (its half-made file
+// removed first) until it can, with the member marked stalled meanwhile;
+// at open, the error is returned at once; a shutdown ends the wait.
+func TestSegmentCreationWaitsForSpace(t *testing.T) {
+	info := types.SegmentInfo{ID: 3, BaseIndex: 100, SizeLimit: 1 << 20}
+	newFiler := func(fails int) (*stallingFiler, *enospcFiler, *atomic.Bool, chan struct{}) {
+		dir := t.TempDir()
+		inner := &enospcFiler{SegmentFiler: segment.NewFiler(dir, walfs.New()), dir: dir, fails: fails}
+		stalled, stop := &atomic.Bool{}, make(chan struct{})
+		return &stallingFiler{SegmentFiler: inner, dir: dir, space: spaceWait{log: slog.New(slog.DiscardHandler), stop: stop, stalled: stalled}}, inner, stalled, stop
+	}
+
+	f, inner, stalled, _ := newFiler(3)
+	f.running.Store(true)
+	w, err := f.Create(info)
+	if err != nil {
+		t.Fatalf("create after 3 full-disk failures: %v", err)
+	}
+	w.Close()
+	if inner.calls != 4 || stalled.Load() {
+		t.Fatalf("calls %d (want 4), stalled %v after success", inner.calls, stalled.Load())
+	}
+
+	f, inner, _, _ = newFiler(1)
+	if _, err := f.Create(info); !isNoSpace(err) || inner.calls != 1 {
+		t.Fatalf("create while opening: %v after %d calls, want ENOSPC after 1", err, inner.calls)
+	}
+
+	f, _, stalled, stop := newFiler(1 << 30)
+	f.running.Store(true)
+	done := make(chan error, 1)
+	go func() { _, err := f.Create(info); done <- err }()
+	for !stalled.Load() {
+		runtime.Gosched() // the waiter marks the member stalled at its first failure
+	}
+	close(stop)
+	if err := <-done; !isNoSpace(err) {
+		t.Fatalf("create ended by shutdown: %v, want the ENOSPC", err)
 	}
 }
