@@ -73,6 +73,8 @@ type config struct {
 	params  workload.Params
 	// metastoreFlags are added to every metastore member's serve command.
 	metastoreFlags []string
+	// report names a results.json to render again instead of running.
+	report string
 }
 
 // parseFlags parses args. With --smoke the defaults are those of
@@ -107,6 +109,7 @@ func parseWith(args []string, d workload.Params, stderr io.Writer) (config, bool
 	fs.StringVar(&cfg.out, "out", "", "folder for results.json, results.txt and the charts (default bench-results/<timestamp>)")
 	fs.StringVar(&cfg.dataDir, "data", "", "folder for the systems' data directories (default: a new temporary folder)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the systems' data directories")
+	fs.StringVar(&cfg.report, "report", "", "render results.txt, the charts and the goals again from the results.json of an earlier run, judged by this build, into --out (default: that file's folder); runs nothing")
 	fs.Func("metastore-flag", "a flag for every metastore member's serve command, e.g. --metastore-flag=--apply-batch=1 (repeatable)", func(v string) error {
 		if !strings.HasPrefix(v, "-") {
 			return fmt.Errorf("%q is not a flag", v)
@@ -164,6 +167,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return exitUsage
+	}
+	if cfg.report != "" {
+		return rerender(cfg, stdout, stderr)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -226,6 +232,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		status = exitInterrupted
 	}
 	return status
+}
+
+// rerender writes the report of an earlier run's results.json again, its
+// ratios and goals computed by this build.
+func rerender(cfg config, stdout, stderr io.Writer) int {
+	res, err := report.ReadJSON(cfg.report)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return exitUsage
+	}
+	if cfg.out == "" {
+		cfg.out = filepath.Dir(cfg.report)
+	}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return exitUsage
+	}
+	report.Finalize(res)
+	if _, err := report.WriteAll(cfg.out, res); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return exitFailed
+	}
+	if err := report.WriteTable(stdout, res); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "\nresults: %s\n", cfg.out)
+	return exitOK
 }
 
 // dataFolder returns the folder for the systems' data and the function

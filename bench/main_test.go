@@ -141,3 +141,37 @@ func TestEnsureInstalled(t *testing.T) {
 		t.Errorf("failed install: %v", err)
 	}
 }
+
+// TestReportRerenders: --report writes an earlier run's report again,
+// goals judged by this build, and runs nothing.
+func TestReportRerenders(t *testing.T) {
+	dir := t.TempDir()
+	res := &report.Results{Systems: []report.System{{Name: report.Metastore,
+		Restore: &report.Restore{Segments: 100600, Reads: 20, Leader: report.Latency{Count: 20, P50MS: 90}}}, {Name: report.Etcd,
+		Restore: &report.Restore{Segments: 100600, Reads: 20, Leader: report.Latency{Count: 20, P50MS: 100}}}}}
+	report.Finalize(res)
+	res.Goals = nil // as an earlier build that lacked a goal wrote it
+	raw, err := report.MarshalJSON(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dir, "results.json")
+	if err := os.WriteFile(in, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "again")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"--report", in, "--out", out}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	txt, err := os.ReadFile(filepath.Join(out, "results.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(txt), "PASS  restore read") || !strings.Contains(stdout.String(), "results: "+out) {
+		t.Fatalf("re-rendered report lacks the restore goal:\n%s", txt)
+	}
+	if code := run(context.Background(), []string{"--report", filepath.Join(dir, "missing.json")}, &stdout, &stderr); code != exitUsage {
+		t.Fatalf("missing file: exit %d, want %d", code, exitUsage)
+	}
+}

@@ -30,6 +30,12 @@ const (
 	// GoalRestartSeconds: seconds from starting a killed member again
 	// until it serves, caught up with the leader, at most.
 	GoalRestartSeconds = 30.0
+	// GoalCPUPer1000Acks: CPU seconds of all members per 1,000 acks at the
+	// highest concurrency, at most.
+	GoalCPUPer1000Acks = 0.5
+	// GoalUploadSlotP99MS: p99 of the upload-slot (Keys) calls at the
+	// highest concurrency, in milliseconds, at most.
+	GoalUploadSlotP99MS = 50.0
 )
 
 // Goal statuses.
@@ -53,6 +59,10 @@ func EvaluateGoals(r *Results) []Goal {
 	ms := r.System(Metastore)
 	return []Goal{
 		throughputGoal(r, ms),
+		cpuGoal(ms),
+		uploadSlotGoal(ms),
+		bytesGoal(r, ms),
+		restoreGoal(r, ms),
 		manifestGoal(ms),
 		resumeGoal(ms),
 		gcGoal(ms),
@@ -280,4 +290,133 @@ func footprintMember(fp *sut.FootprintResult, i int) string {
 		return fp.MemberIDs[i]
 	}
 	return fmt.Sprintf("member %d", i+1)
+}
+
+// topPoint is the metastore's throughput point at its highest concurrency.
+func topPoint(ms *System) *ThroughputPoint {
+	if ms == nil || len(ms.Throughput) == 0 {
+		return nil
+	}
+	top := &ms.Throughput[0]
+	for i := range ms.Throughput {
+		if ms.Throughput[i].Workers > top.Workers {
+			top = &ms.Throughput[i]
+		}
+	}
+	return top
+}
+
+func cpuGoal(ms *System) Goal {
+	g := Goal{
+		ID:          "cpu",
+		Description: fmt.Sprintf("member CPU <= %g s per 1,000 acks, all members together (at the highest concurrency)", GoalCPUPer1000Acks),
+		Status:      NA,
+		Detail:      "metastore CPU not measured",
+	}
+	top := topPoint(ms)
+	if top == nil || !top.CPUMeasured || top.Acks == 0 {
+		return g
+	}
+	g.Status = verdict(top.CPUSecondsPer1000Acks <= GoalCPUPer1000Acks)
+	g.Detail = fmt.Sprintf("W=%d: %.3f s per 1,000 acks", top.Workers, top.CPUSecondsPer1000Acks)
+	return g
+}
+
+func uploadSlotGoal(ms *System) Goal {
+	g := Goal{
+		ID:          "upload_slot",
+		Description: fmt.Sprintf("upload-slot (keys) call p99 <= %g ms (at the highest concurrency)", GoalUploadSlotP99MS),
+		Status:      NA,
+		Detail:      "metastore upload-slot calls not measured",
+	}
+	top := topPoint(ms)
+	if top == nil || top.KeysLatency.Count == 0 {
+		return g
+	}
+	g.Status = verdict(top.KeysLatency.P99MS <= GoalUploadSlotP99MS)
+	g.Detail = fmt.Sprintf("W=%d: p99 %.2f ms over %d calls", top.Workers, top.KeysLatency.P99MS, top.KeysLatency.Count)
+	return g
+}
+
+// bytesGoal judges the metastore's bytes written per ack at every manifest
+// size against the etcd variant that wrote the fewest at that size.
+func bytesGoal(r *Results, ms *System) Goal {
+	g := Goal{
+		ID:          "bytes_per_ack",
+		Description: "bytes written per ack (the members' write_bytes) <= the best etcd variant's, at every manifest size",
+		Status:      NA,
+		Detail:      "metastore or etcd manifest cost not measured",
+	}
+	if ms == nil || ms.Manifest == nil {
+		return g
+	}
+	var parts []string
+	compared, ok := 0, true
+	for _, p := range ms.Manifest.Points {
+		if p.AckTime.Count == 0 {
+			continue
+		}
+		var best *ManifestPoint
+		var bestName string
+		for i := range r.Systems {
+			ps := &r.Systems[i]
+			if !InFamily(ps.Name, Etcd) || ps.Manifest == nil {
+				continue
+			}
+			for j := range ps.Manifest.Points {
+				q := &ps.Manifest.Points[j]
+				if q.Size == p.Size && q.AckTime.Count > 0 && (best == nil || q.BytesPerAck < best.BytesPerAck) {
+					best, bestName = q, ps.Name
+				}
+			}
+		}
+		if best == nil {
+			continue
+		}
+		compared++
+		pass := p.BytesPerAck <= best.BytesPerAck
+		ok = ok && pass
+		part := fmt.Sprintf("%d segments: %.0f against %s %.0f (%s)", p.Size, p.BytesPerAck, bestName, best.BytesPerAck, verdict(pass))
+		if p.DeviceBytesPerAck > 0 && best.DeviceBytesPerAck > 0 {
+			part += fmt.Sprintf("; device %.0f against %.0f", p.DeviceBytesPerAck, best.DeviceBytesPerAck)
+		}
+		parts = append(parts, part)
+	}
+	if compared == 0 {
+		return g
+	}
+	g.Status = verdict(ok)
+	g.Detail = strings.Join(parts, "; ")
+	return g
+}
+
+// restoreGoal judges the metastore's restore read (leader, p50) against
+// the etcd variant with the fastest one.
+func restoreGoal(r *Results, ms *System) Goal {
+	g := Goal{
+		ID:          "restore",
+		Description: "restore read of the largest manifest no slower than the best etcd variant at p50 (leader reads)",
+		Status:      NA,
+		Detail:      "metastore or etcd restore not measured",
+	}
+	if ms == nil || ms.Restore == nil || ms.Restore.Leader.Count == 0 {
+		return g
+	}
+	var best *Restore
+	var bestName string
+	for i := range r.Systems {
+		ps := &r.Systems[i]
+		if !InFamily(ps.Name, Etcd) || ps.Restore == nil || ps.Restore.Leader.Count == 0 {
+			continue
+		}
+		if best == nil || ps.Restore.Leader.P50MS < best.Leader.P50MS {
+			best, bestName = ps.Restore, ps.Name
+		}
+	}
+	if best == nil {
+		return g
+	}
+	g.Status = verdict(ms.Restore.Leader.P50MS <= best.Leader.P50MS)
+	g.Detail = fmt.Sprintf("%d segments: p50 %.2f ms against %s %.2f ms", ms.Restore.Segments, ms.Restore.Leader.P50MS, bestName, best.Leader.P50MS)
+	return g
 }
