@@ -147,7 +147,7 @@ func TestRunAgainstFakes(t *testing.T) {
 	if res.System(report.Etcd).Extras != nil {
 		t.Error("extras recorded for a system without them")
 	}
-	if len(res.Ratios) == 0 || len(res.Goals) != 6 {
+	if len(res.Ratios) == 0 || len(res.Goals) != 10 {
 		t.Errorf("%d ratios, %d goals", len(res.Ratios), len(res.Goals))
 	}
 
