@@ -87,15 +87,10 @@ func throughputGoal(r *Results, ms *System) Goal {
 		Description: fmt.Sprintf("ack throughput >= %gx the best variant of each peer, with p99 ack latency <= the lowest of its variants (at the highest concurrency)", GoalThroughputFactor),
 		Status:      NA,
 	}
-	if ms == nil || len(ms.Throughput) == 0 {
+	top := topPoint(ms)
+	if top == nil {
 		g.Detail = "metastore throughput not measured"
 		return g
-	}
-	top := &ms.Throughput[0]
-	for i := range ms.Throughput {
-		if ms.Throughput[i].Workers > top.Workers {
-			top = &ms.Throughput[i]
-		}
 	}
 	parts := []string{fmt.Sprintf("W=%d: metastore %.0f acks/s, p99 %.2f ms", top.Workers, top.AcksPerSecond, top.AckLatency.P99MS)}
 	compared, ok := 0, true
