@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -59,10 +60,53 @@ type retryPastGap struct {
 	termAt func(index uint64) (uint64, bool)
 	// retried is called after each retry with whether it was accepted.
 	retried func(follower raft.ServerID, prev, from uint64, ok bool)
+	// stalled is true while this member waits for disk space to write its
+	// log or its term (stallingFiler, stallingStable); nil: never.
+	stalled *atomic.Bool
+}
+
+// errStalledNoSend is what an append (a heartbeat among them) fails with
+// while this member waits for disk space.
+var errStalledNoSend = errors.New("node: not sending appends: this member waits for disk space to write its Raft log")
+
+// AppendEntriesPipeline opens the transport's pipeline, through which
+// nothing is sent either while this member waits for disk space: the
+// leader's replication sends an append every --commit-timeout through it,
+// which would hold the followers as heartbeats do.
+func (t retryPastGap) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	p, err := t.heartbeatGate.AppendEntriesPipeline(id, target)
+	if err != nil || t.stalled == nil {
+		return p, err
+	}
+	return stallPipeline{AppendPipeline: p, stalled: t.stalled}, nil
+}
+
+// stallPipeline is a pipeline that refuses to send while stalled is true.
+type stallPipeline struct {
+	raft.AppendPipeline
+	stalled *atomic.Bool
+}
+
+func (p stallPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	if p.stalled.Load() {
+		return nil, errStalledNoSend
+	}
+	return p.AppendPipeline.AppendEntries(args, resp)
 }
 
 // AppendEntries sends args; see retryPastGap.
+//
+// While this member waits for disk space (stalled), nothing is sent. A
+// leader whose log waits to create its next segment has its main
+// goroutine blocked in the append, so it cannot step down, while
+// hashicorp/raft's heartbeat goroutines would go on holding its followers:
+// the cluster would take no write until this member's disk had space.
+// Without its heartbeats the followers elect another leader, and this one
+// steps down once its append returns.
 func (t retryPastGap) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if t.stalled != nil && t.stalled.Load() {
+		return errStalledNoSend
+	}
 	if err := t.heartbeatGate.AppendEntries(id, target, args, resp); err != nil || resp.Success {
 		return err
 	}

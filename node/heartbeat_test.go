@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -260,5 +261,99 @@ func TestLeaderKeepsLeaseWhileFollowersAppend(t *testing.T) {
 	}
 	if err := f.Error(); err != nil {
 		t.Fatalf("the held entry: %v", err)
+	}
+}
+
+// TestStalledLeaderLosesLeadership: a leader whose log append waits for
+// disk space (its main goroutine blocked in the append) sends no
+// heartbeat, so the others elect a new leader instead of waiting with it.
+// Without the check in retryPastGap the heartbeats go on and no one else
+// leads.
+func TestStalledLeaderLosesLeadership(t *testing.T) {
+	const n = 3
+	logger := hclog.NewNullLogger()
+	var (
+		gates   = make([]*heartbeatGate, n)
+		logs    = make([]*blockingLogs, n)
+		stalled = make([]atomic.Bool, n)
+		rafts   = make([]*raft.Raft, n)
+		conf    raft.Configuration
+	)
+	for i := range n {
+		nt, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 3, 5*time.Second, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gates[i] = newHeartbeatGate(nt)
+		t.Cleanup(func() { gates[i].Close() })
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(fmt.Sprint("n", i)), Address: nt.LocalAddr()})
+	}
+	for i := range n {
+		rc := raft.DefaultConfig()
+		rc.LocalID = conf.Servers[i].ID
+		rc.Logger = logger
+		rc.HeartbeatTimeout = 200 * time.Millisecond
+		rc.ElectionTimeout = 200 * time.Millisecond
+		rc.LeaderLeaseTimeout = 100 * time.Millisecond
+		rc.CommitTimeout = 5 * time.Millisecond
+		logs[i] = &blockingLogs{InmemStore: raft.NewInmemStore()}
+		stable := raft.NewInmemStore()
+		snaps := raft.NewInmemSnapshotStore()
+		trans := retryPastGap{heartbeatGate: gates[i], stalled: &stalled[i],
+			termAt: func(uint64) (uint64, bool) { return 0, false }, retried: func(raft.ServerID, uint64, uint64, bool) {}}
+		if err := raft.BootstrapCluster(rc, logs[i], stable, snaps, trans, conf); err != nil {
+			t.Fatal(err)
+		}
+		r, err := raft.NewRaft(rc, &raft.MockFSM{}, logs[i], stable, snaps, trans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gates[i].setMember(r)
+		rafts[i] = r
+		t.Cleanup(func() { r.Shutdown().Error() })
+	}
+	leaderOf := func(skip int) int {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			for i, r := range rafts {
+				if i != skip && r.State() == raft.Leader {
+					return i
+				}
+			}
+			time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+		}
+		return -1
+	}
+	old := leaderOf(-1)
+	if old < 0 {
+		t.Fatal("no leader after 10s")
+	}
+	if err := rafts[old].Apply([]byte("warm"), 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logs[old].unblock() }) // before the members shut down
+	// The leader's next append waits, as for its next segment on a full disk.
+	logs[old].block()
+	stalled[old].Store(true)
+	f := rafts[old].Apply([]byte("held"), 10*time.Second)
+	next := leaderOf(old)
+	if next < 0 {
+		t.Fatal("no other member leads 10s after the leader's log stalled: its heartbeats held the followers")
+	}
+	if err := rafts[next].Apply([]byte("after"), 5*time.Second).Error(); err != nil {
+		t.Fatalf("the new leader %d: %v", next, err)
+	}
+	// Space again: the old leader's append returns and it steps down.
+	stalled[old].Store(false)
+	logs[old].unblock()
+	if err := f.Error(); err == nil {
+		t.Log("the held entry was committed by the old leader before it stepped down")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rafts[old].State() == raft.Leader {
+		if time.Now().After(deadline) {
+			t.Fatal("the old leader still leads 10s after its append returned")
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
 	}
 }

@@ -275,7 +275,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	stable := stallingStable{StableStore: n.store, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
 	// As a leader, an append a follower refuses only for a gap at its
 	// snapshot's index is retried from its last entry (appendretry.go).
-	trans := retryPastGap{heartbeatGate: n.trans, termAt: n.termAt,
+	trans := retryPastGap{heartbeatGate: n.trans, termAt: n.termAt, stalled: &n.raftStalled,
 		retried: func(id raft.ServerID, prev, from uint64, ok bool) {
 			n.log.Info("append refused for a missing previous entry; retried from the follower's last entry",
 				"follower", id, "prev_index", prev, "follower_last_index", from, "accepted", ok)
