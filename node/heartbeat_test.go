@@ -167,13 +167,11 @@ func (b *blockingLogs) StoreLogs(logs []*raft.Log) error {
 
 func (b *blockingLogs) StoreLog(l *raft.Log) error { return b.StoreLogs([]*raft.Log{l}) }
 
-// TestLeaderKeepsLeaseWhileFollowersAppend: three Raft members on the
-// gated transport; both followers' main goroutines are held in a log append
-// for eight lease timeouts (as a snapshot install or a slow disk holds
-// them). Their heartbeats still answer, so the leader keeps its lease and
-// stays the leader throughout; the entry commits once the appends finish.
-// Without the fast path the leader steps down within a lease timeout.
-func TestLeaderKeepsLeaseWhileFollowersAppend(t *testing.T) {
+// startGatedMembers starts three bootstrapped Raft members in memory on
+// gated TCP transports, with blockable log stores; transport wraps a
+// member's gate in what its Raft is given.
+func startGatedMembers(t *testing.T, transport func(i int, g *heartbeatGate) raft.Transport) ([]*raft.Raft, []*blockingLogs) {
+	t.Helper()
 	const n = 3
 	logger := hclog.NewNullLogger()
 	var (
@@ -202,10 +200,11 @@ func TestLeaderKeepsLeaseWhileFollowersAppend(t *testing.T) {
 		logs[i] = &blockingLogs{InmemStore: raft.NewInmemStore()}
 		stable := raft.NewInmemStore()
 		snaps := raft.NewInmemSnapshotStore()
-		if err := raft.BootstrapCluster(rc, logs[i], stable, snaps, gates[i], conf); err != nil {
+		trans := transport(i, gates[i])
+		if err := raft.BootstrapCluster(rc, logs[i], stable, snaps, trans, conf); err != nil {
 			t.Fatal(err)
 		}
-		r, err := raft.NewRaft(rc, &raft.MockFSM{}, logs[i], stable, snaps, gates[i])
+		r, err := raft.NewRaft(rc, &raft.MockFSM{}, logs[i], stable, snaps, trans)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,6 +212,18 @@ func TestLeaderKeepsLeaseWhileFollowersAppend(t *testing.T) {
 		rafts[i] = r
 		t.Cleanup(func() { r.Shutdown().Error() })
 	}
+	return rafts, logs
+}
+
+// TestLeaderKeepsLeaseWhileFollowersAppend: three Raft members on the
+// gated transport; both followers' main goroutines are held in a log append
+// for eight lease timeouts (as a snapshot install or a slow disk holds
+// them). Their heartbeats still answer, so the leader keeps its lease and
+// stays the leader throughout; the entry commits once the appends finish.
+// Without the fast path the leader steps down within a lease timeout.
+func TestLeaderKeepsLeaseWhileFollowersAppend(t *testing.T) {
+	const n = 3
+	rafts, logs := startGatedMembers(t, func(_ int, g *heartbeatGate) raft.Transport { return g })
 	leader := -1
 	deadline := time.Now().Add(10 * time.Second)
 	for leader < 0 {
@@ -270,48 +281,11 @@ func TestLeaderKeepsLeaseWhileFollowersAppend(t *testing.T) {
 // Without the check in retryPastGap the heartbeats go on and no one else
 // leads.
 func TestStalledLeaderLosesLeadership(t *testing.T) {
-	const n = 3
-	logger := hclog.NewNullLogger()
-	var (
-		gates   = make([]*heartbeatGate, n)
-		logs    = make([]*blockingLogs, n)
-		stalled = make([]atomic.Bool, n)
-		rafts   = make([]*raft.Raft, n)
-		conf    raft.Configuration
-	)
-	for i := range n {
-		nt, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 3, 5*time.Second, logger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gates[i] = newHeartbeatGate(nt)
-		t.Cleanup(func() { gates[i].Close() })
-		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(fmt.Sprint("n", i)), Address: nt.LocalAddr()})
-	}
-	for i := range n {
-		rc := raft.DefaultConfig()
-		rc.LocalID = conf.Servers[i].ID
-		rc.Logger = logger
-		rc.HeartbeatTimeout = 200 * time.Millisecond
-		rc.ElectionTimeout = 200 * time.Millisecond
-		rc.LeaderLeaseTimeout = 100 * time.Millisecond
-		rc.CommitTimeout = 5 * time.Millisecond
-		logs[i] = &blockingLogs{InmemStore: raft.NewInmemStore()}
-		stable := raft.NewInmemStore()
-		snaps := raft.NewInmemSnapshotStore()
-		trans := retryPastGap{heartbeatGate: gates[i], stalled: &stalled[i],
+	stalled := make([]atomic.Bool, 3)
+	rafts, logs := startGatedMembers(t, func(i int, g *heartbeatGate) raft.Transport {
+		return retryPastGap{heartbeatGate: g, stalled: &stalled[i],
 			termAt: func(uint64) (uint64, bool) { return 0, false }, retried: func(raft.ServerID, uint64, uint64, bool) {}}
-		if err := raft.BootstrapCluster(rc, logs[i], stable, snaps, trans, conf); err != nil {
-			t.Fatal(err)
-		}
-		r, err := raft.NewRaft(rc, &raft.MockFSM{}, logs[i], stable, snaps, trans)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gates[i].setMember(r)
-		rafts[i] = r
-		t.Cleanup(func() { r.Shutdown().Error() })
-	}
+	})
 	leaderOf := func(skip int) int {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
