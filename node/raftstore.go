@@ -273,8 +273,14 @@ func (s walStore) GetLog(index uint64, l *raft.Log) error {
 // checkWAL reads every entry of the log once: raft-wal checks a segment's
 // frames as it reads them, and only the last batch's checksum at open.
 // (The WAL's GetLog is used directly: between the first and last index it
-// answers as walStore does.)
-func checkWAL(w *wal.WAL) error {
+// answers as walStore does.) raft-wal's decoder panics on some damaged
+// entries (a slice out of range); that panic is the damage reported.
+func checkWAL(w *wal.WAL) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("an entry cannot be decoded: %v", r)
+		}
+	}()
 	first, err := w.FirstIndex()
 	if err != nil {
 		return err
@@ -288,7 +294,7 @@ func checkWAL(w *wal.WAL) error {
 	}
 	var l raft.Log
 	for i := first; i <= last; i++ {
-		if err := w.GetLog(i, &l); err != nil {
+		if err = w.GetLog(i, &l); err != nil {
 			return fmt.Errorf("entry %d of %d to %d: %w", i, first, last, err)
 		}
 	}

@@ -1,12 +1,14 @@
 package node
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -117,4 +119,47 @@ func TestSegmentCreationWaitsForSpace(t *testing.T) {
 	if err := <-done; !isNoSpace(err) {
 		t.Fatalf("create ended by shutdown: %v, want the ENOSPC", err)
 	}
+}
+
+// TestDamagedSealedSegmentRefused: raft-wal checks a sealed segment's
+// frames only as it reads them, so the open reads every entry once
+// (checkWAL) and a damaged one makes the member refuse to start.
+func TestDamagedSealedSegmentRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openWAL(dir, 1<<20, slog.New(slog.DiscardHandler), spaceWait{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 8<<10)
+	for i := uint64(1); i <= 300; i++ { // 2.4 MB: two sealed segments
+		if err := s.StoreLog(&raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if len(segs) < 2 {
+		t.Fatalf("want a sealed segment, found %v", segs)
+	}
+	slices.Sort(segs)
+	f, err := os.OpenFile(segs[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Frame headers every 8 KiB and a little: some land in this range.
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xff}, 64<<10), 256<<10); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s, err = openWAL(dir, 1<<20, slog.New(slog.DiscardHandler), spaceWait{})
+	var ce *CorruptError
+	if !errors.As(err, &ce) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("open with a damaged sealed segment: %v, want a CorruptError", err)
+	}
+	t.Logf("refused: %v", err)
 }
