@@ -91,14 +91,10 @@ func corruptFrom(err error) error {
 // and a member that went on would vote and lead as if it never had them.
 // Every entry the state machine applied was in this member's log first,
 // or in the snapshot it was restored from.
-func checkLogCoversState(path string, logs raft.LogStore, snaps []*raft.SnapshotMeta, applied uint64) error {
+func checkLogCoversState(path string, logs raft.LogStore, snapIndex, applied uint64) error {
 	last, err := logs.LastIndex()
 	if err != nil {
 		return &CorruptError{Path: path, Problem: fmt.Sprintf("its last index cannot be read: %v", err)}
-	}
-	var snapIndex uint64
-	for _, s := range snaps {
-		snapIndex = max(snapIndex, s.Index)
 	}
 	if applied > max(last, snapIndex) {
 		return &CorruptError{Path: path, Problem: fmt.Sprintf(

@@ -93,7 +93,7 @@ type Node struct {
 	trans     *heartbeatGate
 	tlsStream *tlsStreamLayer // nil without TLS
 	store     raftStore       // the Raft log and stable store (raftstore.go)
-	storeKind string          // config.RaftLogStoreWAL or config.RaftLogStoreBoltDB
+	storePath string          // its file or directory, as errors name it
 	logs      raft.LogStore   // log cache over store
 	snaps     *raft.FileSnapshotStore
 	metrics   *nodeMetrics
@@ -197,7 +197,9 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		}
 	}
 
-	n.store, n.storeKind, err = openRaftStore(cfg, n.log, raftLog, spaceWait{log: n.log, stop: n.diskStop, stalled: &n.raftStalled})
+	// Writes of the Raft log and stable store wait for disk space (stable.go).
+	space := spaceWait{log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
+	n.store, n.storePath, err = openRaftStore(cfg, n.log, raftLog, space)
 	if err != nil {
 		return nil, err
 	}
@@ -235,19 +237,24 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 			"remove the state machine file to rebuild this member from the cluster, or restore the Raft directory",
 			cfg.FSMPath(), n.fsm.AppliedIndex(), cfg.RaftDir())
 	}
+	// Snapshots are listed newest first.
+	metas, err := n.snaps.List()
+	if err != nil {
+		return nil, fmt.Errorf("node: list snapshots: %w", err)
+	}
+	var snapIndex uint64
+	if len(metas) > 0 {
+		snapIndex = metas[0].Index
+	}
 	if hasState {
-		metas, err := n.snaps.List()
-		if err != nil {
-			return nil, fmt.Errorf("node: list snapshots: %w", err)
-		}
-		if err := checkLogCoversState(n.storePath(), n.store, metas, n.fsm.AppliedIndex()); err != nil {
+		if err := checkLogCoversState(n.storePath, n.store, snapIndex, n.fsm.AppliedIndex()); err != nil {
 			return nil, err
 		}
-		if err := dropLogBehindSnapshot(n.store, n.storeKind, metas, n.log); err != nil {
+		if err := dropLogBehindSnapshot(n.store, snapIndex, n.log); err != nil {
 			return nil, err
 		}
 	}
-	if err := n.catchUpFromSnapshot(); err != nil {
+	if err := n.catchUpFromSnapshot(metas); err != nil {
 		return nil, err
 	}
 
@@ -272,7 +279,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 	if faultInject {
 		raftFSM = faultFSM(n.fsm) // test builds only: snapshot persist passes a fault point
 	}
-	stable := stallingStable{StableStore: n.store, log: n.log, stop: n.diskStop, stalled: &n.raftStalled}
+	stable := stallingStable{StableStore: n.store, spaceWait: space}
 	// As a leader, an append a follower refuses only for a gap at its
 	// snapshot's index is retried from its last entry (appendretry.go).
 	trans := retryPastGap{heartbeatGate: n.trans, termAt: n.termAt, stalled: &n.raftStalled,
@@ -406,11 +413,7 @@ func (n *Node) raftConfig(logger hclog.Logger) *raft.Config {
 // no-op entries never reach it. So a snapshot index above the FSM's index is
 // harmless when every entry in between is still in the log and none is a
 // command; only otherwise is the snapshot restored.
-func (n *Node) catchUpFromSnapshot() error {
-	metas, err := n.snaps.List()
-	if err != nil {
-		return fmt.Errorf("node: list snapshots: %w", err)
-	}
+func (n *Node) catchUpFromSnapshot(metas []*raft.SnapshotMeta) error {
 	applied := n.fsm.AppliedIndex()
 	if len(metas) == 0 {
 		n.log.Info("no snapshot; state machine used as is", "fsm_applied_index", applied)
@@ -768,14 +771,6 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	n.log.Info("shut down")
 	return nil
-}
-
-// storePath is the Raft log store's file or directory, as errors name it.
-func (n *Node) storePath() string {
-	if n.storeKind == config.RaftLogStoreBoltDB {
-		return filepath.Join(n.cfg.RaftDir(), raftDBFile)
-	}
-	return filepath.Join(n.cfg.RaftDir(), walDir)
 }
 
 // checkedSnaps is the snapshot store with corruption found on Open

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
-	"time"
 
 	metricscompat "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
@@ -59,10 +57,6 @@ type raftStore interface {
 const (
 	// walDir is the raft-wal directory in RaftDir.
 	walDir = "wal"
-	// walLockWait bounds waiting for wal-meta.db's file lock, so a second
-	// process on the same data directory fails instead of hanging
-	// (raft-wal opens it without a timeout).
-	walLockWait = boltOpenTimeout
 )
 
 // RaftLogStoreIn returns which Raft log store the data directory dir holds
@@ -104,7 +98,7 @@ func exists(path string) (bool, error) {
 
 // openRaftStore opens the Raft log store the data directory holds, or
 // creates the configured one in an empty Raft directory, after checking
-// its files (integrity.go). It returns the store and its kind.
+// its files (integrity.go). It returns the store and its file or directory.
 func openRaftStore(cfg config.Config, log *slog.Logger, raftLog *slog.Logger, space spaceWait) (raftStore, string, error) {
 	kind, err := RaftLogStoreIn(cfg.DataDir)
 	if err != nil {
@@ -121,15 +115,17 @@ func openRaftStore(cfg config.Config, log *slog.Logger, raftLog *slog.Logger, sp
 	}
 	switch kind {
 	case config.RaftLogStoreBoltDB:
-		s, err := openBoltStore(filepath.Join(cfg.RaftDir(), raftDBFile))
-		return s, kind, err
+		path := filepath.Join(cfg.RaftDir(), raftDBFile)
+		s, err := openBoltStore(path)
+		return s, path, err
 	case config.RaftLogStoreWAL:
 		size := cfg.RaftWALSegmentSize
 		if size <= 0 {
 			size = config.DefaultConfig().RaftWALSegmentSize
 		}
-		s, err := openWAL(filepath.Join(cfg.RaftDir(), walDir), int(size), raftLog, space)
-		return s, kind, err
+		path := filepath.Join(cfg.RaftDir(), walDir)
+		s, err := openWAL(path, int(size), raftLog, space)
+		return s, path, err
 	}
 	return nil, "", fmt.Errorf("node: unknown Raft log store %q", kind)
 }
@@ -161,8 +157,10 @@ func openWAL(dir string, segmentSize int, raftLog *slog.Logger, space spaceWait)
 		return nil, fmt.Errorf("node: create %s: %w", dir, err)
 	}
 	meta := filepath.Join(dir, metadb.FileName)
-	if err := waitUnlocked(meta, walLockWait); err != nil {
-		return nil, err
+	// raft-wal opens it without a timeout: a file in use would hang the
+	// start instead of failing it.
+	if err := boltcheck.NotInUse(meta); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
 	}
 	if err := boltcheck.Check(meta, nil); err != nil {
 		return nil, corruptFrom(err)
@@ -181,13 +179,6 @@ func openWAL(dir string, segmentSize int, raftLog *slog.Logger, space spaceWait)
 	}
 	filer.running.Store(true)
 	return walStore{w}, nil
-}
-
-// spaceWait is what a store needs to wait for disk space (waitForSpace).
-type spaceWait struct {
-	log     *slog.Logger
-	stop    <-chan struct{}
-	stalled *atomic.Bool
 }
 
 // stallingFiler is raft-wal's segment files with one change: once the WAL
@@ -229,7 +220,7 @@ func (f *stallingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, err
 	if !f.running.Load() {
 		return sw, create()
 	}
-	err := waitForSpace(f.space.log, f.space.stop, f.space.stalled, create,
+	err := f.space.wait(create,
 		"cannot create the Raft log's next segment: the file system is full; retrying until space is freed (this member appends nothing to its log meanwhile)",
 		"the Raft log's next segment created after the file system was full",
 		"segment", segment.FileName(info), "bytes", info.SizeLimit)
@@ -301,30 +292,6 @@ func checkWAL(w *wal.WAL) (err error) {
 	return nil
 }
 
-// waitUnlocked waits until no process holds path's file lock (bbolt's
-// flock), for at most wait.
-func waitUnlocked(path string, wait time.Duration) error {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	defer f.Close()
-	deadline := time.Now().Add(wait)
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
-			return fmt.Errorf("node: %s is locked by another process (is a member already running on this data directory?): %w", path, err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling a file lock: there is nothing to wait on
-	}
-}
-
 // walMetrics reports raft-wal's counters and gauges through go-metrics
 // under raft.wal (metastore_raft_wal_*), like Raft's own. It looks up the
 // global go-metrics instance at every call: the WAL opens before
@@ -339,22 +306,18 @@ func (walMetrics) SetGauge(name string, val uint64) {
 	metricscompat.SetGauge([]string{"raft", "wal", name}, float32(val))
 }
 
-// dropLogBehindSnapshot deletes a raft-wal log that ends before the newest
-// snapshot. Raft deletes the whole log of a monotonic store (one that
-// refuses gaps, as raft-wal does) after it installs a snapshot from the
-// leader or restores a backup; a crash between saving the snapshot and
-// that deletion leaves a log ending before the snapshot, and the first
-// append after it (at the snapshot's index + 1) would be refused as a gap,
-// every time, stopping the member (stopOnWriteError). Every entry of such
-// a log is covered by the snapshot. raft-boltdb takes gaps: its log is
-// left as it is.
-func dropLogBehindSnapshot(store raftStore, kind string, snaps []*raft.SnapshotMeta, log *slog.Logger) error {
-	if kind != config.RaftLogStoreWAL || len(snaps) == 0 {
+// dropLogBehindSnapshot deletes a log that ends before the newest
+// snapshot (at snapIndex) from a monotonic store (one that refuses gaps, as
+// raft-wal does). Raft deletes the whole log of such a store after it
+// installs a snapshot from the leader or restores a backup; a crash
+// between saving the snapshot and that deletion leaves a log ending before
+// the snapshot, and the first append after it (at the snapshot's index +
+// 1) would be refused as a gap, every time, stopping the member
+// (stopOnWriteError). Every entry of such a log is covered by the
+// snapshot. A store that takes gaps (raft-boltdb) is left as it is.
+func dropLogBehindSnapshot(store raftStore, snapIndex uint64, log *slog.Logger) error {
+	if m, ok := store.(raft.MonotonicLogStore); !ok || !m.IsMonotonic() || snapIndex == 0 {
 		return nil
-	}
-	var snapIndex uint64
-	for _, s := range snaps {
-		snapIndex = max(snapIndex, s.Index)
 	}
 	first, err := store.FirstIndex()
 	if err != nil {

@@ -39,7 +39,7 @@ func TestStallingStableWaitsForSpace(t *testing.T) {
 	enospc := fmt.Errorf("write raft.db: %w", syscall.ENOSPC)
 	inner := &failingStable{StableStore: raft.NewInmemStore(), fails: 3, err: enospc}
 	var stalled atomic.Bool
-	s := stallingStable{StableStore: inner, log: slog.New(slog.DiscardHandler), stop: make(chan struct{}), stalled: &stalled}
+	s := stallingStable{StableStore: inner, spaceWait: spaceWait{log: slog.New(slog.DiscardHandler), stop: make(chan struct{}), stalled: &stalled}}
 	if err := s.SetUint64([]byte("CurrentTerm"), 7); err != nil {
 		t.Fatalf("SetUint64: %v", err)
 	}
@@ -62,7 +62,7 @@ func TestStallingStableWaitsForSpace(t *testing.T) {
 	stop := make(chan struct{})
 	close(stop)
 	inner = &failingStable{StableStore: raft.NewInmemStore(), fails: 1 << 30, err: enospc}
-	s = stallingStable{StableStore: inner, log: slog.New(slog.DiscardHandler), stop: stop, stalled: &stalled}
+	s = stallingStable{StableStore: inner, spaceWait: spaceWait{log: slog.New(slog.DiscardHandler), stop: stop, stalled: &stalled}}
 	if err := s.SetUint64([]byte("CurrentTerm"), 8); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("SetUint64 after stop = %v, want ENOSPC", err)
 	}

@@ -14,10 +14,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/internal/boltcheck"
 	"github.com/metastore/metastore/internal/mtls"
 )
 
@@ -86,7 +86,7 @@ func runRebuild(args []string, stdout, stderr io.Writer, getenv func(string) str
 func rebuild(cfg config.Config, log *slog.Logger) error {
 	parts := []string{cfg.RaftDir(), cfg.SnapshotDir(), cfg.FSMPath(), cfg.FSMPath() + ".state", cfg.FSMPath() + ".discarded", cfg.FSMPath() + ".restore"}
 	for _, p := range []string{filepath.Join(cfg.RaftDir(), "raft.db"), filepath.Join(cfg.RaftDir(), "wal", "wal-meta.db"), cfg.FSMPath()} {
-		if err := notLocked(p); err != nil {
+		if err := boltcheck.NotInUse(p); err != nil {
 			return err
 		}
 	}
@@ -140,23 +140,6 @@ func quarantineDir(dataDir string, now time.Time) (string, error) {
 		}
 		q = fmt.Sprintf("%s-%d", base, i)
 	}
-}
-
-// notLocked fails if a process holds the bbolt file at path open (bbolt
-// takes an flock on it).
-func notLocked(path string) error {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return fmt.Errorf("%s is in use by another process (is this member still running? stop it first): %w", path, err)
-	}
-	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }
 
 func syncDir(dir string) error {

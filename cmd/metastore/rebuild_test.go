@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/metastore/metastore/internal/boltcheck"
 )
 
 func TestQuarantineDirIsNew(t *testing.T) {
@@ -31,10 +33,10 @@ func TestRebuildRefusesFilesInUse(t *testing.T) {
 	if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := notLocked(path); err != nil {
+	if err := boltcheck.NotInUse(path); err != nil {
 		t.Fatalf("unlocked file: %v", err)
 	}
-	if err := notLocked(filepath.Join(t.TempDir(), "missing")); err != nil {
+	if err := boltcheck.NotInUse(filepath.Join(t.TempDir(), "missing")); err != nil {
 		t.Fatalf("missing file: %v", err)
 	}
 	// Another open file description holding the lock, as a running
@@ -47,7 +49,7 @@ func TestRebuildRefusesFilesInUse(t *testing.T) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 		t.Fatal(err)
 	}
-	if err := notLocked(path); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+	if err := boltcheck.NotInUse(path); err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Fatalf("locked file: %v, want an error saying it is in use", err)
 	}
 }

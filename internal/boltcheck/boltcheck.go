@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -109,4 +110,22 @@ func readAll(b *bolt.Bucket) error {
 		}
 		return readAll(nested)
 	})
+}
+
+// NotInUse fails if a process holds the bbolt file at path open (bbolt
+// takes a flock on it); a file that does not exist is not in use. It does
+// not wait: a running member holds its files for as long as it runs.
+func NotInUse(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fmt.Errorf("%s is in use by another process (is a member running on this data directory? stop it first): %w", path, err)
+	}
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }
