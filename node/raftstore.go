@@ -247,11 +247,7 @@ type walStore struct {
 }
 
 func (s walStore) GetLog(index uint64, l *raft.Log) error {
-	first, err := s.WAL.FirstIndex()
-	if err != nil {
-		return err
-	}
-	last, err := s.WAL.LastIndex()
+	first, last, err := logBounds(s.WAL)
 	if err != nil {
 		return err
 	}
@@ -259,6 +255,15 @@ func (s walStore) GetLog(index uint64, l *raft.Log) error {
 		return raft.ErrLogNotFound
 	}
 	return s.WAL.GetLog(index, l)
+}
+
+// logBounds returns the first and last index of a log.
+func logBounds(l raft.LogStore) (first, last uint64, err error) {
+	if first, err = l.FirstIndex(); err != nil {
+		return 0, 0, err
+	}
+	last, err = l.LastIndex()
+	return first, last, err
 }
 
 // checkWAL reads every entry of the log once: raft-wal checks a segment's
@@ -272,11 +277,7 @@ func checkWAL(w *wal.WAL) (err error) {
 			err = fmt.Errorf("an entry cannot be decoded: %v", r)
 		}
 	}()
-	first, err := w.FirstIndex()
-	if err != nil {
-		return err
-	}
-	last, err := w.LastIndex()
+	first, last, err := logBounds(w)
 	if err != nil {
 		return err
 	}
@@ -319,11 +320,7 @@ func dropLogBehindSnapshot(store raftStore, snapIndex uint64, log *slog.Logger) 
 	if m, ok := store.(raft.MonotonicLogStore); !ok || !m.IsMonotonic() || snapIndex == 0 {
 		return nil
 	}
-	first, err := store.FirstIndex()
-	if err != nil {
-		return err
-	}
-	last, err := store.LastIndex()
+	first, last, err := logBounds(store)
 	if err != nil {
 		return err
 	}
