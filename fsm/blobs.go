@@ -284,7 +284,7 @@ func (f *FSM) Blob(key string) (*wire.Blob, uint64, error) {
 // at or before until.
 func (f *FSM) scanTimeIndex(name bucket, until time.Time, max int) ([]string, error) {
 	var out []string
-	_, err := f.view(func(t *txn) error {
+	_, err := f.viewLatest(func(t *txn) error {
 		c := t.b(name).Cursor()
 		for k, _ := c.First(); k != nil && len(out) < max; k, _ = c.Next() {
 			if len(k) < 8 || int64(binary.BigEndian.Uint64(k[:8])) > until.UnixNano() {
@@ -315,7 +315,7 @@ func (f *FSM) GoneBefore(until time.Time, max int) ([]string, error) {
 // Deleting lists up to max blobs marked deleting.
 func (f *FSM) Deleting(max int) ([]string, error) {
 	var out []string
-	_, err := f.view(func(t *txn) error {
+	_, err := f.viewLatest(func(t *txn) error {
 		return t.scan(bucketGCDeleting, nil, func(k, _ []byte) (bool, error) {
 			out = append(out, string(k))
 			return len(out) < max, nil

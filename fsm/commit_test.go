@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/manifests"
 	"github.com/metastore/metastore/wire"
 )
 
@@ -80,5 +81,52 @@ func TestGroupCommit(t *testing.T) {
 	h.reopen()
 	if got := h.f.AppliedIndex(); got != want || h.job("closed") == nil {
 		t.Fatalf("reopened at %d, want %d", got, want)
+	}
+}
+
+// TestLeaderLoopReadsDoNotCommit: the scans of the leader's loops (new
+// blobs to observe, expired epochs and intents, GC candidates, blobs
+// being deleted, tombstones) see every applied entry without committing
+// the open transaction (viewLatest): they run every pass, and a commit for
+// each pass cost more than the apply it would have shared.
+func TestLeaderLoopReadsDoNotCommit(t *testing.T) {
+	h := newHarness(t)
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
+	h.putJob("j", wire.JobConfig{})
+	h.start("j", "a1", task(t, "t", "state", "incremental"), task(t, "u", "state"))
+	h.intents("j", 1, "j/t/a", "j/t/b")
+	h.begin("j", 1, 1)
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Manifest: &fsm.ManifestAck{
+		Blobs: []fsm.BlobCommit{{Key: "j/t/a", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "j/t/a", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}}}}}))
+	if c := h.f.CommittedIndex(); c >= h.f.AppliedIndex() {
+		t.Fatalf("committed index %d with applied %d: the ack should be in the open transaction", c, h.f.AppliedIndex())
+	}
+	committed, stats := h.f.CommittedIndex(), h.f.CommitStats()
+	later := h.now.Add(24 * time.Hour)
+
+	if keys, err := h.f.Unobserved(10); err != nil || len(keys) != 1 || keys[0] != "j/t/a" {
+		t.Fatalf("Unobserved = %v %v, want the blob the open transaction committed", keys, err)
+	}
+	if exp, err := h.f.ExpiredEpochs(later, 10); err != nil || len(exp) != 1 || exp[0].Epoch != 1 {
+		t.Fatalf("ExpiredEpochs = %v %v, want epoch 1 (begun in the open transaction)", exp, err)
+	}
+	if _, ok := h.f.NextDeadline(); !ok {
+		t.Fatal("NextDeadline misses the epoch begun in the open transaction")
+	}
+	if keys, err := h.f.ExpiredIntents(later, 10); err != nil || len(keys) != 1 || keys[0] != "j/t/b" {
+		t.Fatalf("ExpiredIntents = %v %v, want the intent the ack left", keys, err)
+	}
+	if _, err := h.f.GCCandidates(later, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.f.Deleting(10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.f.GoneBefore(later, 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.f.CommitStats(); got.Commits != stats.Commits || h.f.CommittedIndex() != committed {
+		t.Fatalf("the leader's scans committed: %d commits, committed index %d -> %d", got.Commits-stats.Commits, committed, h.f.CommittedIndex())
 	}
 }

@@ -96,7 +96,7 @@ func applyBlobsObserved(t *txn, c Command) (any, error) {
 // Unobserved lists up to max live blobs the leader has not observed yet.
 func (f *FSM) Unobserved(max int) ([]string, error) {
 	var out []string
-	_, err := f.view(func(t *txn) error {
+	_, err := f.viewLatest(func(t *txn) error {
 		return t.scan(bucketBlobUnobserved, nil, func(k, _ []byte) (bool, error) {
 			out = append(out, string(k))
 			return len(out) < max, nil

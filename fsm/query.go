@@ -201,7 +201,7 @@ func (f *FSM) Epochs(job string, state wire.EpochState) ([]wire.Epoch, uint64, e
 // before now, oldest deadline first.
 func (f *FSM) ExpiredEpochs(now time.Time, max int) ([]EpochRef, error) {
 	var out []EpochRef
-	_, err := f.view(func(t *txn) error {
+	_, err := f.viewLatest(func(t *txn) error {
 		c := t.b(bucketDeadlines).Cursor()
 		for k, _ := c.First(); k != nil && len(out) < max; k, _ = c.Next() {
 			if len(k) < 8+1+8 {
@@ -226,7 +226,7 @@ func (f *FSM) ExpiredEpochs(now time.Time, max int) ([]EpochRef, error) {
 func (f *FSM) NextDeadline() (time.Time, bool) {
 	var at time.Time
 	var ok bool
-	_, _ = f.view(func(t *txn) error {
+	_, _ = f.viewLatest(func(t *txn) error {
 		if k, _ := t.b(bucketDeadlines).Cursor().First(); len(k) >= 8 {
 			at, ok = time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))), true
 		}
