@@ -89,7 +89,7 @@ func applyBatchCommand(t *txn, c Command) (any, error) {
 		if sub.Type == CmdBatch {
 			return nil, fmt.Errorf("%w: batch command %d is a batch", ErrCorruptCommand, i+1)
 		}
-		v, err := handlers[sub.Type].apply(t, sub)
+		v, err := applyCommand(t, sub)
 		r, err := result(t.index, v, err)
 		if err != nil {
 			return nil, fmt.Errorf("batch command %d (%s): %w", i+1, sub.Type, err)

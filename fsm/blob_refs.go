@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -9,7 +11,61 @@ import (
 // (lineage_*.go) and the blob handlers (blobs.go) move them: a blob whose
 // count falls to zero becomes a GC candidate, keyed by the time it did.
 
+// The blob records a command reads and writes are held decoded until the
+// command returns (blobCache): a committed blob is read by the ack's
+// checks, its commit and each reference the ack adds, and was decoded and
+// written once for each (four reads and two writes per blob, half of the
+// state machine's bbolt seeks at 64 acking workers). The GC candidate
+// index (gc_candidates) is derived from the record as it is written:
+// a blob is a candidate, keyed by UnreferencedAt, while it is live or
+// expired with no reference (what fsck checks), so the commit of a blob
+// and its first reference in one ack leave that index alone instead of
+// adding the blob and removing it again.
+
+// blobCache holds the blob records of the command being applied: nil
+// outside commands (reads go to the file).
+type blobCache map[string]*cachedBlob
+
+type cachedBlob struct {
+	// b is the record as the command last read or wrote it; nil: none.
+	b *blobRecord
+	// stored is the record's GC candidate key in the file (nil: none).
+	stored []byte
+	dirty  bool
+}
+
+// candidateKey is a blob record's key in gc_candidates, nil when it is
+// not a candidate.
+func candidateKey(b *blobRecord) []byte {
+	if b == nil || (b.State != blobLive && b.State != blobExpired) || b.Refs != 0 || b.UnreferencedAt == nil {
+		return nil
+	}
+	return timeKey(*b.UnreferencedAt, b.Key)
+}
+
 func (t *txn) blob(key string) (*blobRecord, error) {
+	if c, ok := t.blobs[key]; ok {
+		if c.b == nil {
+			return nil, nil
+		}
+		b := *c.b
+		return &b, nil
+	}
+	b, err := t.storedBlob(key)
+	if err != nil {
+		return nil, err
+	}
+	if t.blobs != nil {
+		t.blobs[key] = &cachedBlob{b: b, stored: candidateKey(b)}
+		if b != nil {
+			cp := *b
+			return &cp, nil
+		}
+	}
+	return b, nil
+}
+
+func (t *txn) storedBlob(key string) (*blobRecord, error) {
 	v := t.b(bucketBlobs).Get([]byte(key))
 	if v == nil {
 		return nil, nil
@@ -32,13 +88,11 @@ func decodeBlob(v []byte) (*blobRecord, error) {
 	return &b, nil
 }
 
-// putBlob writes a blob record and collects the change of its job's usage
-// (quota.go) from what the record counted when it was read.
+// putBlob writes a blob record (at the end of the command, flushBlobs)
+// and collects the change of its job's usage (quota.go) from what the
+// record counted when it was read.
 func (t *txn) putBlob(b *blobRecord) error {
 	b.ModifyIndex = t.index
-	if err := t.putRecord(bucketBlobs, []byte(b.Key), b); err != nil {
-		return err
-	}
 	now := blobUsage(b.State, b.Size)
 	if d := usageDelta(b.counted, now); !d.zero() {
 		if t.usage == nil {
@@ -49,7 +103,91 @@ func (t *txn) putBlob(b *blobRecord) error {
 		t.usage[b.Job] = u
 	}
 	b.counted = now
+	if t.blobs == nil {
+		return t.writeBlob(b, nil, true)
+	}
+	c, ok := t.blobs[b.Key]
+	if !ok {
+		stored, err := t.storedBlob(b.Key)
+		if err != nil {
+			return err
+		}
+		c = &cachedBlob{stored: candidateKey(stored)}
+		t.blobs[b.Key] = c
+	}
+	cp := *b
+	c.b, c.dirty = &cp, true
 	return nil
+}
+
+// writeBlob writes b and moves its GC candidate entry from stored (when
+// known) to what b is now.
+func (t *txn) writeBlob(b *blobRecord, stored []byte, known bool) error {
+	if !known {
+		old, err := t.storedBlob(b.Key)
+		if err != nil {
+			return err
+		}
+		stored = candidateKey(old)
+	}
+	if want := candidateKey(b); !bytes.Equal(stored, want) {
+		if stored != nil {
+			if err := t.del(bucketGCCandidates, stored); err != nil {
+				return err
+			}
+		}
+		if want != nil {
+			if err := t.b(bucketGCCandidates).Put(want, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return t.putRecord(bucketBlobs, []byte(b.Key), b)
+}
+
+// flushBlobs writes the blob records the command changed, in key order.
+// Code that reads the blobs bucket other than through blob (a scan)
+// flushes first.
+func (t *txn) flushBlobs() error {
+	var keys []string
+	for k, c := range t.blobs {
+		if c.dirty {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		c := t.blobs[k]
+		if err := t.writeBlob(c.b, c.stored, true); err != nil {
+			return err
+		}
+		delete(t.blobs, k) // read again from the file if needed
+	}
+	return nil
+}
+
+// deleteBlob removes a blob record (a purged tombstone).
+func (t *txn) deleteBlob(key string) error {
+	if err := t.flushBlobs(); err != nil {
+		return err
+	}
+	delete(t.blobs, key)
+	return t.del(bucketBlobs, []byte(key))
+}
+
+// applyCommand runs c's handler in t with the blob records it reads and
+// writes held decoded, and writes those it changed when it returns
+// (whether it succeeded or not: a handler writes nothing before its
+// checks pass). A write error is returned as the handler's: it is fatal.
+func applyCommand(t *txn, c Command) (any, error) {
+	outer := t.blobs
+	t.blobs = blobCache{}
+	v, err := handlers[c.Type].apply(t, c)
+	if ferr := t.flushBlobs(); ferr != nil {
+		v, err = nil, ferr
+	}
+	t.blobs = outer
+	return v, err
 }
 
 func timeKey(at time.Time, key string) []byte { return append(u64(uint64(at.UnixNano())), key...) }
@@ -57,7 +195,7 @@ func timeKey(at time.Time, key string) []byte { return append(u64(uint64(at.Unix
 // unreference marks a blob whose count fell to zero as a GC candidate.
 func (t *txn) unreference(b *blobRecord, now time.Time) error {
 	b.UnreferencedAt = &now
-	return t.b(bucketGCCandidates).Put(timeKey(now, b.Key), nil)
+	return nil
 }
 
 // addRef and dropRef move a blob's reference count.
@@ -69,11 +207,8 @@ func (t *txn) addRef(key string) error {
 	if b == nil || b.State != blobLive {
 		return errCorruptRef(key, b)
 	}
-	if b.Refs == 0 && b.UnreferencedAt != nil {
-		if err := t.del(bucketGCCandidates, timeKey(*b.UnreferencedAt, key)); err != nil {
-			return err
-		}
-		b.UnreferencedAt = nil
+	if b.Refs == 0 {
+		b.UnreferencedAt = nil // it leaves the GC candidates (putBlob)
 	}
 	b.Refs++
 	return t.putBlob(b)

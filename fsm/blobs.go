@@ -188,10 +188,7 @@ func applyBlobsDeleting(t *txn, c Command) (any, error) {
 		if b == nil || !deletable(b, c.Time, time.Duration(p.Grace)) {
 			continue
 		}
-		if err := t.del(bucketGCCandidates, timeKey(*b.UnreferencedAt, k)); err != nil {
-			return nil, err
-		}
-		b.State = blobDeleting
+		b.State = blobDeleting // it leaves the GC candidates (putBlob)
 		b.DeletingAt = &c.Time
 		if err := t.putBlob(b); err != nil {
 			return nil, err
@@ -256,7 +253,7 @@ func applyBlobsPurge(t *txn, c Command) (any, error) {
 		if err := t.del(bucketGCGone, timeKey(*b.GoneAt, k)); err != nil {
 			return nil, err
 		}
-		if err := t.del(bucketBlobs, []byte(k)); err != nil {
+		if err := t.deleteBlob(k); err != nil {
 			return nil, err
 		}
 		purged = append(purged, k)

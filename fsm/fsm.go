@@ -465,7 +465,7 @@ func applyEntry(t *txn, l *raft.Log) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: entry %d: %w", l.Index, err)
 	}
-	v, err := handlers[c.Type].apply(t, c)
+	v, err := applyCommand(t, c)
 	r, err := result(l.Index, v, err)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: entry %d (%s): %w", l.Index, c.Type, err)

@@ -219,6 +219,9 @@ func releaseJobLineages(t *txn, j *jobRecord, now time.Time) (int, error) {
 // with the job's id and a slash.
 func expireJobIntents(t *txn, job string, now time.Time) (int, error) {
 	var intents []*blobRecord
+	if err := t.flushBlobs(); err != nil {
+		return 0, err
+	}
 	err := t.scan(bucketBlobs, []byte(job+"/"), func(_, v []byte) (bool, error) {
 		b, err := decodeBlob(v)
 		if err != nil {

@@ -182,6 +182,9 @@ type txn struct {
 	// members lists the member records commands wrote or removed: the
 	// FSM publishes them after the batch (members.go).
 	members []string
+	// blobs holds the blob records of the command being applied
+	// (blob_refs.go); nil outside commands.
+	blobs blobCache
 }
 
 func (t *txn) b(name bucket) *bolt.Bucket {
