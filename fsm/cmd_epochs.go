@@ -17,7 +17,9 @@ func init() {
 	register(CmdEpochBegin, "epoch-begin", 2, applyEpochBegin)
 	// Version 2 adds the cross-job and upload-slot rules (crossjob.go);
 	// entries of version 1 are applied by the rules they were written under.
-	register(CmdTaskAck, "task-ack", 2, applyTaskAck)
+	// Version 3 is version 2 in MessagePack (payloads.go).
+	register(CmdTaskAck, "task-ack", 3, applyTaskAck)
+	binaryFrom(CmdTaskAck, 3)
 	register(CmdEpochAbort, "epoch-abort", 1, applyEpochAbort)
 	register(CmdEpochPin, "epoch-pin", 1, applyEpochPin)
 	register(CmdEpochUnpin, "epoch-unpin", 1, applyEpochUnpin)

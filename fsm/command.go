@@ -52,7 +52,8 @@ func (t CommandType) String() string {
 
 // envelopeHeader is the fixed prefix of every command:
 // type (1 byte), payload version (1 byte), proposer time in Unix nanoseconds
-// (8 bytes, big endian). The JSON payload follows.
+// (8 bytes, big endian). The payload follows: JSON, or MessagePack for
+// the versions a type registered as binary (binaryFrom).
 const envelopeHeader = 10
 
 // Command is a decoded Raft log entry.
@@ -72,13 +73,30 @@ func Encode(t CommandType, now time.Time, payload any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("fsm: encode: %w: %d", ErrUnknownCommand, t)
 	}
-	body, err := json.Marshal(payload)
+	return encodeVersion(t, h.version, now, payload)
+}
+
+// encodeVersion builds a command envelope of payload version v: JSON, or
+// MessagePack from the type's binaryFrom version on.
+func encodeVersion(t CommandType, v uint8, now time.Time, payload any) ([]byte, error) {
+	h := handlers[t]
+	var body []byte
+	var err error
+	if h.binaryFrom != 0 && v >= h.binaryFrom {
+		bp, ok := payload.(binaryPayload)
+		if !ok {
+			return nil, fmt.Errorf("fsm: encode %s: a %T has no binary form", h.name, payload)
+		}
+		body, err = bp.marshalPayload()
+	} else {
+		body, err = json.Marshal(payload)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode %s: %w", h.name, err)
 	}
 	buf := make([]byte, envelopeHeader, envelopeHeader+len(body))
 	buf[0] = byte(t)
-	buf[1] = h.version
+	buf[1] = v
 	binary.BigEndian.PutUint64(buf[2:10], uint64(now.UnixNano()))
 	return append(buf, body...), nil
 }
@@ -110,7 +128,10 @@ func Decode(data []byte) (Command, error) {
 type handler struct {
 	name    string
 	version uint8
-	apply   func(tx *txn, c Command) (any, error)
+	// binaryFrom is the first payload version in MessagePack (payloads.go;
+	// 0: every version is JSON).
+	binaryFrom uint8
+	apply      func(tx *txn, c Command) (any, error)
 }
 
 var handlers = map[CommandType]handler{}
@@ -127,10 +148,28 @@ func register(t CommandType, name string, version uint8, apply func(tx *txn, c C
 	handlers[t] = handler{name: name, version: version, apply: apply}
 }
 
+// binaryFrom records that the payloads of type t are MessagePack from
+// version v on (payloads.go).
+func binaryFrom(t CommandType, v uint8) {
+	h := handlers[t]
+	h.binaryFrom = v
+	handlers[t] = h
+}
+
 // decodePayload decodes a command payload. Payloads are written by this
 // build's Encode at the version Decode checked, so a payload that does not
 // decode is a corrupt entry.
 func decodePayload(c Command, v any) error {
+	if h := handlers[c.Type]; h.binaryFrom != 0 && c.Version >= h.binaryFrom {
+		bp, ok := v.(binaryTarget)
+		if !ok {
+			return fmt.Errorf("fsm: %s payload version %d is binary and a %T has no binary form", c.Type, c.Version, v)
+		}
+		if err := bp.unmarshalPayload(c.Payload); err != nil {
+			return fmt.Errorf("%w: %s payload: %v", ErrCorruptCommand, c.Type, err)
+		}
+		return nil
+	}
 	if err := json.Unmarshal(c.Payload, v); err != nil {
 		return fmt.Errorf("%w: %s payload: %v", ErrCorruptCommand, c.Type, err)
 	}

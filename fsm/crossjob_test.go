@@ -144,8 +144,11 @@ func TestSupersededUploadSlotRefused(t *testing.T) {
 // replays an old log computes the state every other member has.
 func TestCrossJobRulesKeepOldEntries(t *testing.T) {
 	h := crossJobWorld(t, true)
-	data := h.encode(fsm.CmdTaskAck, baseAck("jobA", fsm.BaseRef{Job: "jobB", Task: "agg-0", Epoch: 1}))
-	data[1] = 1 // the version-1 entry an older leader wrote
+	// The version-1 entry an older leader wrote.
+	data, err := fsm.EncodeVersion(fsm.CmdTaskAck, 1, h.now, baseAck("jobA", fsm.BaseRef{Job: "jobB", Task: "agg-0", Epoch: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, ok := h.f.Apply(h.nextLog(data)).(*fsm.Result)
 	if !ok || res.Err != nil {
 		t.Fatalf("version-1 ack of another job's checkpoint: %+v", res)

@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
@@ -212,4 +213,10 @@ func recordJSON(name, raw []byte) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(z)
+}
+
+// EncodeVersion builds a command envelope of an earlier payload version,
+// as an older leader wrote it.
+func EncodeVersion(t CommandType, v uint8, now time.Time, payload any) ([]byte, error) {
+	return encodeVersion(t, v, now, payload)
 }
