@@ -48,6 +48,13 @@ type CommitPolicy struct {
 	Interval time.Duration
 	// MaxEntries: commit once the transaction holds this many entries.
 	MaxEntries int
+	// FollowerInterval replaces Interval while the member follows
+	// (SetLeading); 0 keeps Interval. A follower's apply is on no
+	// client's path (an ack waits for the leader's apply, never for a
+	// follower's), so it can commit less often: pages its batches dirty
+	// again within the longer interval are written once, and the longer
+	// stall of a bigger commit holds up nobody.
+	FollowerInterval time.Duration
 }
 
 // DefaultCommitPolicy: what etcd's backend does, a commit every 100 ms or
@@ -64,6 +71,30 @@ func (f *FSM) SetCommitPolicy(p CommitPolicy) {
 	f.txMu.Lock()
 	defer f.txMu.Unlock()
 	f.policy = p
+}
+
+// SetLeading tells the state machine whether its member leads, which
+// chooses the commit interval (CommitPolicy.FollowerInterval). A member
+// starts as a follower.
+func (f *FSM) SetLeading(leading bool) {
+	if f.leading.Swap(leading) == leading {
+		return
+	}
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	f.armTimer() // a leader's shorter interval may end sooner
+}
+
+// Leading reports what SetLeading last said.
+func (f *FSM) Leading() bool { return f.leading.Load() }
+
+// interval is the commit interval of the member's role. The caller holds
+// f.txMu.
+func (f *FSM) interval() time.Duration {
+	if !f.leading.Load() && f.policy.FollowerInterval > 0 {
+		return f.policy.FollowerInterval
+	}
+	return f.policy.Interval
 }
 
 // CommitStats counts the state machine's commits and the Raft entries
@@ -128,8 +159,9 @@ func (f *FSM) begin() error {
 
 // due reports whether the open transaction must be committed now.
 func (f *FSM) due() bool {
-	return f.wt != nil && (f.policy.Interval <= 0 || f.commitErr != nil ||
-		len(f.pending) >= max(1, f.policy.MaxEntries) || time.Since(f.openedAt) >= f.policy.Interval)
+	interval := f.interval()
+	return f.wt != nil && (interval <= 0 || f.commitErr != nil ||
+		len(f.pending) >= max(1, f.policy.MaxEntries) || time.Since(f.openedAt) >= interval)
 }
 
 // commitLocked commits the open transaction, the caller holding f.mu
@@ -216,7 +248,7 @@ func (f *FSM) armTimer() {
 	if f.wt == nil {
 		return
 	}
-	at := f.openedAt.Add(f.policy.Interval)
+	at := f.openedAt.Add(f.interval())
 	if !f.timerAt.IsZero() && !f.timerAt.After(at) {
 		return // armed for that time or earlier
 	}

@@ -130,3 +130,29 @@ func TestLeaderLoopReadsDoNotCommit(t *testing.T) {
 		t.Fatalf("the leader's scans committed: %d commits, committed index %d -> %d", got.Commits-stats.Commits, committed, h.f.CommittedIndex())
 	}
 }
+
+// TestFollowerCommitsLessOften: while the member follows, the open
+// transaction is committed by CommitPolicy.FollowerInterval; once it
+// leads, by Interval.
+func TestFollowerCommitsLessOften(t *testing.T) {
+	h := newHarness(t)
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Nanosecond, FollowerInterval: time.Hour, MaxEntries: 1000})
+	start := h.f.CommitStats()
+	for i := range 3 {
+		h.putJob("f"+string(rune('a'+i)), wire.JobConfig{})
+	}
+	if got := h.f.CommitStats(); got.Commits != start.Commits {
+		t.Fatalf("a follower committed %d times within its hour-long interval", got.Commits-start.Commits)
+	}
+	h.f.SetLeading(true)
+	h.putJob("leader", wire.JobConfig{})
+	if got := h.f.CommitStats(); got.Commits == start.Commits || h.f.CommittedIndex() != h.f.AppliedIndex() {
+		t.Fatalf("a leader with a 1ns interval did not commit its batch: %+v, committed %d of %d", got, h.f.CommittedIndex(), h.f.AppliedIndex())
+	}
+	h.f.SetLeading(false)
+	led := h.f.CommitStats()
+	h.putJob("follower-again", wire.JobConfig{})
+	if got := h.f.CommitStats(); got.Commits != led.Commits {
+		t.Fatal("a member that stopped leading committed at the leader's interval")
+	}
+}

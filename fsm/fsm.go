@@ -71,6 +71,7 @@ type FSM struct {
 	pendingLast uint64
 	openedAt    time.Time
 	policy      CommitPolicy
+	leading     atomic.Bool // SetLeading
 	commitErr   error
 	timer       *time.Timer
 	timerAt     time.Time // when timer fires; zero: not armed

@@ -70,7 +70,9 @@ func (n *Node) runLeadership() {
 			}
 		case <-tick.C:
 		}
-		if n.raft.State() == raft.Leader {
+		leading := n.raft.State() == raft.Leader
+		n.fsm.SetLeading(leading) // a follower commits its state file less often
+		if leading {
 			term := n.raft.CurrentTerm()
 			if sess == nil || sess.term != term {
 				n.stopSession(sess)

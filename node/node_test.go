@@ -740,6 +740,19 @@ func TestThreeNodeCluster(t *testing.T) {
 		return len(ls) == 1 && ls[0] != old
 	})
 	waitFor(t, 5*time.Second, "leader task moved with leadership", tasksOnLeaderOnly)
+	// So did the state machine's leader commit interval (fsm.SetLeading).
+	waitFor(t, 5*time.Second, "only the leader's state machine leads", func() bool {
+		ls := leaders(nodes)
+		if len(ls) != 1 {
+			return false
+		}
+		for _, tn := range nodes {
+			if tn.fsm.Leading() != (tn == ls[0]) {
+				return false
+			}
+		}
+		return true
+	})
 
 	// Remove a follower.
 	var victim *testNode

@@ -74,6 +74,8 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*intValue)(&c.ApplyBatch) }},
 	{"state-commit-interval", "how long the state machine applies Raft batches to one open transaction before committing them together (reads and snapshots commit earlier; 0: commit every batch)",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.StateCommitInterval) }},
+	{"state-commit-interval-follower", "the state commit interval while the member follows (0: --state-commit-interval); a follower's apply is on no client's path",
+		func(c *config.Config) flag.Value { return (*durationValue)(&c.StateCommitIntervalFollower) }},
 	{"state-commit-entries", "most Raft entries in one commit of the state machine file",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.StateCommitEntries) }},
 	{"raft-log-store", "Raft log store of a new data directory: wal (segment files, hashicorp/raft-wal) or boltdb (raft.db, hashicorp/raft-boltdb); a directory that holds one keeps it",
