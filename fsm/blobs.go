@@ -11,7 +11,9 @@ import (
 
 func init() {
 	// Version 2 records the attempt generation in each intent.
-	register(CmdIntentCreate, "intent-create", 2, applyIntentCreate)
+	// Version 3 is version 2 in MessagePack (payloads.go).
+	register(CmdIntentCreate, "intent-create", 3, applyIntentCreate)
+	binaryFrom(CmdIntentCreate, 3)
 	register(CmdIntentsExpire, "intents-expire", 1, applyIntentsExpire)
 	register(CmdBlobsDeleting, "blobs-deleting", 1, applyBlobsDeleting)
 	register(CmdBlobsGone, "blobs-gone", 1, applyBlobsGone)

@@ -156,6 +156,10 @@ func binaryFrom(t CommandType, v uint8) {
 	handlers[t] = h
 }
 
+// DecodePayload decodes the command's payload into v, a pointer to the
+// command type's payload (JSON or MessagePack, by its version).
+func (c Command) DecodePayload(v any) error { return decodePayload(c, v) }
+
 // decodePayload decodes a command payload. Payloads are written by this
 // build's Encode at the version Decode checked, so a payload that does not
 // decode is a corrupt entry.

@@ -14,7 +14,9 @@ import (
 // its ack (a replayed upload URL) is reported even at the same size.
 
 func init() {
-	register(CmdBlobsObserved, "blobs-observed", 1, applyBlobsObserved)
+	// Version 2 is version 1 in MessagePack (payloads.go).
+	register(CmdBlobsObserved, "blobs-observed", 2, applyBlobsObserved)
+	binaryFrom(CmdBlobsObserved, 2)
 }
 
 // BlobObservation is one entry of a blobs-observed command.

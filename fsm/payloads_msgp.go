@@ -770,6 +770,123 @@ func (z *fullManifestPayload) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z *intentPayload) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 5
+	// string "job"
+	o = append(o, 0x85, 0xa3, 0x6a, 0x6f, 0x62)
+	o = msgp.AppendString(o, z.Job)
+	// string "generation"
+	o = append(o, 0xaa, 0x67, 0x65, 0x6e, 0x65, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e)
+	o = msgp.AppendUint64(o, z.Generation)
+	// string "task"
+	o = append(o, 0xa4, 0x74, 0x61, 0x73, 0x6b)
+	o = msgp.AppendString(o, z.Task)
+	// string "keys"
+	o = append(o, 0xa4, 0x6b, 0x65, 0x79, 0x73)
+	if z.Keys == nil { // allownil: if nil
+		o = msgp.AppendNil(o)
+	} else {
+		o = msgp.AppendArrayHeader(o, uint32(len(z.Keys)))
+		for za0001 := range z.Keys {
+			o = msgp.AppendString(o, z.Keys[za0001])
+		}
+	}
+	// string "lease_until"
+	o = append(o, 0xab, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x5f, 0x75, 0x6e, 0x74, 0x69, 0x6c)
+	o = msgp.AppendTime(o, z.LeaseUntil)
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *intentPayload) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "job":
+			z.Job, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Job")
+				return
+			}
+		case "generation":
+			z.Generation, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Generation")
+				return
+			}
+		case "task":
+			z.Task, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Task")
+				return
+			}
+		case "keys":
+			if msgp.IsNil(bts) {
+				bts = bts[1:]
+				z.Keys = nil
+			} else {
+				var zb0002 uint32
+				zb0002, bts, err = msgp.ReadArrayHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Keys")
+					return
+				}
+				if z.Keys != nil && cap(z.Keys) >= int(zb0002) {
+					z.Keys = (z.Keys)[:zb0002]
+				} else {
+					z.Keys = make([]string, zb0002)
+				}
+				for za0001 := range z.Keys {
+					z.Keys[za0001], bts, err = msgp.ReadStringBytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Keys", za0001)
+						return
+					}
+				}
+			}
+		case "lease_until":
+			z.LeaseUntil, bts, err = msgp.ReadTimeUTCBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "LeaseUntil")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *intentPayload) Msgsize() (s int) {
+	s = 1 + 4 + msgp.StringPrefixSize + len(z.Job) + 11 + msgp.Uint64Size + 5 + msgp.StringPrefixSize + len(z.Task) + 5 + msgp.ArrayHeaderSize
+	for za0001 := range z.Keys {
+		s += msgp.StringPrefixSize + len(z.Keys[za0001])
+	}
+	s += 12 + msgp.TimeSize
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z *manifestPayload) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// map header, size 4
@@ -1126,6 +1243,169 @@ func (z *materializationPayload) Msgsize() (s int) {
 		s += z.Bases[za0001].Msgsize()
 	}
 	s += 16 + msgp.Uint64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *observationPayload) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 4
+	// string "key"
+	o = append(o, 0x84, 0xa3, 0x6b, 0x65, 0x79)
+	o = msgp.AppendString(o, z.Key)
+	// string "size"
+	o = append(o, 0xa4, 0x73, 0x69, 0x7a, 0x65)
+	o = msgp.AppendUint64(o, z.Size)
+	// string "etag"
+	o = append(o, 0xa4, 0x65, 0x74, 0x61, 0x67)
+	o = msgp.AppendString(o, z.ETag)
+	// string "missing"
+	o = append(o, 0xa7, 0x6d, 0x69, 0x73, 0x73, 0x69, 0x6e, 0x67)
+	o = msgp.AppendBool(o, z.Missing)
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *observationPayload) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "key":
+			z.Key, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Key")
+				return
+			}
+		case "size":
+			z.Size, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Size")
+				return
+			}
+		case "etag":
+			z.ETag, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ETag")
+				return
+			}
+		case "missing":
+			z.Missing, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Missing")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *observationPayload) Msgsize() (s int) {
+	s = 1 + 4 + msgp.StringPrefixSize + len(z.Key) + 5 + msgp.Uint64Size + 5 + msgp.StringPrefixSize + len(z.ETag) + 8 + msgp.BoolSize
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *observedPayload) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 1
+	// string "blobs"
+	o = append(o, 0x81, 0xa5, 0x62, 0x6c, 0x6f, 0x62, 0x73)
+	if z.Blobs == nil { // allownil: if nil
+		o = msgp.AppendNil(o)
+	} else {
+		o = msgp.AppendArrayHeader(o, uint32(len(z.Blobs)))
+		for za0001 := range z.Blobs {
+			o, err = z.Blobs[za0001].MarshalMsg(o)
+			if err != nil {
+				err = msgp.WrapError(err, "Blobs", za0001)
+				return
+			}
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *observedPayload) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "blobs":
+			if msgp.IsNil(bts) {
+				bts = bts[1:]
+				z.Blobs = nil
+			} else {
+				var zb0002 uint32
+				zb0002, bts, err = msgp.ReadArrayHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Blobs")
+					return
+				}
+				if z.Blobs != nil && cap(z.Blobs) >= int(zb0002) {
+					z.Blobs = (z.Blobs)[:zb0002]
+				} else {
+					z.Blobs = make([]observationPayload, zb0002)
+				}
+				for za0001 := range z.Blobs {
+					bts, err = z.Blobs[za0001].UnmarshalMsg(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Blobs", za0001)
+						return
+					}
+				}
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *observedPayload) Msgsize() (s int) {
+	s = 1 + 6 + msgp.ArrayHeaderSize
+	for za0001 := range z.Blobs {
+		s += z.Blobs[za0001].Msgsize()
+	}
 	return
 }
 

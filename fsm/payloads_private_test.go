@@ -70,3 +70,45 @@ func TestAckPayloadRoundTrips(t *testing.T) {
 		})
 	}
 }
+
+// TestBinaryPayloadsRoundTrip: intent-create and blobs-observed decode
+// from MessagePack (intent-create 3, blobs-observed 2) to what they
+// decoded to from JSON (intent-create 2, blobs-observed 1).
+func TestBinaryPayloadsRoundTrip(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	lease := time.Unix(1_800_000_900, 123456789).UTC()
+	cases := []struct {
+		name      string
+		typ       CommandType
+		json, bin uint8
+		payload   any
+		zero      func() any
+	}{
+		{"intent", CmdIntentCreate, 2, 3, IntentCreate{Job: "j", Generation: 4, Task: "t", Keys: []string{"j/a", "j/b"}, LeaseUntil: lease}, func() any { return new(IntentCreate) }},
+		{"intent without task", CmdIntentCreate, 2, 3, IntentCreate{Job: "j", Generation: 4, Keys: []string{"j/a"}, LeaseUntil: lease}, func() any { return new(IntentCreate) }},
+		{"observed", CmdBlobsObserved, 1, 2, BlobsObserved{Blobs: []BlobObservation{{Key: "j/a", Size: 10, ETag: "e"}, {Key: "j/b", Missing: true}}}, func() any { return new(BlobsObserved) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			decode := func(v uint8) any {
+				t.Helper()
+				raw, err := encodeVersion(tc.typ, v, now, tc.payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := Decode(raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := tc.zero()
+				if err := decodePayload(c, out); err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			if a, b := decode(tc.json), decode(tc.bin); !reflect.DeepEqual(a, b) {
+				t.Fatalf("version %d decodes to\n%#v\nversion %d to\n%#v", tc.bin, b, tc.json, a)
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package gc
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -162,7 +161,7 @@ func (e *env) proposals(typ fsm.CommandType) []fsm.BlobKeys {
 			continue
 		}
 		var p fsm.BlobKeys
-		if err := jsonUnmarshal(c.Payload, &p); err != nil {
+		if err := c.DecodePayload(&p); err != nil {
 			e.t.Fatal(err)
 		}
 		out = append(out, p)
@@ -506,6 +505,5 @@ func (s *testStore) deleteCalls() [][]string {
 	return slices.Clone(s.calls)
 }
 
-func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 func isNotFound(err error) bool { return errors.Is(err, blobstore.ErrNotFound) }

@@ -24,7 +24,7 @@ func (e *env) observedEntries() []fsm.BlobsObserved {
 			continue
 		}
 		var p fsm.BlobsObserved
-		if err := jsonUnmarshal(c.Payload, &p); err != nil {
+		if err := c.DecodePayload(&p); err != nil {
 			e.t.Fatal(err)
 		}
 		out = append(out, p)
