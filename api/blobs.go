@@ -34,10 +34,6 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	if b.Count < 0 || b.Count > wire.MaxIntents {
 		return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "count", "between 1 and %d uploads per request", wire.MaxIntents)
 	}
-	dir := b.Task
-	if dir == "" {
-		dir = "_"
-	}
 	if s.cfg.Auth {
 		// Upload URLs to this API are signed (auth.go): fail before any
 		// intent is created while the signing key is not set yet.
@@ -46,10 +42,8 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		}
 	}
 	now := s.now()
-	p := fsm.IntentCreate{Job: job, Generation: b.Generation, Task: b.Task, LeaseUntil: now.Add(s.cfg.UploadLease).UTC()}
-	for i := 0; i < b.Count; i++ {
-		p.Keys = append(p.Keys, blobstore.NewKey(job+"/"+dir, now))
-	}
+	p := fsm.IntentCreate{Job: job, Generation: b.Generation, Task: b.Task, LeaseUntil: now.Add(s.cfg.UploadLease).UTC(),
+		Batch: blobstore.NewBatchID(now), Count: b.Count}
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
@@ -60,8 +54,9 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, index, err
 	}
-	out := make([]wire.Upload, 0, len(p.Keys))
-	for _, key := range p.Keys {
+	keys := p.UploadKeys()
+	out := make([]wire.Upload, 0, len(keys))
+	for _, key := range keys {
 		u := wire.Upload{Key: key, Method: http.MethodPut, ExpiresAt: p.LeaseUntil}
 		url, hdr, err := s.store.PresignPut(r.Context(), key, s.cfg.UploadLease)
 		switch {

@@ -27,6 +27,20 @@ func NewKey(dir string, now time.Time) string {
 	return dir + "/" + hex.EncodeToString(b[:])
 }
 
+// NewBatchID returns the id of a batch of upload keys (the state machine
+// derives the batch's keys from it, fsm.UploadKey): 16 hex digits of now
+// in nanoseconds since 1970, then 8 random bytes in hex. A key of the
+// batch is the id and 8 hex digits of its index, the shape of NewKey's
+// name, so TimeWindow reads both alike.
+func NewBatchID(now time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixNano()))
+	if _, err := rand.Read(b[8:]); err != nil {
+		panic("crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
 // windowDigits is how many of the 16 hex digits of NewKey's time the keys
 // of one time window share: 8, a window of 2^32 ns (4.3 s).
 const windowDigits = 8

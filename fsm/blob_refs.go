@@ -52,6 +52,9 @@ func (t *txn) blob(key string) (*blobRecord, error) {
 		return &b, nil
 	}
 	b, err := t.storedBlob(key)
+	if err == nil && b == nil {
+		b, err = t.batchIntent(key)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -180,13 +183,15 @@ func (t *txn) deleteBlob(key string) error {
 // (whether it succeeded or not: a handler writes nothing before its
 // checks pass). A write error is returned as the handler's: it is fatal.
 func applyCommand(t *txn, c Command) (any, error) {
-	outer := t.blobs
-	t.blobs = blobCache{}
+	outerBlobs, outerBatches := t.blobs, t.batches
+	t.blobs, t.batches = blobCache{}, batchCache{}
 	v, err := handlers[c.Type].apply(t, c)
 	if ferr := t.flushBlobs(); ferr != nil {
 		v, err = nil, ferr
+	} else if ferr := t.flushBatches(); ferr != nil {
+		v, err = nil, ferr
 	}
-	t.blobs = outer
+	t.blobs, t.batches = outerBlobs, outerBatches
 	return v, err
 }
 

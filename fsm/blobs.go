@@ -12,7 +12,11 @@ import (
 func init() {
 	// Version 2 records the attempt generation in each intent.
 	// Version 3 is version 2 in MessagePack (payloads.go).
-	register(CmdIntentCreate, "intent-create", 3, applyIntentCreate)
+	// Version 4 may record one upload batch (upload_batches.go) instead
+	// of a record per key: the payload names the batch and its size, not
+	// the keys (the API's requests do; a payload naming keys is applied
+	// as before).
+	register(CmdIntentCreate, "intent-create", 4, applyIntentCreate)
 	binaryFrom(CmdIntentCreate, 3)
 	register(CmdIntentsExpire, "intents-expire", 1, applyIntentsExpire)
 	register(CmdBlobsDeleting, "blobs-deleting", 1, applyBlobsDeleting)
@@ -44,13 +48,19 @@ type corruptError struct{ msg string }
 func (e *corruptError) Error() string { return "fsm: corrupt state: " + e.msg }
 
 // IntentCreate records upload intents: keys chosen by the leader, under the
-// job's prefix, each held by a lease.
+// job's prefix, held by a lease. From version 4 the leader chooses a batch
+// id and the number of keys (UploadKeys derives them); before, it named
+// every key.
 type IntentCreate struct {
 	Job        string    `json:"job"`
 	Generation uint64    `json:"generation"`
 	Task       string    `json:"task,omitempty"`
 	Keys       []string  `json:"keys"`
 	LeaseUntil time.Time `json:"lease_until"`
+	// Batch is the batch id (version 4; upload_batches.go), Count the
+	// number of its keys.
+	Batch string `json:"batch,omitempty"`
+	Count int    `json:"count,omitempty"`
 }
 
 func (p *IntentCreate) Validate() error {
@@ -64,6 +74,26 @@ func (p *IntentCreate) Validate() error {
 	}
 	if p.Generation == 0 {
 		return ruleErr(wire.CodeInvalid, "generation", "required (the generation of the current attempt)")
+	}
+	if p.Batch != "" {
+		if err := checkBatchID(p.Batch); err != nil {
+			return err
+		}
+		if len(p.Keys) != 0 {
+			return ruleErr(wire.CodeInvalid, "keys", "a request of an upload batch names no keys")
+		}
+		if p.Count < 1 || p.Count > wire.MaxIntents {
+			return ruleErr(wire.CodeInvalid, "count", "between 1 and %d uploads per request", wire.MaxIntents)
+		}
+		for _, k := range []string{UploadKey(p.Job, p.Task, p.Batch, 0), UploadKey(p.Job, p.Task, p.Batch, p.Count-1)} {
+			if err := manifests.ValidateKey(k); err != nil {
+				return ruleErr(wire.CodeInvalid, "keys", "%v", err)
+			}
+		}
+		return nil
+	}
+	if p.Count != 0 {
+		return ruleErr(wire.CodeInvalid, "count", "a request that names its keys has no count")
 	}
 	if len(p.Keys) == 0 || len(p.Keys) > wire.MaxIntents {
 		return ruleErr(wire.CodeInvalid, "count", "between 1 and %d uploads per request", wire.MaxIntents)
@@ -90,6 +120,12 @@ func applyIntentCreate(t *txn, c Command) (any, error) {
 	}
 	if err := checkGeneration(j, p.Generation); err != nil {
 		return nil, err
+	}
+	if p.Batch != "" {
+		if c.Version < 4 {
+			return nil, ruleErr(wire.CodeInvalid, "batch", "intent-create version %d has no upload batches (from version 4)", c.Version)
+		}
+		return createBatch(t, c, &p)
 	}
 	for _, k := range p.Keys {
 		if b, err := t.blob(k); err != nil {
@@ -142,11 +178,25 @@ func applyIntentsExpire(t *txn, c Command) (any, error) {
 	}
 	expired := []string{}
 	for _, k := range p.Keys {
+		// A batch's lease entry names its first key (upload_batches.go).
+		if ub, err := t.expiredBatch(k); err != nil {
+			return nil, err
+		} else if ub != nil {
+			if c.Time.Before(ub.LeaseUntil) {
+				continue
+			}
+			keys, err := t.expireBatch(ub, ub.LeaseUntil)
+			if err != nil {
+				return nil, err
+			}
+			expired = append(expired, keys...)
+			continue
+		}
 		b, err := t.blob(k)
 		if err != nil {
 			return nil, err
 		}
-		if b == nil || b.State != blobIntent || b.LeaseUntil == nil || c.Time.Before(*b.LeaseUntil) {
+		if b == nil || b.State != blobIntent || b.batch != "" || b.LeaseUntil == nil || c.Time.Before(*b.LeaseUntil) {
 			continue
 		}
 		if err := t.del(bucketBlobLeases, timeKey(*b.LeaseUntil, k)); err != nil {
@@ -351,6 +401,14 @@ func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
 		}); err != nil {
 			return err
 		}
+		if err := t.scanBatches(func(ub *uploadBatch) error {
+			if n := ub.unused(); n > 0 {
+				s.Count[wire.BlobIntent] += n
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
 		s.Candidates = t.b(bucketGCCandidates).Stats().KeyN
 		return nil
 	})
@@ -365,6 +423,14 @@ func (f *FSM) Known(keys []string) (map[string]bool, error) {
 		b := t.b(bucketBlobs)
 		for _, k := range keys {
 			out[k] = b.Get([]byte(k)) != nil
+			if !out[k] {
+				// An unused key of an upload batch has no record.
+				intent, err := t.batchIntent(k)
+				if err != nil {
+					return err
+				}
+				out[k] = intent != nil
+			}
 		}
 		return nil
 	})

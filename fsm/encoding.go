@@ -77,6 +77,7 @@ var binaryBuckets = []struct {
 	{bucketBlobs, func() msgRecord { return new(blobRecord) }},
 	{bucketLineages, func() msgRecord { return new(lineageRecord) }},
 	{bucketRecords, func() msgRecord { return new(record) }},
+	{bucketUploadBatches, func() msgRecord { return new(uploadBatch) }},
 }
 
 // migrateChunk is how many records one transaction of migrateRecords
@@ -147,6 +148,8 @@ func migrateRecords(db *bolt.DB) (int, error) {
 		}
 	}
 	return total, db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(metaSchema, u64(binaryRecordsVersion))
+		// Nothing of a version-1 file is in an upload batch: it is of
+		// the current version now.
+		return tx.Bucket(bucketMeta).Put(metaSchema, u64(SchemaVersion))
 	})
 }

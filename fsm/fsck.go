@@ -116,7 +116,32 @@ func (t *txn) fsck(rep *FsckReport) error {
 		rep.Mismatches = append(rep.Mismatches, RefMismatch{Key: key, Recounted: n})
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records reference blob %s, which has no record", n, key))
 	}
+	if err := t.fsckBatches(rep); err != nil {
+		return err
+	}
 	return t.fsckJobs(rep)
+}
+
+// fsckBatches checks that every upload batch has its lease entry and that
+// none of its unused keys has a blob record (an unused key is an intent
+// only through its batch).
+func (t *txn) fsckBatches(rep *FsckReport) error {
+	return t.scanBatches(func(ub *uploadBatch) error {
+		if !t.has(bucketBlobLeases, ub.leaseKey()) {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("upload batch %s of job %s has no lease entry", ub.ID, ub.Job))
+		}
+		for i := range ub.Count {
+			if ub.used(i) {
+				continue
+			}
+			if b, err := t.storedBlob(ub.key(i)); err != nil {
+				return err
+			} else if b != nil {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is %s but an unused key of upload batch %s", b.Key, b.State, ub.ID))
+			}
+		}
+		return nil
+	})
 }
 
 // fsckJobs checks that every epoch and attempt a job names (its retained,

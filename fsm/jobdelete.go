@@ -249,5 +249,17 @@ func expireJobIntents(t *txn, job string, now time.Time) (int, error) {
 			return 0, err
 		}
 	}
-	return len(intents), nil
+	n := len(intents)
+	batches, err := t.jobBatches(job)
+	if err != nil {
+		return 0, err
+	}
+	for _, ub := range batches {
+		keys, err := t.expireBatch(ub, now)
+		if err != nil {
+			return 0, err
+		}
+		n += len(keys)
+	}
+	return n, nil
 }

@@ -90,11 +90,20 @@ func commitBlob(t *txn, bc BlobCommit, now time.Time, strict bool) error {
 	if b.State == blobLive {
 		return nil
 	}
-	if b.LeaseUntil == nil {
+	switch {
+	case b.batch != "":
+		// A key of an upload batch: its bit in the batch, so it is never
+		// an intent again (upload_batches.go).
+		if err := t.useBatchKey(b.batch, b.batchIndex); err != nil {
+			return err
+		}
+		b.batch = ""
+	case b.LeaseUntil == nil:
 		return &corruptError{fmt.Sprintf("blob %q is an upload intent without a lease", bc.Key)}
-	}
-	if err := t.del(bucketBlobLeases, timeKey(*b.LeaseUntil, b.Key)); err != nil {
-		return err
+	default:
+		if err := t.del(bucketBlobLeases, timeKey(*b.LeaseUntil, b.Key)); err != nil {
+			return err
+		}
 	}
 	b.State = blobLive
 	b.Size = bc.Size

@@ -30,6 +30,15 @@ func (h *harness) intents(job string, gen uint64, keys ...string) {
 	mustOK(h.t, h.mustApply(fsm.CmdIntentCreate, fsm.IntentCreate{Job: job, Generation: gen, Keys: keys, LeaseUntil: h.now.Add(time.Hour)}))
 }
 
+// batch records an upload batch of count keys of task (as the API's
+// upload-slot requests do) with a lease of an hour, and returns its keys.
+func (h *harness) batch(job string, gen uint64, task, id string, count int) []string {
+	h.t.Helper()
+	p := fsm.IntentCreate{Job: job, Generation: gen, Task: task, Batch: id, Count: count, LeaseUntil: h.now.Add(time.Hour)}
+	mustOK(h.t, h.mustApply(fsm.CmdIntentCreate, p))
+	return p.UploadKeys()
+}
+
 // step makes the worker upload one changelog blob (two segments) and, on
 // materialize, one base blob truncating its changelog; it returns the ack.
 func (w *worker) step(h *harness, epoch uint64, materialize bool) *fsm.TaskAck {

@@ -115,6 +115,8 @@ type intentPayload struct {
 	Task       string    `json:"task"`
 	Keys       []string  `json:"keys,allownil"`
 	LeaseUntil time.Time `json:"lease_until"`
+	Batch      string    `json:"batch,omitempty"`
+	Count      int       `json:"count,omitempty"`
 }
 
 // mapSlice converts a slice element by element, keeping nil apart from

@@ -772,29 +772,56 @@ func (z *fullManifestPayload) Msgsize() (s int) {
 // MarshalMsg implements msgp.Marshaler
 func (z *intentPayload) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
-	// map header, size 5
-	// string "job"
-	o = append(o, 0x85, 0xa3, 0x6a, 0x6f, 0x62)
-	o = msgp.AppendString(o, z.Job)
-	// string "generation"
-	o = append(o, 0xaa, 0x67, 0x65, 0x6e, 0x65, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e)
-	o = msgp.AppendUint64(o, z.Generation)
-	// string "task"
-	o = append(o, 0xa4, 0x74, 0x61, 0x73, 0x6b)
-	o = msgp.AppendString(o, z.Task)
-	// string "keys"
-	o = append(o, 0xa4, 0x6b, 0x65, 0x79, 0x73)
-	if z.Keys == nil { // allownil: if nil
-		o = msgp.AppendNil(o)
-	} else {
-		o = msgp.AppendArrayHeader(o, uint32(len(z.Keys)))
-		for za0001 := range z.Keys {
-			o = msgp.AppendString(o, z.Keys[za0001])
+	// check for omitted fields
+	zb0001Len := uint32(7)
+	var zb0001Mask uint8 /* 7 bits */
+	_ = zb0001Mask
+	if z.Batch == "" {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Count == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "job"
+		o = append(o, 0xa3, 0x6a, 0x6f, 0x62)
+		o = msgp.AppendString(o, z.Job)
+		// string "generation"
+		o = append(o, 0xaa, 0x67, 0x65, 0x6e, 0x65, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e)
+		o = msgp.AppendUint64(o, z.Generation)
+		// string "task"
+		o = append(o, 0xa4, 0x74, 0x61, 0x73, 0x6b)
+		o = msgp.AppendString(o, z.Task)
+		// string "keys"
+		o = append(o, 0xa4, 0x6b, 0x65, 0x79, 0x73)
+		if z.Keys == nil { // allownil: if nil
+			o = msgp.AppendNil(o)
+		} else {
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Keys)))
+			for za0001 := range z.Keys {
+				o = msgp.AppendString(o, z.Keys[za0001])
+			}
+		}
+		// string "lease_until"
+		o = append(o, 0xab, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x5f, 0x75, 0x6e, 0x74, 0x69, 0x6c)
+		o = msgp.AppendTime(o, z.LeaseUntil)
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "batch"
+			o = append(o, 0xa5, 0x62, 0x61, 0x74, 0x63, 0x68)
+			o = msgp.AppendString(o, z.Batch)
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "count"
+			o = append(o, 0xa5, 0x63, 0x6f, 0x75, 0x6e, 0x74)
+			o = msgp.AppendInt(o, z.Count)
 		}
 	}
-	// string "lease_until"
-	o = append(o, 0xab, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x5f, 0x75, 0x6e, 0x74, 0x69, 0x6c)
-	o = msgp.AppendTime(o, z.LeaseUntil)
 	return
 }
 
@@ -864,6 +891,18 @@ func (z *intentPayload) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "LeaseUntil")
 				return
 			}
+		case "batch":
+			z.Batch, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Batch")
+				return
+			}
+		case "count":
+			z.Count, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Count")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -882,7 +921,7 @@ func (z *intentPayload) Msgsize() (s int) {
 	for za0001 := range z.Keys {
 		s += msgp.StringPrefixSize + len(z.Keys[za0001])
 	}
-	s += 12 + msgp.TimeSize
+	s += 12 + msgp.TimeSize + 6 + msgp.StringPrefixSize + len(z.Batch) + 6 + msgp.IntSize
 	return
 }
 

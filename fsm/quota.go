@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"sync"
@@ -146,6 +147,19 @@ func (t *txn) scanUsage(prefix []byte, strict bool) (map[string]*JobUsage, error
 			jobs[b.Job].add(u)
 		}
 		return true, nil
+	})
+	if err != nil {
+		return jobs, err
+	}
+	// The unused keys of upload batches are intents without records.
+	err = t.scanBatches(func(ub *uploadBatch) error {
+		if n := ub.unused(); n > 0 && bytes.HasPrefix([]byte(ub.key(0)), prefix) {
+			if jobs[ub.Job] == nil {
+				jobs[ub.Job] = &JobUsage{}
+			}
+			jobs[ub.Job].add(JobUsage{Intents: n})
+		}
+		return nil
 	})
 	return jobs, err
 }

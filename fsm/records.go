@@ -132,6 +132,11 @@ type blobRecord struct {
 	// counted is what the record counts in its job's usage as stored
 	// (quota.go): set when it is read, moved when it is written.
 	counted JobUsage `json:"-"`
+	// batch and batchIndex name the upload batch and the key's index in
+	// it of an intent read from a batch (upload_batches.go), which has no
+	// record of its own until it is committed or expires.
+	batch      string `json:"-"`
+	batchIndex int    `json:"-"`
 }
 
 // observation is what the object store reported for a blob after its ack.
@@ -174,4 +179,25 @@ type record struct {
 	Dropped  uint64 `json:"dropped,omitempty"`
 	// CRC32C is the checksum the ack declared for the range (empty: none).
 	CRC32C string `json:"crc32c,omitempty"`
+}
+
+// uploadBatch is the intent of one upload-slot request (intent-create
+// version 4): Count keys of one task directory, held by one lease
+// (upload_batches.go). Its keys have no blob record until an ack commits
+// one (Used) or the lease ends (the unused ones become expired records).
+type uploadBatch struct {
+	// ID is the batch's part of every key: 32 hex digits, the leader's
+	// clock in nanoseconds then 8 random bytes.
+	ID         string    `json:"id"`
+	Job        string    `json:"job"`
+	Task       string    `json:"task,omitempty"`
+	Generation uint64    `json:"generation"`
+	Count      int       `json:"count"`
+	LeaseUntil time.Time `json:"lease_until"`
+	CreatedAt  time.Time `json:"created_at"`
+	// Used has bit i set once an ack committed key i (a bitmap, key 0 in
+	// the lowest bit of the first byte). A used key is never an intent
+	// again, even after its blob record was collected and purged.
+	Used        []byte `json:"used,allownil"`
+	ModifyIndex uint64 `json:"modify_index"`
 }

@@ -1385,3 +1385,154 @@ func (z *record) Msgsize() (s int) {
 	s = 1 + 7 + msgp.Uint64Size + 10 + msgp.Uint64Size + 9 + msgp.Uint64Size + 6 + msgp.Uint64Size + 8 + msgp.Uint64Size + 7 + msgp.StringPrefixSize + len(z.CRC32C)
 	return
 }
+
+// MarshalMsg implements msgp.Marshaler
+func (z *uploadBatch) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(9)
+	var zb0001Mask uint16 /* 9 bits */
+	_ = zb0001Mask
+	if z.Task == "" {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "id"
+		o = append(o, 0xa2, 0x69, 0x64)
+		o = msgp.AppendString(o, z.ID)
+		// string "job"
+		o = append(o, 0xa3, 0x6a, 0x6f, 0x62)
+		o = msgp.AppendString(o, z.Job)
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "task"
+			o = append(o, 0xa4, 0x74, 0x61, 0x73, 0x6b)
+			o = msgp.AppendString(o, z.Task)
+		}
+		// string "generation"
+		o = append(o, 0xaa, 0x67, 0x65, 0x6e, 0x65, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e)
+		o = msgp.AppendUint64(o, z.Generation)
+		// string "count"
+		o = append(o, 0xa5, 0x63, 0x6f, 0x75, 0x6e, 0x74)
+		o = msgp.AppendInt(o, z.Count)
+		// string "lease_until"
+		o = append(o, 0xab, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x5f, 0x75, 0x6e, 0x74, 0x69, 0x6c)
+		o = msgp.AppendTime(o, z.LeaseUntil)
+		// string "created_at"
+		o = append(o, 0xaa, 0x63, 0x72, 0x65, 0x61, 0x74, 0x65, 0x64, 0x5f, 0x61, 0x74)
+		o = msgp.AppendTime(o, z.CreatedAt)
+		// string "used"
+		o = append(o, 0xa4, 0x75, 0x73, 0x65, 0x64)
+		if z.Used == nil { // allownil: if nil
+			o = msgp.AppendNil(o)
+		} else {
+			o = msgp.AppendBytes(o, z.Used)
+		}
+		// string "modify_index"
+		o = append(o, 0xac, 0x6d, 0x6f, 0x64, 0x69, 0x66, 0x79, 0x5f, 0x69, 0x6e, 0x64, 0x65, 0x78)
+		o = msgp.AppendUint64(o, z.ModifyIndex)
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *uploadBatch) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "job":
+			z.Job, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Job")
+				return
+			}
+		case "task":
+			z.Task, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Task")
+				return
+			}
+		case "generation":
+			z.Generation, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Generation")
+				return
+			}
+		case "count":
+			z.Count, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Count")
+				return
+			}
+		case "lease_until":
+			z.LeaseUntil, bts, err = msgp.ReadTimeUTCBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "LeaseUntil")
+				return
+			}
+		case "created_at":
+			z.CreatedAt, bts, err = msgp.ReadTimeUTCBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "CreatedAt")
+				return
+			}
+		case "used":
+			if msgp.IsNil(bts) {
+				bts = bts[1:]
+				z.Used = nil
+			} else {
+				z.Used, bts, err = msgp.ReadBytesBytes(bts, z.Used)
+				if err != nil {
+					err = msgp.WrapError(err, "Used")
+					return
+				}
+				if z.Used == nil {
+					z.Used = make([]byte, 0)
+				}
+			}
+		case "modify_index":
+			z.ModifyIndex, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ModifyIndex")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *uploadBatch) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 4 + msgp.StringPrefixSize + len(z.Job) + 5 + msgp.StringPrefixSize + len(z.Task) + 11 + msgp.Uint64Size + 6 + msgp.IntSize + 12 + msgp.TimeSize + 11 + msgp.TimeSize + 5 + msgp.BytesPrefixSize + len(z.Used) + 13 + msgp.Uint64Size
+	return
+}

@@ -14,7 +14,14 @@ import (
 //   - 1: every record JSON.
 //   - 2: the records of records.go MessagePack (encoding.go); a file of
 //     version 1 is rewritten when it is opened.
-const SchemaVersion = binaryRecordsVersion
+//   - 3: upload batches (upload_batches.go) may hold intents, which a
+//     release before them would not see; a file of version 2 is marked 3
+//     when it is opened (it holds none yet).
+const SchemaVersion = uploadBatchesVersion
+
+// uploadBatchesVersion is the schema version from which upload_batches
+// may hold intents.
+const uploadBatchesVersion = 3
 
 // binaryRecordsVersion is the schema version from which the records of
 // records.go are MessagePack.
@@ -73,6 +80,11 @@ var (
 	// blobUnobserved: key -> empty: live blobs committed by an ack whose
 	// object the leader has not looked at yet.
 	bucketBlobUnobserved = bucket("blob_unobserved")
+	// uploadBatches: batch id -> uploadBatch: the intents of one
+	// upload-slot request, one record for all its keys
+	// (upload_batches.go). Its lease entry in blob_leases is under the
+	// batch's first key.
+	bucketUploadBatches = bucket("upload_batches")
 )
 
 // Manifests stored structurally as lineages of records (lineage.go).
@@ -130,6 +142,7 @@ var allBuckets = []bucket{
 	bucketRecSeq,
 	bucketBlobUnobserved,
 	bucketJobTombstones,
+	bucketUploadBatches,
 }
 
 // optionalFrom is the index in allBuckets of the first bucket added after
@@ -185,6 +198,9 @@ type txn struct {
 	// blobs holds the blob records of the command being applied
 	// (blob_refs.go); nil outside commands.
 	blobs blobCache
+	// batches holds the upload batches of the command being applied
+	// (upload_batches.go); nil outside commands.
+	batches batchCache
 }
 
 func (t *txn) b(name bucket) *bolt.Bucket {
@@ -346,8 +362,14 @@ func initSchema(tx *bolt.Tx) error {
 	if len(raw) != 8 {
 		return fmt.Errorf("fsm: corrupt schema version")
 	}
-	if v := binary.BigEndian.Uint64(raw); v > SchemaVersion {
+	v := binary.BigEndian.Uint64(raw)
+	if v > SchemaVersion {
 		return fmt.Errorf("fsm: data written by schema version %d; this build reads up to %d", v, SchemaVersion)
+	}
+	if v == binaryRecordsVersion {
+		// Version 3 adds the upload batches, which a file of version 2
+		// does not hold: marked, a release before them refuses the file.
+		return meta.Put(metaSchema, u64(uploadBatchesVersion))
 	}
 	return nil
 }

@@ -39,8 +39,9 @@ func wchar() int64 {
 // of the jobs' epochs applied as Raft hands them over, 16 entries a batch.
 // It reports the apply time and the bytes written (pwrite) per ack, with
 // the state machine file committed after every batch and with group
-// commits (commit.go), and with upload keys as the API makes them (time
-// first, blobstore.NewKey) and random, alternating in one run.
+// commits (commit.go), and with upload keys as the API records them (one
+// upload batch per request, upload_batches.go) and as single intents,
+// time first (blobstore.NewKey) and random, alternating in one run.
 //
 //	go test -run '^$' -bench BenchmarkAckState -benchtime 5000x ./fsm/
 func BenchmarkAckState(b *testing.B) {
@@ -50,7 +51,9 @@ func BenchmarkAckState(b *testing.B) {
 	}
 	type shape struct {
 		name string
-		key  func(dir string, n int) string
+		// key makes single intents' keys; nil: upload batches (what the
+		// API records, intent-create version 4).
+		key func(dir string, n int) string
 	}
 	clock := time.Unix(1_800_000_000, 0)
 	for _, p := range []policy{
@@ -59,7 +62,9 @@ func BenchmarkAckState(b *testing.B) {
 		{"group-commit-100ms", fsm.DefaultCommitPolicy},
 	} {
 		for _, k := range []shape{
-			// What the API hands out (blobstore.NewKey): time first.
+			// What the API records: one upload batch per request.
+			{"keys=batches", nil},
+			// Single intents with keys of blobstore.NewKey: time first.
 			{"keys=time-ordered", func(dir string, n int) string {
 				return blobstore.NewKey(dir, clock.Add(time.Duration(n)*time.Microsecond))
 			}},
@@ -124,13 +129,18 @@ func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey fu
 						tk := fmt.Sprintf("t%d", t)
 						slot := job + "/" + tk
 						if len(keys[slot]) < 3 {
-							var ks []string
-							for range 300 {
-								ks = append(ks, newKey(slot, issued))
-								issued++
+							p := fsm.IntentCreate{Job: job, Generation: 1, Task: tk, LeaseUntil: h.now.Add(time.Hour)}
+							if newKey == nil {
+								p.Batch, p.Count = blobstore.NewBatchID(h.now.Add(time.Duration(issued)*time.Microsecond)), 300
+								issued += 300
+							} else {
+								for range 300 {
+									p.Keys = append(p.Keys, newKey(slot, issued))
+									issued++
+								}
 							}
-							add(fsm.CmdIntentCreate, fsm.IntentCreate{Job: job, Generation: 1, Task: tk, Keys: ks, LeaseUntil: h.now.Add(time.Hour)})
-							keys[slot] = ks
+							add(fsm.CmdIntentCreate, p)
+							keys[slot] = p.UploadKeys()
 						}
 						var m fsm.ManifestAck
 						d := &manifests.Delta{}

@@ -505,5 +505,4 @@ func (s *testStore) deleteCalls() [][]string {
 	return slices.Clone(s.calls)
 }
 
-
 func isNotFound(err error) bool { return errors.Is(err, blobstore.ErrNotFound) }
