@@ -80,7 +80,14 @@ func checkForeignBase(t *txn, job string, base *BaseRef) error {
 // store: a key whose first segment is another job, or a blob another job
 // uploaded.
 func foreignKey(t *txn, job, key string) (bool, error) {
-	b, err := t.blob(key)
+	read := t.blob // in a command: read once, for the commit after (blobCache)
+	if t.blobs == nil {
+		// A read outside commands (the API's early check) skips the upload
+		// batches: an unused key of a batch has no record, and its first
+		// segment is its job, like every key the store hands out.
+		read = t.storedBlob
+	}
+	b, err := read(key)
 	if err != nil {
 		return false, err
 	}
