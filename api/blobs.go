@@ -3,14 +3,17 @@ package api
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/gc"
+	"github.com/metastore/metastore/manifests"
 	"github.com/metastore/metastore/wire"
 )
 
@@ -47,14 +50,28 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	if err := p.Validate(); err != nil {
 		return nil, 0, err
 	}
-	if err := s.quotas.admitIntents(job, b.Count, now); err != nil {
-		return nil, 0, err
-	}
-	_, index, err := s.node.Propose(r.Context(), fsm.CmdIntentCreate, &p)
+	signer, index, err := s.slotSigner(&p)
 	if err != nil {
 		return nil, index, err
 	}
-	keys := p.UploadKeys()
+	var signedLease time.Time
+	if signer != nil {
+		signedLease = p.LeaseUntil
+	}
+	if err := s.quotas.admitIntents(job, b.Count, now, signedLease); err != nil {
+		return nil, 0, err
+	}
+	var keys []string
+	if signer != nil {
+		keys = signer.Keys(p.Job, p.Task, p.Generation, p.LeaseUntil, uint16(rand.Uint32()), p.Count)
+		s.metrics.uploadSlots.WithLabelValues("signed").Add(float64(len(keys)))
+	} else {
+		if _, index, err = s.node.Propose(r.Context(), fsm.CmdIntentCreate, &p); err != nil {
+			return nil, index, err
+		}
+		keys = p.UploadKeys()
+		s.metrics.uploadSlots.WithLabelValues("recorded").Add(float64(len(keys)))
+	}
 	out := make([]wire.Upload, 0, len(keys))
 	for _, key := range keys {
 		u := wire.Upload{Key: key, Method: http.MethodPut, ExpiresAt: p.LeaseUntil}
@@ -78,6 +95,47 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		out = append(out, u)
 	}
 	return wire.Uploads{LeaseUntil: p.LeaseUntil, Uploads: out}, index, nil
+}
+
+// slotSigner returns the signer of the upload slots p asks for when they
+// are to be signed slots (fsm/upload_slots.go), handed out with no Raft
+// entry, and nil where they must be recorded instead: while the cluster
+// has no slot key yet, and when the orphan sweep is off (it is what
+// deletes the upload of a signed slot that no ack committed). The job and
+// the attempt are checked on the applied state (the ack checks them
+// again), and p's lease is made unique to the request.
+func (s *Server) slotSigner(p *fsm.IntentCreate) (*fsm.SlotSigner, uint64, error) {
+	if s.cfg.GCOrphanEvery <= 0 {
+		return nil, 0, nil
+	}
+	key, err := s.fsm.SlotKey()
+	if err != nil || key == nil {
+		return nil, 0, err
+	}
+	index, err := s.fsm.CheckUploadSlots(p.Job, p.Generation)
+	if err != nil {
+		return nil, index, err
+	}
+	p.LeaseUntil = s.uniqueLease(p.LeaseUntil)
+	signer := fsm.NewSlotSigner(key)
+	probe := signer.Keys(p.Job, p.Task, p.Generation, p.LeaseUntil, 0, 1)[0]
+	if err := manifests.ValidateKey(probe); err != nil {
+		return nil, index, apiErr(http.StatusBadRequest, wire.CodeInvalid, "task", "%v", err)
+	}
+	return signer, index, nil
+}
+
+// uniqueLease returns lease, or a nanosecond after the last lease this
+// member gave, whichever is later: with the random nonce, two requests
+// never get the same keys.
+func (s *Server) uniqueLease(lease time.Time) time.Time {
+	for {
+		last := s.lastLease.Load()
+		n := max(lease.UnixNano(), last+1)
+		if s.lastLease.CompareAndSwap(last, n) {
+			return time.Unix(0, n).UTC()
+		}
+	}
 }
 
 func pathKey(r *http.Request) (string, error) {

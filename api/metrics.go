@@ -24,6 +24,9 @@ type metrics struct {
 	epochDuration prometheus.Histogram
 	// rejections counts requests refused by a limit (limits.go).
 	rejections *prometheus.CounterVec
+	// uploadSlots counts the upload slots handed out, signed or recorded
+	// (blobs.go).
+	uploadSlots *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, build buildinfo.Info) *metrics {
@@ -41,6 +44,10 @@ func newMetrics(reg prometheus.Registerer, build buildinfo.Info) *metrics {
 			Name: "metastore_http_forwarded_total",
 			Help: "Requests forwarded to the leader, by route.",
 		}, []string{"route"}),
+		uploadSlots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metastore_upload_slots_total",
+			Help: "Upload slots (keys) this member handed out as leader, by kind: signed (no Raft entry) or recorded (an intent-create entry).",
+		}, []string{"kind"}),
 		completed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metastore_epochs_completed_total",
 			Help: "Epochs completed by an ack this member proposed as leader.",
@@ -60,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, build buildinfo.Info) *metrics {
 	})
 	m.rejections = newRejections()
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.forwarded, m.completed, m.ackDelay, m.epochDuration,
+		reg.MustRegister(m.requests, m.latency, m.forwarded, m.uploadSlots, m.completed, m.ackDelay, m.epochDuration,
 			leader.EpochsTimedOut, m.rejections, buildinfo.Collector(build))
 	}
 	return m

@@ -35,6 +35,12 @@ import (
 // (under one lock) until the next read of the state, which already holds
 // it. What a new leader may miss is the commands in flight when
 // leadership moved: at most its predecessor's last proposals.
+//
+// Signed upload slots (fsm/upload_slots.go) have no record to count: the
+// leader tallies the ones it handed out (signedGrant) until an ack
+// commits them or their lease ends. A new leader starts without its
+// predecessor's tally, so a job may hold up to one lease's worth of
+// signed slots beyond the quota after a change of leader.
 
 // usageTTL is how long a read of a job's usage (fsm.JobUsage, counts kept
 // in memory) is reused: the tally of grants since covers the writes the
@@ -48,7 +54,10 @@ type jobQuotas struct {
 	mu    sync.Mutex
 	usage map[string]*jobUsage
 	acks  map[string]*rate.Limiter
-	swept time.Time
+	// signed tallies the signed upload slots handed out, by job and lease
+	// (Unix nanoseconds).
+	signed map[string]map[int64]*signedGrant
+	swept  time.Time
 }
 
 type jobUsage struct {
@@ -56,8 +65,52 @@ type jobUsage struct {
 	at time.Time
 }
 
+// signedGrant is one request's signed upload slots, by their lease (the
+// leader gives every request its own): open until an ack commits them or
+// the lease ends.
+type signedGrant struct {
+	lease time.Time
+	used  []bool
+	open  int
+}
+
 func newJobQuotas(cfg config.Security, f *fsm.FSM) *jobQuotas {
-	return &jobQuotas{cfg: cfg, fsm: f, usage: map[string]*jobUsage{}, acks: map[string]*rate.Limiter{}}
+	return &jobQuotas{cfg: cfg, fsm: f, usage: map[string]*jobUsage{}, acks: map[string]*rate.Limiter{},
+		signed: map[string]map[int64]*signedGrant{}}
+}
+
+// openSigned is the number of the job's signed slots still open at now;
+// it forgets the grants whose lease ended. The caller holds q.mu.
+func (q *jobQuotas) openSigned(job string, now time.Time) int {
+	n := 0
+	for l, g := range q.signed[job] {
+		if !g.lease.After(now) {
+			delete(q.signed[job], l)
+			continue
+		}
+		n += g.open
+	}
+	if len(q.signed[job]) == 0 {
+		delete(q.signed, job)
+	}
+	return n
+}
+
+// commitSigned closes the signed slots an ack of job commits.
+func (q *jobQuotas) commitSigned(job string, m *fsm.ManifestAck) {
+	if m == nil || q.signed[job] == nil {
+		return
+	}
+	for _, b := range m.Blobs {
+		lease, i, ok := fsm.SignedSlotOf(b.Key)
+		if !ok {
+			continue
+		}
+		if g := q.signed[job][lease.UnixNano()]; g != nil && i < len(g.used) && !g.used[i] {
+			g.used[i] = true
+			g.open--
+		}
+	}
 }
 
 // current is the job's usage: a recent scan plus what was granted since.
@@ -75,6 +128,9 @@ func (q *jobQuotas) current(job string, now time.Time) (*jobUsage, error) {
 				delete(q.acks, j)
 			}
 		}
+		for j := range q.signed {
+			q.openSigned(j, now)
+		}
 	}
 	if u, ok := q.usage[job]; ok && now.Sub(u.at) <= usageTTL {
 		return u, nil
@@ -84,8 +140,10 @@ func (q *jobQuotas) current(job string, now time.Time) (*jobUsage, error) {
 	return u, nil
 }
 
-// admitIntents reserves n new upload intents of job, or refuses them.
-func (q *jobQuotas) admitIntents(job string, n int, now time.Time) error {
+// admitIntents reserves n new upload intents of job, or refuses them. A
+// non-zero signed is the lease of the n signed slots the leader is about
+// to hand out; zero, the intents are recorded.
+func (q *jobQuotas) admitIntents(job string, n int, now, signed time.Time) error {
 	if q == nil || (q.cfg.QuotaOpenIntents == 0 && q.cfg.QuotaLiveBytes == 0) {
 		return nil
 	}
@@ -98,11 +156,19 @@ func (q *jobQuotas) admitIntents(job string, n int, now time.Time) error {
 	if lim := q.cfg.QuotaLiveBytes; lim > 0 && u.LiveBytes >= uint64(lim) {
 		return liveBytesExceeded(job, u.LiveBytes, lim)
 	}
-	if lim := q.cfg.QuotaOpenIntents; lim > 0 && u.Intents+n > lim {
+	open := u.Intents + q.openSigned(job, now)
+	if lim := q.cfg.QuotaOpenIntents; lim > 0 && open+n > lim {
 		return &Error{Status: http.StatusInsufficientStorage, Code: wire.CodeQuotaExceeded, Field: "count",
-			Message: fmt.Sprintf("job %q holds %d open upload intents and asks for %d more; --quota-open-intents is %d: commit the uploads with an ack or let their lease expire", job, u.Intents, n, lim)}
+			Message: fmt.Sprintf("job %q holds %d open upload intents and asks for %d more; --quota-open-intents is %d: commit the uploads with an ack or let their lease expire", job, open, n, lim)}
 	}
-	u.Intents += n
+	if signed.IsZero() {
+		u.Intents += n
+		return nil
+	}
+	if q.signed[job] == nil {
+		q.signed[job] = map[int64]*signedGrant{}
+	}
+	q.signed[job][signed.UnixNano()] = &signedGrant{lease: signed, used: make([]bool, n), open: n}
 	return nil
 }
 
@@ -129,6 +195,7 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 					job, strconv.FormatFloat(q.cfg.QuotaAckRate, 'g', -1, 64), q.cfg.QuotaAckBurst, secs)}
 		}
 	}
+	q.commitSigned(job, m)
 	lim := q.cfg.QuotaLiveBytes
 	if lim == 0 || m == nil || len(m.Blobs) == 0 {
 		return nil

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -87,6 +88,9 @@ type Server struct {
 	browser *browserGuard
 	// Per-job quotas (quota.go).
 	quotas *jobQuotas
+	// lastLease is the last lease of signed upload slots, in Unix
+	// nanoseconds (blobs.go).
+	lastLease atomic.Int64
 	// accessLog is nil when off; auditLog always logs (accesslog.go).
 	accessLog *slog.Logger
 	auditLog  *slog.Logger

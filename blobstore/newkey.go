@@ -49,11 +49,13 @@ const windowDigits = 8
 // directory within one time window of 4.3 s share (the directory, "/" and
 // the first digits of the time), and false for a key NewKey did not make.
 // The objects under such a prefix are one directory's uploads of those
-// seconds, which one listing reads (NameLister).
+// seconds, which one listing reads (NameLister). A signed upload slot's
+// name (56 hex digits, its lease's time first; fsm/upload_slots.go) has a
+// window too.
 func TimeWindow(key string) (string, bool) {
 	i := strings.LastIndexByte(key, '/')
 	name := key[i+1:]
-	if i < 0 || len(name) != 2*20 {
+	if i < 0 || (len(name) != 2*20 && len(name) != 56) {
 		return "", false
 	}
 	if _, err := hex.DecodeString(name); err != nil || strings.ToLower(name) != name {

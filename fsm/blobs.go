@@ -296,7 +296,7 @@ func applyBlobsPurge(t *txn, c Command) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if b == nil || b.State != blobGone {
+		if b == nil || b.State != blobGone || !t.purgeable(k) {
 			continue
 		}
 		if b.GoneAt == nil {
@@ -315,11 +315,17 @@ func applyBlobsPurge(t *txn, c Command) (any, error) {
 
 // Reads for the collector.
 
-// Blob returns a blob's record.
+// Blob returns a blob's record (or the intent a signed upload slot
+// reads as until an ack commits it).
 func (f *FSM) Blob(key string) (*wire.Blob, uint64, error) {
 	var out *wire.Blob
 	idx, err := f.view(func(t *txn) error {
 		b, err := t.blob(key)
+		if err == nil && b == nil {
+			// A signed upload slot no ack committed yet reads as the
+			// intent it is (upload_slots.go).
+			b, err = t.signedIntent(key)
+		}
 		if err == nil && b == nil {
 			err = ruleErr(wire.CodeNotFound, "key", "blob %q is not known", key)
 		}
@@ -330,14 +336,17 @@ func (f *FSM) Blob(key string) (*wire.Blob, uint64, error) {
 }
 
 // scanTimeIndex lists up to max keys of a time-ordered index whose time is
-// at or before until.
-func (f *FSM) scanTimeIndex(name bucket, until time.Time, max int) ([]string, error) {
+// at or before until (and, given keep, for which keep is true).
+func (f *FSM) scanTimeIndex(name bucket, until time.Time, max int, keep func(t *txn, key string) bool) ([]string, error) {
 	var out []string
 	_, err := f.viewLatest(func(t *txn) error {
 		c := t.b(name).Cursor()
 		for k, _ := c.First(); k != nil && len(out) < max; k, _ = c.Next() {
 			if len(k) < 8 || int64(binary.BigEndian.Uint64(k[:8])) > until.UnixNano() {
 				break
+			}
+			if keep != nil && !keep(t, string(k[8:])) {
+				continue
 			}
 			out = append(out, string(k[8:]))
 		}
@@ -348,17 +357,18 @@ func (f *FSM) scanTimeIndex(name bucket, until time.Time, max int) ([]string, er
 
 // ExpiredIntents lists intents whose lease ended at or before now.
 func (f *FSM) ExpiredIntents(now time.Time, max int) ([]string, error) {
-	return f.scanTimeIndex(bucketBlobLeases, now, max)
+	return f.scanTimeIndex(bucketBlobLeases, now, max, nil)
 }
 
 // GCCandidates lists blobs unreferenced since at or before until.
 func (f *FSM) GCCandidates(until time.Time, max int) ([]string, error) {
-	return f.scanTimeIndex(bucketGCCandidates, until, max)
+	return f.scanTimeIndex(bucketGCCandidates, until, max, nil)
 }
 
-// GoneBefore lists tombstones of blobs gone at or before until.
+// GoneBefore lists tombstones of blobs gone at or before until that may
+// be purged (a signed slot's only once the cut-off passed its lease).
 func (f *FSM) GoneBefore(until time.Time, max int) ([]string, error) {
-	return f.scanTimeIndex(bucketGCGone, until, max)
+	return f.scanTimeIndex(bucketGCGone, until, max, (*txn).purgeable)
 }
 
 // Deleting lists up to max blobs marked deleting.

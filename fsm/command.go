@@ -41,6 +41,10 @@ const (
 
 	// Deleting a job (jobdelete.go).
 	CmdJobDelete CommandType = 21
+
+	// Signed upload slots (upload_slots.go).
+	CmdSlotKeyInit CommandType = 22
+	CmdSlotCutoff  CommandType = 23
 )
 
 func (t CommandType) String() string {

@@ -98,6 +98,11 @@ func commitBlob(t *txn, bc BlobCommit, now time.Time, strict bool) error {
 			return err
 		}
 		b.batch = ""
+	case b.signed:
+		// A signed slot (upload_slots.go): no record or lease entry
+		// until now.
+		b.signed = false
+		b.CreatedAt = now
 	case b.LeaseUntil == nil:
 		return &corruptError{fmt.Sprintf("blob %q is an upload intent without a lease", bc.Key)}
 	default:

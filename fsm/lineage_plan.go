@@ -92,6 +92,9 @@ func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, m *Ma
 	committing := map[string]BlobCommit{}
 	for _, bc := range m.Blobs {
 		b, err := t.blob(bc.Key)
+		if err == nil && b == nil {
+			b, err = t.signedIntent(bc.Key)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -137,6 +137,9 @@ type blobRecord struct {
 	// record of its own until it is committed or expires.
 	batch      string `json:"-"`
 	batchIndex int    `json:"-"`
+	// signed: an intent read from a signed upload slot
+	// (upload_slots.go), which has no record until an ack commits it.
+	signed bool `json:"-"`
 }
 
 // observation is what the object store reported for a blob after its ack.

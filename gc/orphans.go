@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/metastore/metastore/blobstore"
+	"github.com/metastore/metastore/fsm"
 )
 
 // errEnoughOrphans stops a listing that found MaxOrphansPerSweep orphans.
@@ -13,14 +15,19 @@ var errEnoughOrphans = errors.New("gc: orphan bound reached")
 
 // sweepOrphans lists the store under Prefix and deletes the objects the
 // state machine does not know that are older than OrphanGrace. Keys are
-// only handed out through intents recorded before the upload, so nothing
-// references, or will reference, an unknown key.
+// handed out through intents recorded before the upload, or as signed
+// slots (fsm/upload_slots.go): nothing references, or will reference, an
+// unknown key of the first kind, and an unknown key of the second kind
+// only until its lease is behind the slot cut-off.
 //
-// The order makes a stale view harmless: the listing is taken after a
-// leadership check, and before each Delete the collector confirms its
-// leadership again (so its state machine holds every intent committed
-// before the listing, and so before any listed upload) and only then
-// re-reads which keys are known.
+// The order makes a stale view harmless: the sweep first proposes the
+// cut-off (its clock minus OrphanGrace; once applied, no ack commits a
+// signed slot whose lease ended at or before it), the listing is taken
+// after a leadership check, and before each Delete the collector confirms
+// its leadership again (so its state machine holds every intent, and
+// every ack, committed before the cut-off and the listing) and only then
+// re-reads which keys are known. An object of a signed name is deleted
+// only when its lease is behind the cut-off.
 func (cy *cycle) sweepOrphans(dry bool) error {
 	c := cy.c
 	rep := cy.rep
@@ -35,6 +42,16 @@ func (cy *cycle) sweepOrphans(dry bool) error {
 		return err
 	}
 	cutoff := now.Add(-c.cfg.OrphanGrace)
+	slotCutoff := cutoff
+	if !dry {
+		v, index, err := c.propose(cy.ctx, fsm.CmdSlotCutoff, fsm.SlotCutoff{Until: cutoff})
+		if err != nil {
+			return err
+		}
+		if slotCutoff, _ = v.(time.Time); slotCutoff.IsZero() {
+			return fmt.Errorf("gc: %s at index %d answered %T, want a time", fsm.CmdSlotCutoff, index, v)
+		}
+	}
 	var orphans, pending []blobstore.Info
 	flush := func() error {
 		if len(pending) == 0 {
@@ -57,6 +74,10 @@ func (cy *cycle) sweepOrphans(dry bool) error {
 		// An object of unknown age is left alone; a young one may be an
 		// upload in flight.
 		if info.ModTime.IsZero() || !info.ModTime.Before(cutoff) {
+			return nil
+		}
+		// A signed slot's upload, while an ack may still commit it.
+		if lease, _, ok := fsm.SignedSlotOf(info.Key); ok && lease.After(slotCutoff) {
 			return nil
 		}
 		pending = append(pending, info)

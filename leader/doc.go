@@ -8,6 +8,7 @@
 //   - EpochTimeouts aborts the epochs whose ack timeout has passed.
 //   - AuthBootstrap sets the object-URL signing key and creates the
 //     bootstrap operator token.
+//   - SlotKey sets the key that signs upload slots (fsm/upload_slots.go).
 //
 // The garbage collector (package gc) is the third leader task; it lives in
 // its own package because the API also runs it on demand.

@@ -167,6 +167,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	tasks := map[string]func(ctx context.Context){
 		"epoch-timeout": leader.EpochTimeouts(n, f, logger.With("component", "epoch-timeout")),
 		"gc":            collector.Run,
+		"slot-key":      leader.SlotKey(n, f, logger.With("component", "upload-slots")),
 	}
 	if cfg.Auth {
 		tasks["auth-bootstrap"] = leader.AuthBootstrap(n, f, logger.With("component", "auth"), bootstrapToken)

@@ -134,6 +134,7 @@ func start(t testing.TB, cfg config.Config, l net.Listener, blobDir string, stor
 	tasks := map[string]func(context.Context){
 		"epoch-timeouts": leader.EpochTimeouts(m.Node, f, logger),
 		"gc":             m.GC.Run,
+		"slot-key":       leader.SlotKey(m.Node, f, logger),
 	}
 	if cfg.Auth {
 		// As cmd/metastore serve does: the bootstrap token from its file.
@@ -177,8 +178,8 @@ func (m *Member) Stop() {
 func (m *Member) Running() bool { return m.srv != nil }
 
 // StartSingle starts a single-node store and returns once it is the leader,
-// ready, and its member record is written (tests comparing state hashes
-// must not race with that write).
+// ready, and its member record and upload-slot key are written (tests
+// comparing state hashes must not race with those writes).
 func StartSingle(t testing.TB) *Member {
 	t.Helper()
 	return StartSingleWith(t, nil)
@@ -227,7 +228,18 @@ func startSingleStore(t testing.TB, tweak func(*config.Config), store blobstore.
 		members, err := m.FSM.Members()
 		return err == nil && len(members) == 1 && members[0].HTTPAddr == cfg.HTTPAddr
 	})
+	if leaderTasks {
+		WaitFor(t, 10*time.Second, "upload-slot key", func() bool { return m.hasSlotKey() })
+	}
 	return m
+}
+
+// hasSlotKey reports whether the member applied the key signing upload
+// slots (the leader sets it, leader.SlotKey), after which the API hands
+// out signed slots.
+func (m *Member) hasSlotKey() bool {
+	key, err := m.FSM.SlotKey()
+	return err == nil && key != nil
 }
 
 // StartCluster starts n members sharing one blob directory (as processes on
@@ -280,7 +292,7 @@ func StartClusterLogged(t testing.TB, n int, tweak func(*config.Config), logger 
 			return false
 		}
 		for _, m := range ms {
-			if m.Node.Ready() != nil {
+			if m.Node.Ready() != nil || !m.hasSlotKey() {
 				return false
 			}
 			records := 0
