@@ -18,10 +18,12 @@ import (
 )
 
 // uploadsCreate hands out upload slots: the leader chooses unique keys under
-// the job's prefix, records them as intents with a lease through Raft, and
-// answers where to upload (a presigned URL for S3, this API's object
-// endpoint for a local store). A repeated request gets new keys; the unused
-// ones expire with their lease and are collected.
+// the job's prefix, held as intents with a lease: signed slots
+// (fsm/upload_slots.go), which need no Raft entry, or an upload batch
+// recorded through Raft (slotSigner says which), and answers where to
+// upload (a presigned URL for S3, this API's object endpoint for a local
+// store). A repeated request gets new keys; the unused ones expire with
+// their lease and are collected.
 func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	job, err := pathID(r, "job")
 	if err != nil {
