@@ -201,6 +201,9 @@ type txn struct {
 	// batches holds the upload batches of the command being applied
 	// (upload_batches.go); nil outside commands.
 	batches batchCache
+	// slots checks the MACs of signed upload slots (upload_slots.go);
+	// made at the first one the transaction reads.
+	slots *SlotSigner
 }
 
 func (t *txn) b(name bucket) *bolt.Bucket {

@@ -39,9 +39,10 @@ func wchar() int64 {
 // of the jobs' epochs applied as Raft hands them over, 16 entries a batch.
 // It reports the apply time and the bytes written (pwrite) per ack, with
 // the state machine file committed after every batch and with group
-// commits (commit.go), and with upload keys as the API records them (one
-// upload batch per request, upload_batches.go) and as single intents,
-// time first (blobstore.NewKey) and random, alternating in one run.
+// commits (commit.go), and with upload keys as the API hands them out
+// (signed slots, no entry: upload_slots.go), as it records them without
+// the orphan sweep (one upload batch per request, upload_batches.go) and
+// as single intents, time first (blobstore.NewKey) and random.
 //
 //	go test -run '^$' -bench BenchmarkAckState -benchtime 5000x ./fsm/
 func BenchmarkAckState(b *testing.B) {
@@ -51,9 +52,10 @@ func BenchmarkAckState(b *testing.B) {
 	}
 	type shape struct {
 		name string
-		// key makes single intents' keys; nil: upload batches (what the
-		// API records, intent-create version 4).
-		key func(dir string, n int) string
+		// key makes single intents' keys; nil: upload batches
+		// (intent-create version 4), or signed slots with signed set.
+		key    func(dir string, n int) string
+		signed bool
 	}
 	clock := time.Unix(1_800_000_000, 0)
 	for _, p := range []policy{
@@ -62,23 +64,26 @@ func BenchmarkAckState(b *testing.B) {
 		{"group-commit-100ms", fsm.DefaultCommitPolicy},
 	} {
 		for _, k := range []shape{
-			// What the API records: one upload batch per request.
-			{"keys=batches", nil},
+			// What the API hands out by default: signed slots, no entry.
+			{"keys=signed", nil, true},
+			// What the API records without the orphan sweep: one upload
+			// batch per request.
+			{"keys=batches", nil, false},
 			// Single intents with keys of blobstore.NewKey: time first.
 			{"keys=time-ordered", func(dir string, n int) string {
 				return blobstore.NewKey(dir, clock.Add(time.Duration(n)*time.Microsecond))
-			}},
+			}, false},
 			// Random keys, the shape before NewKey.
 			{"keys=random", func(dir string, _ int) string {
 				return fmt.Sprintf("%s/%016x%016x", dir, rand.Uint64(), rand.Uint64())
-			}},
+			}, false},
 		} {
-			benchAckState(b, p.name+"/"+k.name, p.policy, k.key)
+			benchAckState(b, p.name+"/"+k.name, p.policy, k.key, k.signed)
 		}
 	}
 }
 
-func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey func(dir string, n int) string) {
+func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey func(dir string, n int) string, signed bool) {
 	{
 		p := struct{ policy fsm.CommitPolicy }{policy}
 		b.Run(name, func(b *testing.B) {
@@ -97,6 +102,10 @@ func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey fu
 					specs = append(specs, task(b, fmt.Sprintf("t%d", t), "state", "incremental"))
 				}
 				h.start(job, "a1", specs...)
+			}
+			signer := fsm.NewSlotSigner(testSlotKey)
+			if signed {
+				mustOK(b, h.mustApply(fsm.CmdSlotKeyInit, fsm.SlotKeyInit{Key: testSlotKey}))
 			}
 			var batch []*raft.Log
 			flush := func() {
@@ -128,7 +137,10 @@ func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey fu
 					for t := range tasks {
 						tk := fmt.Sprintf("t%d", t)
 						slot := job + "/" + tk
-						if len(keys[slot]) < 3 {
+						if len(keys[slot]) < 3 && signed {
+							keys[slot] = signer.Keys(job, tk, 1, h.now.Add(time.Hour+time.Duration(issued)), uint16(issued), 300)
+							issued += 300
+						} else if len(keys[slot]) < 3 {
 							p := fsm.IntentCreate{Job: job, Generation: 1, Task: tk, LeaseUntil: h.now.Add(time.Hour)}
 							if newKey == nil {
 								p.Batch, p.Count = blobstore.NewBatchID(h.now.Add(time.Duration(issued)*time.Microsecond)), 300

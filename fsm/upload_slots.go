@@ -273,11 +273,14 @@ func (t *txn) signedIntent(key string) (*blobRecord, error) {
 	if !ok {
 		return nil, nil
 	}
-	slotKey := t.b(bucketMeta).Get(metaSlotKey)
-	if slotKey == nil {
-		return nil, nil
+	if t.slots == nil {
+		slotKey := t.b(bucketMeta).Get(metaSlotKey)
+		if slotKey == nil {
+			return nil, nil
+		}
+		t.slots = NewSlotSigner(slotKey)
 	}
-	want := hex.EncodeToString(NewSlotSigner(slotKey).sum(s.job, s.task, []byte(s.fields)))
+	want := hex.EncodeToString(t.slots.sum(s.job, s.task, []byte(s.fields)))
 	if !hmac.Equal([]byte(want), []byte(s.mac)) {
 		return nil, nil
 	}

@@ -265,7 +265,12 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 			"--gc-grace", s.opts.GCGrace.String(),
 			"--gc-batch", strconv.Itoa(s.opts.GCBatch),
 			"--gc-rate", strconv.FormatFloat(s.opts.GCRate, 'g', -1, 64),
-			"--gc-orphan-every", "0s",
+			// The orphan sweep stays on, as by default: with it off the
+			// leader records upload slots through Raft instead of
+			// signing them. Each leader sweeps once as it starts (before
+			// Extras.GC's timed cycles); the period keeps it from
+			// sweeping again during a run.
+			"--gc-orphan-every", "24h",
 		}, s.memberFlags()...)
 		p.env = env
 		if err := p.start(); err != nil {
