@@ -21,17 +21,25 @@ func AuthBootstrap(p Proposer, f *fsm.FSM, logger *slog.Logger, bootstrapToken s
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return func(ctx context.Context) {
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-			err := authBootstrapOnce(ctx, p, f, logger, bootstrapToken)
-			if err == nil || ctx.Err() != nil {
-				return
-			}
-			logger.Warn("auth bootstrap failed; retrying", "err", err, "backoff", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
+		untilDone(ctx, logger, "auth bootstrap", func() error {
+			return authBootstrapOnce(ctx, p, f, logger, bootstrapToken)
+		})
+	}
+}
+
+// untilDone runs once until it succeeds or ctx ends, backing off from
+// 100 ms to 5 s between failures, which it logs.
+func untilDone(ctx context.Context, logger *slog.Logger, what string, once func() error) {
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		err := once()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		logger.Warn(what+" failed; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
 		}
 	}
 }

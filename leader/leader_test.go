@@ -172,3 +172,22 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestSlotKey: the task sets the key signing upload slots once; a later
+// run (another term) proposes nothing and keeps it.
+func TestSlotKey(t *testing.T) {
+	p := newProposer(t)
+	leader.SlotKey(p, p.f, nil)(context.Background())
+	key, err := p.f.SlotKey()
+	if err != nil || len(key) != fsm.SlotKeyLen {
+		t.Fatalf("slot key %x, %v", key, err)
+	}
+	n := p.proposed()
+	leader.SlotKey(p, p.f, nil)(context.Background())
+	if p.proposed() != n {
+		t.Fatalf("a second run proposed %d commands", p.proposed()-n)
+	}
+	if again, _ := p.f.SlotKey(); string(again) != string(key) {
+		t.Fatal("a second run changed the slot key")
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"log/slog"
-	"time"
 
 	"github.com/metastore/metastore/fsm"
 )
@@ -19,18 +18,7 @@ func SlotKey(p Proposer, f *fsm.FSM, logger *slog.Logger) func(context.Context) 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return func(ctx context.Context) {
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-			err := slotKeyOnce(ctx, p, f, logger)
-			if err == nil || ctx.Err() != nil {
-				return
-			}
-			logger.Warn("setting the upload-slot key failed; retrying", "err", err, "backoff", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-		}
+		untilDone(ctx, logger, "setting the upload-slot key", func() error { return slotKeyOnce(ctx, p, f, logger) })
 	}
 }
 
