@@ -332,14 +332,24 @@ func (c *Collector) Status() Status {
 	return s
 }
 
-// sweepDue reports whether the periodic orphan sweep is due at now.
+// sweepDue reports whether the periodic orphan sweep is due at now: no
+// sweep in the last OrphanEvery, by this collector or, as the replicated
+// slot cut-off tells (a sweep proposes its clock minus OrphanGrace), by
+// any leader before it. A new leader thus keeps the cluster's schedule
+// rather than list the whole prefix as soon as it leads.
 func (c *Collector) sweepDue(now time.Time) bool {
 	if c.cfg.OrphanEvery <= 0 {
 		return false
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lastSweep.IsZero() || !now.Before(c.lastSweep.Add(c.cfg.OrphanEvery))
+	last := c.lastSweep
+	c.mu.Unlock()
+	if cut, err := c.f.SlotCutoff(); err == nil && !cut.IsZero() {
+		if at := cut.Add(c.cfg.OrphanGrace); at.After(last) {
+			last = at
+		}
+	}
+	return last.IsZero() || !now.Before(last.Add(c.cfg.OrphanEvery))
 }
 
 // propose proposes a collector command (Deps.Propose) and returns its

@@ -458,6 +458,18 @@ func TestOrphanSweepSchedule(t *testing.T) {
 	if st := c.Status(); st.LastOrphanSweep == nil || !st.LastOrphanSweep.Equal(e.clock.Now()) {
 		t.Fatalf("last sweep %v", st.LastOrphanSweep)
 	}
+
+	// A new leader keeps the cluster's schedule (the replicated slot
+	// cut-off of the last sweep) instead of sweeping as soon as it leads.
+	e.clock.Advance(30 * time.Minute)
+	next := e.collector(cfg)
+	if rep := e.runOnce(next, RunOptions{}); rep.OrphanSweep {
+		t.Fatal("a new leader swept 30 minutes after the last sweep")
+	}
+	e.clock.Advance(30 * time.Minute)
+	if rep := e.runOnce(next, RunOptions{}); !rep.OrphanSweep {
+		t.Fatal("a new leader did not sweep OrphanEvery after the last sweep")
+	}
 }
 
 func TestDryRunChangesNothing(t *testing.T) {

@@ -21,9 +21,10 @@
 // snapshot thresholds, request body limit) except for the garbage
 // collector, whose grace is short (Options.GCGrace, 2s) and whose periodic
 // cycle is an hour away (Options.GCInterval) so that Extras.GC starts the
-// cycles it times; the orphan sweep runs once at each leader's start (a
-// period of 24h; off, the leader would record upload slots through Raft
-// instead of signing them). Every process gets SIGKILL
+// cycles it times; the orphan sweep runs once, when Start has the cluster
+// ready, and its period of 24h keeps it from running again (off, the
+// leader would record upload slots through Raft instead of signing them).
+// Every process gets SIGKILL
 // when the benchmark's process dies (Linux).
 //
 // # Mapping of the logical operations

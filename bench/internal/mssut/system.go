@@ -267,9 +267,9 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 			"--gc-rate", strconv.FormatFloat(s.opts.GCRate, 'g', -1, 64),
 			// The orphan sweep stays on, as by default: with it off the
 			// leader records upload slots through Raft instead of
-			// signing them. Each leader sweeps once as it starts (before
-			// Extras.GC's timed cycles); the period keeps it from
-			// sweeping again during a run.
+			// signing them. Start sweeps once; the period keeps every
+			// leader from sweeping again during a run (Extras.GC's
+			// timed cycles included).
 			"--gc-orphan-every", "24h",
 		}, s.memberFlags()...)
 		p.env = env
@@ -304,6 +304,18 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 	}
 	if _, err := s.c.PutJob(wctx, "mssut-ready", wire.JobConfig{}); err != nil {
 		return fmt.Errorf("mssut: the leader does not accept writes: %w", err)
+	}
+	// The cluster's first orphan sweep, before any workload: the sweep
+	// schedule is the cluster's (the last sweep's slot cut-off), so no
+	// leader sweeps again within --gc-orphan-every, and no timed GC cycle
+	// lists the bucket.
+	// (Through the client: Start holds s.mu, which onLeader takes.)
+	rep, err := s.c.RunGC(wctx, wire.GCRunOptions{Orphans: true})
+	if err != nil {
+		return fmt.Errorf("mssut: the first orphan sweep: %w", err)
+	}
+	if !rep.OrphanSweep || rep.Error != "" {
+		return fmt.Errorf("mssut: the first orphan sweep did not run: %+v", rep)
 	}
 	return nil
 }
