@@ -31,11 +31,16 @@
 //     confirmed are proposed in CmdBlobsGone.
 //  4. Purge. Tombstones of blobs gone more than TombstoneTTL ago are
 //     forgotten (CmdBlobsPurge).
-//  5. Orphan sweep, every OrphanEvery (or when RunOnce asks): after
-//     VerifyLeader, List(Prefix); objects whose key the state machine does
-//     not know (Known) and whose modification time is older than
-//     OrphanGrace are deleted directly, each batch after VerifyLeader again
-//     and a fresh Known check, right before the Delete.
+//  5. Orphan sweep, every OrphanEvery (or when RunOnce asks), counted from
+//     the last sweep of any leader (the replicated slot cut-off it
+//     proposed): CmdSlotCutoff (its clock minus OrphanGrace; no signed
+//     upload slot whose lease ended by then can be committed after it),
+//     then after VerifyLeader, List(Prefix); objects whose key the state
+//     machine does not know (Known), whose modification time is older
+//     than OrphanGrace and, for a signed slot's name, whose lease is
+//     behind the cut-off, are deleted directly, each batch after
+//     VerifyLeader again and a fresh Known check, right before the
+//     Delete.
 //
 // Run starts with a resume pass (step 2 alone), so a new leader finishes the
 // batches its predecessor left deleting before anything else.
