@@ -2,7 +2,11 @@ package blobstore
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +76,149 @@ func TestDirectPresignMatchesSDK(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// staticCreds is a credentials provider of fixed credentials that can be
+// changed between calls.
+type staticCreds struct{ c aws.Credentials }
+
+func (s *staticCreds) Retrieve(context.Context) (aws.Credentials, error) { return s.c, nil }
+
+// TestSignMatchesSDKSigner: sign, the presigner's own SigV4 code, makes
+// the URL the SDK's signer makes for the same request, byte for byte, over
+// random keys, times (across days), TTLs, regions, hosts (default and
+// other ports, IPv6) and credentials (session tokens and key ids with
+// characters the query escapes).
+func TestSignMatchesSDKSigner(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const keyChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/"
+	const anyChars = keyChars + " +=/%&?~:;,@!*()'\"\\é€"
+	pick := func(chars string, n int) string {
+		r := []rune(chars)
+		var b strings.Builder
+		for range n {
+			b.WriteRune(r[rng.IntN(len(r))])
+		}
+		return b.String()
+	}
+	bases := []string{
+		"http://127.0.0.1:9000/bkt/", "http://127.0.0.1:80/bkt/", "https://s3.example.net:443/b.with.dots/",
+		"https://my-bucket.s3.eu-west-1.amazonaws.com/", "http://[::1]:9000/bkt/", "http://[::1]:80/bkt/pre/",
+	}
+	for i := range 2000 {
+		u, err := url.Parse(bases[i%len(bases)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		creds := aws.Credentials{AccessKeyID: "AKID" + pick(keyChars, rng.IntN(8)), SecretAccessKey: pick(anyChars, 1+rng.IntN(40))}
+		if rng.IntN(2) == 0 {
+			creds.SessionToken = pick(anyChars, 1+rng.IntN(60))
+		}
+		d := newDirectPresigner(&staticCreds{creds}, []string{"us-east-1", "eu-west-1", "ap-south-1"}[rng.IntN(3)])
+		d.now = func() time.Time {
+			return time.Date(2026, 12, 31, 23, 59, 0, 0, time.UTC).Add(time.Duration(rng.Int64N(int64(48 * time.Hour))))
+		}
+		// The template as learnt from a probe URL of that base.
+		probe, _ := url.Parse(u.String() + probeKey)
+		tmpl, err := templateOf(probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.tmpl.Store(tmpl)
+		key := "k" + pick(keyChars, rng.IntN(80))
+		ttl := time.Duration(1+rng.Int64N(int64(MaxPresignTTL/time.Second))) * time.Second
+		at := d.now().UTC()
+		day := at.Format("20060102")
+		sk := &signingKey{secret: creds.SecretAccessKey, day: day, region: d.region, key: deriveSigningKey(creds.SecretAccessKey, day, d.region)}
+		got := sign(tmpl, creds, sk, key, ttl, at)
+		want, hdr, err := sdkPresign(context.Background(), newSDKSigner(), d.region, tmpl, creds, key, ttl, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("%s, key %q, creds %+v:\n got %s\nwant %s", u, key, creds, got, want)
+		}
+		if len(hdr) != 1 || hdr.Get("If-None-Match") != "*" {
+			t.Fatalf("SDK's headers: %v", hdr)
+		}
+	}
+}
+
+// TestPresignFallsBackToSDK: when sign disagrees with the SDK's signer
+// (here: a template with a wrong host), the check made with a new signing
+// key notices, and every URL is the SDK's, the one of the check and all
+// after it; a presigner that agrees is never switched.
+func TestPresignFallsBackToSDK(t *testing.T) {
+	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
+	creds := &staticCreds{aws.Credentials{AccessKeyID: "AK", SecretAccessKey: "SK"}}
+	ctx := context.Background()
+	for _, broken := range []bool{false, true} {
+		d := newDirectPresigner(creds, "us-east-1")
+		d.now = func() time.Time { return at }
+		probe, _ := url.Parse("http://127.0.0.1:9000/bkt/" + probeKey)
+		tmpl, err := templateOf(probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if broken {
+			tmpl.host = "127.0.0.1:9001"
+		}
+		d.tmpl.Store(tmpl)
+		for i := range 3 {
+			key := fmt.Sprintf("job/t/%d", i)
+			got, _, err := d.presignPut(ctx, nil, key, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _, _ := sdkPresign(ctx, newSDKSigner(), d.region, tmpl, creds.c, key, time.Minute, at)
+			if got != want { // broken: the SDK's URL, not sign's
+				t.Fatalf("broken=%v, URL %d:\n got %s\nwant %s", broken, i, got, want)
+			}
+		}
+		if d.sdkOnly.Load() != broken {
+			t.Fatalf("broken=%v: sdkOnly %v", broken, d.sdkOnly.Load())
+		}
+	}
+}
+
+// TestPresignRotatesSigningKey: one presigner through rotating credentials
+// and days gives the SDK's URL every time (the signing key is derived
+// again when the secret, or the day, changes).
+func TestPresignRotatesSigningKey(t *testing.T) {
+	creds := &staticCreds{aws.Credentials{AccessKeyID: "AK1", SecretAccessKey: "SK1"}}
+	at := time.Date(2026, 12, 2, 23, 59, 58, 0, time.UTC)
+	d := newDirectPresigner(creds, "us-east-1")
+	d.now = func() time.Time { return at }
+	probe, _ := url.Parse("http://127.0.0.1:9000/bkt/" + probeKey)
+	tmpl, err := templateOf(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.tmpl.Store(tmpl)
+	ctx := context.Background()
+	for i := range 40 {
+		switch i % 10 {
+		case 3: // the secret rotates, the key id does not
+			creds.c.SecretAccessKey = fmt.Sprintf("SK-%d", i)
+		case 6: // a session token appears or goes
+			creds.c.SessionToken = map[bool]string{true: "", false: "tok"}[creds.c.SessionToken != ""]
+		case 8:
+			at = at.Add(time.Second) // across midnight now and then
+		}
+		key := fmt.Sprintf("job/t/%d", i)
+		got, _, err := d.presignPut(ctx, nil, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A new SDK signer each time: the SDK's caches its derived key by
+		// access key id, and would sign with the old secret here.
+		want, _, _ := sdkPresign(ctx, newSDKSigner(), d.region, tmpl, creds.c, key, time.Minute, at.UTC())
+		if got != want {
+			t.Fatalf("call %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+	if d.sdkOnly.Load() {
+		t.Fatal("fell back to the SDK's signer")
 	}
 }
