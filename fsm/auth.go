@@ -254,10 +254,13 @@ func (t *txn) token(accessor string) (*tokenRecord, error) {
 }
 
 // TokenByHash finds the token whose secret hashes to hash (wire.TokenHash);
-// nil when there is none.
+// nil when there is none. It reads every applied entry (a revocation
+// applied here counts at once) without committing the open transaction
+// (viewLatest): it runs for every authenticated request, and a commit for
+// each would undo the state file's group commits.
 func (f *FSM) TokenByHash(hash string) (*wire.Token, error) {
 	var out *wire.Token
-	_, err := f.view(func(t *txn) error {
+	_, err := f.viewLatest(func(t *txn) error {
 		acc := t.b(bucketAuth).Get(append(authHashPrefix, hash...))
 		if acc == nil {
 			return nil
@@ -285,10 +288,11 @@ func (f *FSM) Tokens() ([]wire.Token, uint64, error) {
 	return out, idx, err
 }
 
-// URLKey is the object-URL signing key; nil until URLKeyInit set it.
+// URLKey is the object-URL signing key; nil until URLKeyInit set it. It
+// commits nothing (viewLatest), as TokenByHash.
 func (f *FSM) URLKey() ([]byte, error) {
 	var out []byte
-	_, err := f.view(func(t *txn) error {
+	_, err := f.viewLatest(func(t *txn) error {
 		if k := t.b(bucketAuth).Get(authURLKey); k != nil {
 			out = append([]byte(nil), k...)
 		}

@@ -316,7 +316,10 @@ func (f *FSM) readOpen(fn func(t *txn) error) (uint64, bool, error) {
 // for the bounded scans of the leader's loops (at most a batch of keys
 // from one index bucket): before it, each of their passes committed the
 // open transaction first (view), and those commits were half of the
-// leader's commit cost at 64 acking workers.
+// leader's commit cost at 64 acking workers; and for the point reads of
+// a request's path (the token of an authenticated request, the slot and
+// URL keys, an upload-slot call's job check), which would otherwise
+// commit once per request.
 func (f *FSM) viewLatest(fn func(t *txn) error) (uint64, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

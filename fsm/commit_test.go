@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -154,5 +155,51 @@ func TestFollowerCommitsLessOften(t *testing.T) {
 	h.putJob("follower-again", wire.JobConfig{})
 	if got := h.f.CommitStats(); got.Commits != led.Commits {
 		t.Fatal("a member that stopped leading committed at the leader's interval")
+	}
+}
+
+// TestRequestPathReadsDoNotCommit: the point reads made on a request's
+// path (the token of an authenticated request, the URL and slot keys, an
+// upload-slot call's job check) see every applied entry, a revocation at
+// once, without committing the open transaction: with a commit per
+// request, the leader's state file would be committed per request instead
+// of per interval.
+func TestRequestPathReadsDoNotCommit(t *testing.T) {
+	h := newHarness(t)
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
+	h.putJob("j", wire.JobConfig{})
+	h.job("j") // commits it
+	committed, stats := h.f.CommittedIndex(), h.f.CommitStats()
+
+	// All of these are applied to the open transaction only.
+	h.start("j", "a1", task(t, "t", "state"))
+	mustOK(t, h.mustApply(fsm.CmdSlotKeyInit, fsm.SlotKeyInit{Key: testSlotKey}))
+	urlKey := bytes.Repeat([]byte{7}, 32)
+	mustOK(t, h.mustApply(fsm.CmdURLKeyInit, fsm.URLKeyInit{Key: urlKey}))
+	tok := fsm.TokenCreate{Accessor: "0123456789abcdef", Hash: wire.TokenHash("s-w"), Role: wire.RoleWorker, Job: "j"}
+	mustOK(t, h.mustApply(fsm.CmdTokenCreate, tok))
+
+	if _, err := h.f.CheckUploadSlots("j", 1); err != nil {
+		t.Fatalf("CheckUploadSlots of the attempt started in the open transaction: %v", err)
+	}
+	if key, err := h.f.SlotKey(); err != nil || !bytes.Equal(key, testSlotKey) {
+		t.Fatalf("SlotKey = %x, %v", key, err)
+	}
+	if key, err := h.f.URLKey(); err != nil || !bytes.Equal(key, urlKey) {
+		t.Fatalf("URLKey = %x, %v", key, err)
+	}
+	if got, err := h.f.TokenByHash(tok.Hash); err != nil || got == nil || got.Accessor != tok.Accessor {
+		t.Fatalf("TokenByHash = %+v, %v", got, err)
+	}
+	mustOK(t, h.mustApply(fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: tok.Accessor}))
+	if got, err := h.f.TokenByHash(tok.Hash); err != nil || got != nil {
+		t.Fatalf("TokenByHash after the revocation = %+v, %v", got, err)
+	}
+	h.start("j", "a2", task(t, "t", "state"))
+	if _, err := h.f.CheckUploadSlots("j", 1); !errors.Is(err, wire.ErrFenced) {
+		t.Fatalf("CheckUploadSlots of the attempt superseded in the open transaction: %v, want fenced", err)
+	}
+	if got := h.f.CommitStats(); got.Commits != stats.Commits || h.f.CommittedIndex() != committed {
+		t.Fatalf("request-path reads committed: %d commits, committed index %d -> %d", got.Commits-stats.Commits, committed, h.f.CommittedIndex())
 	}
 }
