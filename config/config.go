@@ -80,6 +80,11 @@ type Config struct {
 	// entry (group commit: commands proposed while the previous entry is
 	// being written share the next); 1 proposes every command alone.
 	ApplyBatch int
+	// ApplyInflight is the most batch entries the leader has proposed and
+	// not yet applied at once; commands proposed meanwhile queue and go
+	// together in the next entry, so under load entries grow instead of
+	// multiplying. 0: no bound (an entry whenever Raft takes one).
+	ApplyInflight int
 	// StateCommitInterval is how long the state machine keeps applying
 	// Raft batches to one open transaction of its file before it commits
 	// them together (fsm/commit.go; a read, a snapshot or
@@ -210,6 +215,7 @@ func DefaultConfig() Config {
 		SnapshotRetain:              2,
 		ApplyTimeout:                10 * time.Second,
 		ApplyBatch:                  256,
+		ApplyInflight:               1,
 		StateCommitInterval:         100 * time.Millisecond,
 		StateCommitIntervalFollower: time.Second,
 		StateCommitEntries:          10_000,
@@ -352,6 +358,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ApplyBatch < 1 || c.ApplyBatch > maxApplyBatch {
 		return bad("apply-batch", "%d is not between 1 and %d", c.ApplyBatch, maxApplyBatch)
+	}
+	if c.ApplyInflight < 0 {
+		return bad("apply-inflight", "%d is negative", c.ApplyInflight)
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader-lease-timeout", "%s must not exceed --heartbeat-timeout %s", c.LeaderLeaseTimeout, c.HeartbeatTimeout)

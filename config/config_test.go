@@ -44,6 +44,7 @@ func TestValidateNamesTheSetting(t *testing.T) {
 		{"upload-lease", func(c *Config) { c.UploadLease = time.Millisecond }},
 		{"gc-batch", func(c *Config) { c.GCBatch = 1001 }},
 		{"apply-batch", func(c *Config) { c.ApplyBatch = 0 }},
+		{"apply-inflight", func(c *Config) { c.ApplyInflight = -1 }},
 		{"gc-rate", func(c *Config) { c.GCRate = -1 }},
 		{"log-level", func(c *Config) { c.LogLevel = "loud" }},
 		{"log-format", func(c *Config) { c.LogFormat = "xml" }},

@@ -115,6 +115,9 @@ type Node struct {
 
 	// proposals queue commands for the proposer (propose.go).
 	proposals chan *proposal
+	// inflight holds a token per batch entry proposed and not yet answered
+	// (propose.go); nil: no bound.
+	inflight chan struct{}
 
 	// readyTerm is the term whose leader barrier has completed on this node:
 	// linearizable reads are served only when it equals the current term.
@@ -326,6 +329,9 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.proposals = make(chan *proposal, 4*n.cfg.ApplyBatch)
+	if n.cfg.ApplyInflight > 0 {
+		n.inflight = make(chan struct{}, n.cfg.ApplyInflight)
+	}
 	n.wg.Add(2)
 	go n.runMemberCheck()
 	go n.runProposer()
