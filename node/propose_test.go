@@ -115,4 +115,3 @@ func TestStateRebuiltAfterMachineCrash(t *testing.T) {
 		return hasMember(t, tn2.fsm, "a") && hasMember(t, tn2.fsm, "b") && tn2.fsm.AppliedIndex() >= want
 	})
 }
-
