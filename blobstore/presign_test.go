@@ -145,6 +145,22 @@ func TestSignMatchesSDKSigner(t *testing.T) {
 	}
 }
 
+// loopbackPresigner is a presigner of bucket bkt at 127.0.0.1:9000, path
+// style, in us-east-1, whose clock reads *at; its template is learnt
+// (returned, and shared with it).
+func loopbackPresigner(t *testing.T, creds aws.CredentialsProvider, at *time.Time) (*directPresigner, *presignTemplate) {
+	t.Helper()
+	d := newDirectPresigner(creds, "us-east-1")
+	d.now = func() time.Time { return *at }
+	probe, _ := url.Parse("http://127.0.0.1:9000/bkt/" + probeKey)
+	tmpl, err := templateOf(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.tmpl.Store(tmpl)
+	return &d, tmpl
+}
+
 // TestPresignFallsBackToSDK: when sign disagrees with the SDK's signer
 // (here: a template with a wrong host), the check made with a new signing
 // key notices, and every URL is the SDK's, the one of the check and all
@@ -154,17 +170,10 @@ func TestPresignFallsBackToSDK(t *testing.T) {
 	creds := &staticCreds{aws.Credentials{AccessKeyID: "AK", SecretAccessKey: "SK"}}
 	ctx := context.Background()
 	for _, broken := range []bool{false, true} {
-		d := newDirectPresigner(creds, "us-east-1")
-		d.now = func() time.Time { return at }
-		probe, _ := url.Parse("http://127.0.0.1:9000/bkt/" + probeKey)
-		tmpl, err := templateOf(probe)
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, tmpl := loopbackPresigner(t, creds, &at)
 		if broken {
 			tmpl.host = "127.0.0.1:9001"
 		}
-		d.tmpl.Store(tmpl)
 		for i := range 3 {
 			key := fmt.Sprintf("job/t/%d", i)
 			got, _, err := d.presignPut(ctx, nil, key, time.Minute)
@@ -188,14 +197,7 @@ func TestPresignFallsBackToSDK(t *testing.T) {
 func TestPresignRotatesSigningKey(t *testing.T) {
 	creds := &staticCreds{aws.Credentials{AccessKeyID: "AK1", SecretAccessKey: "SK1"}}
 	at := time.Date(2026, 12, 2, 23, 59, 58, 0, time.UTC)
-	d := newDirectPresigner(creds, "us-east-1")
-	d.now = func() time.Time { return at }
-	probe, _ := url.Parse("http://127.0.0.1:9000/bkt/" + probeKey)
-	tmpl, err := templateOf(probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.tmpl.Store(tmpl)
+	d, tmpl := loopbackPresigner(t, creds, &at)
 	ctx := context.Background()
 	for i := range 40 {
 		switch i % 10 {
