@@ -77,8 +77,9 @@ type Config struct {
 	// and apply before the client is told the outcome is unknown.
 	ApplyTimeout time.Duration
 	// ApplyBatch is the most commands the leader groups into one Raft
-	// entry (group commit: commands proposed while the previous entry is
-	// being written share the next); 1 proposes every command alone.
+	// entry (group commit: commands proposed while earlier entries are in
+	// flight, ApplyInflight, share the next); 1 proposes every command
+	// alone.
 	ApplyBatch int
 	// ApplyInflight is the most batch entries the leader has proposed and
 	// not yet applied at once; commands proposed meanwhile queue and go

@@ -70,7 +70,7 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*intValue)(&c.SnapshotRetain) }},
 	{"apply-timeout", "how long a write waits to commit before its outcome is reported unknown",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.ApplyTimeout) }},
-	{"apply-batch", "most commands grouped into one Raft entry while the previous one is written (1: no grouping)",
+	{"apply-batch", "most commands grouped into one Raft entry: those that arrive while earlier entries are in flight (1: no grouping)",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.ApplyBatch) }},
 	{"apply-inflight", "most grouped Raft entries proposed and not yet applied at once; commands proposed meanwhile wait and go together in the next (0: no bound)",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.ApplyInflight) }},
