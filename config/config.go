@@ -84,7 +84,8 @@ type Config struct {
 	// ApplyInflight is the most batch entries the leader has proposed and
 	// not yet applied at once; commands proposed meanwhile queue and go
 	// together in the next entry, so under load entries grow instead of
-	// multiplying. 0: no bound (an entry whenever Raft takes one).
+	// multiplying. 0: no bound (an entry whenever Raft takes one); no
+	// bound either with ApplyBatch 1 (no grouping).
 	ApplyInflight int
 	// StateCommitInterval is how long the state machine keeps applying
 	// Raft batches to one open transaction of its file before it commits

@@ -102,3 +102,16 @@ func TestApplyInflightShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyInflightNotWithoutGrouping: with --apply-batch 1 every command
+// is its own entry, and the in-flight bound is off: it would only make
+// the commands wait for each other.
+func TestApplyInflightNotWithoutGrouping(t *testing.T) {
+	n := startLeader(t, func(c *config.Config) { c.ApplyInflight, c.ApplyBatch = 1, 1 })
+	if n.inflight != nil {
+		t.Fatal("an in-flight bound with --apply-batch 1")
+	}
+	if _, errs := proposeMembers(n, "b", 4); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+}

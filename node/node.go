@@ -329,7 +329,9 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.proposals = make(chan *proposal, 4*n.cfg.ApplyBatch)
-	if n.cfg.ApplyInflight > 0 {
+	if n.cfg.ApplyInflight > 0 && n.cfg.ApplyBatch > 1 {
+		// With no grouping (--apply-batch 1) a bound would only make the
+		// commands wait for each other.
 		n.inflight = make(chan struct{}, n.cfg.ApplyInflight)
 	}
 	n.wg.Add(2)

@@ -72,7 +72,7 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.ApplyTimeout) }},
 	{"apply-batch", "most commands grouped into one Raft entry: those that arrive while earlier entries are in flight (1: no grouping)",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.ApplyBatch) }},
-	{"apply-inflight", "most grouped Raft entries proposed and not yet applied at once; commands proposed meanwhile wait and go together in the next (0: no bound)",
+	{"apply-inflight", "most grouped Raft entries proposed and not yet applied at once; commands proposed meanwhile wait and go together in the next (0, or --apply-batch 1: no bound)",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.ApplyInflight) }},
 	{"state-commit-interval", "how long the state machine applies Raft batches to one open transaction before committing them together (reads and snapshots commit earlier; 0: commit every batch)",
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.StateCommitInterval) }},
