@@ -111,7 +111,10 @@ func TestApplyInflightNotWithoutGrouping(t *testing.T) {
 	if n.inflight != nil {
 		t.Fatal("an in-flight bound with --apply-batch 1")
 	}
-	if _, errs := proposeMembers(n, "b", 4); errs[0] != nil {
-		t.Fatal(errs[0])
+	_, errs := proposeMembers(n, "b", 4)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
 	}
 }

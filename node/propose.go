@@ -25,8 +25,8 @@ import (
 // follower append and state-machine batch on every member; with one in
 // flight, the entries carry about four times more commands each (64
 // acking workers: 18 commands an entry against 4.7, 7% more acks per
-// second for 9% less CPU per ack, docs/benchmarks.md). A lone command still goes at once: nothing is in
-// flight to wait for.
+// second for 9% less CPU per ack, docs/benchmarks.md). A lone command
+// still goes at once: nothing is in flight to wait for.
 
 // maxBatchBytes bounds the commands of one batch entry, in bytes; a single
 // larger command is proposed alone.
@@ -171,8 +171,8 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	}
 	n.metrics.observeBatch(len(batch))
 	// The enqueue timeout bounds only the wait for the leader loop to take
-	// the entry; it blocks while Raft writes the previous one, which is
-	// when the queue fills for the next.
+	// the entry (it blocks while Raft writes the previous one). With no
+	// in-flight bound, that wait is when the queue fills for the next.
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	go func() {
 		err := f.Error() // waits for the entry's apply, or its failure
