@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"fmt"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -8,58 +9,78 @@ import (
 	"github.com/metastore/metastore/fsm"
 )
 
-// TestJSONRecordsMigrated: a file of schema version 1 (every record JSON)
-// is rewritten when it is opened: its records of the binary buckets become
-// MessagePack, the file records version 2, and the state hashes as the same
-// state written by this build does, so members whose files have different
-// histories agree. Without the rewrite the hash differs.
+// TestJSONRecordsMigrated: a file of an earlier schema version holds JSON
+// records in the buckets binary only since a later one (version 1: every
+// record; versions 2 and 3: attempts, tasks and acks). It is rewritten
+// when it is opened: those records become MessagePack, the file records
+// the current version, and the state hashes as the same state written by
+// this build does, so members whose files have different histories agree.
+// Without the rewrite the hash differs.
 func TestJSONRecordsMigrated(t *testing.T) {
-	h := newHarness(t)
-	restore, err := fsm.WriteSchema1(h.f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fillEverything(h)
-	restore()
-	if err := h.f.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if v := fsm.SchemaVersionOf(h.f); v != 1 {
-		t.Fatalf("schema version %d before the reopen, want 1", v)
-	}
-	json := 0
-	h.rawView(func(tx *bolt.Tx) {
-		for _, name := range fsm.BinaryBuckets() {
-			_ = tx.Bucket([]byte(name)).ForEach(func(_, v []byte) error {
-				if len(v) > 0 && v[0] == '{' {
-					json++
+	for _, from := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprintf("from-%d", from), func(t *testing.T) {
+			h := newHarness(t)
+			restore, err := fsm.WriteSchema(h.f, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fillEverything(h)
+			restore()
+			if err := h.f.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if v := fsm.SchemaVersionOf(h.f); v != from {
+				t.Fatalf("schema version %d before the reopen, want %d", v, from)
+			}
+			// Every bucket binary since a later version holds JSON, and
+			// only those.
+			migrated := 0
+			h.rawView(func(tx *bolt.Tx) {
+				for name, since := range fsm.BinaryBuckets() {
+					json, binary := 0, 0
+					_ = tx.Bucket([]byte(name)).ForEach(func(_, v []byte) error {
+						if len(v) > 0 && v[0] == '{' {
+							json++
+						} else {
+							binary++
+						}
+						return nil
+					})
+					if since > from {
+						migrated += json
+					}
+					switch {
+					case since > from && binary > 0:
+						t.Errorf("%s: %d MessagePack records in a file of version %d", name, binary, from)
+					case since <= from && json > 0:
+						t.Errorf("%s: %d JSON records in a file of version %d", name, json, from)
+					}
 				}
-				return nil
 			})
-		}
-	})
-	if json == 0 {
-		t.Fatal("the version-1 file holds no JSON record to migrate")
-	}
-	fsm.SetMigrateChunk(t, 3) // several transactions per bucket
-	h.reopen()
-	if v := fsm.SchemaVersionOf(h.f); v != fsm.SchemaVersion {
-		t.Fatalf("schema version %d after the reopen, want %d", v, fsm.SchemaVersion)
-	}
-	h.rawView(func(tx *bolt.Tx) {
-		for _, name := range fsm.BinaryBuckets() {
-			_ = tx.Bucket([]byte(name)).ForEach(func(k, v []byte) error {
-				if len(v) > 0 && v[0] == '{' {
-					t.Errorf("%s/%q is still JSON after the migration", name, k)
+			if migrated == 0 {
+				t.Fatalf("the version-%d file holds no JSON record to migrate", from)
+			}
+			fsm.SetMigrateChunk(t, 3) // several transactions per bucket
+			h.reopen()
+			if v := fsm.SchemaVersionOf(h.f); v != fsm.SchemaVersion {
+				t.Fatalf("schema version %d after the reopen, want %d", v, fsm.SchemaVersion)
+			}
+			h.rawView(func(tx *bolt.Tx) {
+				for name := range fsm.BinaryBuckets() {
+					_ = tx.Bucket([]byte(name)).ForEach(func(k, v []byte) error {
+						if len(v) > 0 && v[0] == '{' {
+							t.Errorf("%s/%q is still JSON after the migration", name, k)
+						}
+						return nil
+					})
 				}
-				return nil
 			})
-		}
-	})
-	if got := h.hash(); got != fillEverythingHash {
-		t.Fatalf("state hash after the migration %s, want %s (the same state written by this build)", got, fillEverythingHash)
+			if got := h.hash(); got != fillEverythingHash {
+				t.Fatalf("state hash after the migration %s, want %s (the same state written by this build)", got, fillEverythingHash)
+			}
+			h.fsck()
+		})
 	}
-	h.fsck()
 }
 
 func (h *harness) rawView(fn func(tx *bolt.Tx)) {

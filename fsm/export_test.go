@@ -138,18 +138,32 @@ func BlobRefs(f *FSM) (map[string]uint64, error) {
 	return out, err
 }
 
+// StoredRecord returns the stored form, in the bucket's encoding, of a
+// record of the named bucket given as JSON.
+func StoredRecord(bucket string, js []byte) ([]byte, error) {
+	z := binaryZero([]byte(bucket))
+	if z == nil {
+		return js, nil
+	}
+	if err := json.Unmarshal(js, z); err != nil {
+		return nil, err
+	}
+	return encodeRecord(z)
+}
+
 // RecordJSON returns a stored record of the named bucket as JSON.
 func RecordJSON(bucket string, raw []byte) ([]byte, error) { return recordJSON([]byte(bucket), raw) }
 
-// WriteSchema1 makes the state machine write its records as schema version
-// 1 did (all JSON, encoding.go) and record version 1 in f's file, until
-// the returned function is called.
-func WriteSchema1(f *FSM) (restore func(), err error) {
-	jsonRecords = true
+// WriteSchema makes the state machine write its records as a file of
+// schema version v held them (JSON in the buckets binary only since a
+// later version, encoding.go) and record version v in f's file, until the
+// returned function is called.
+func WriteSchema(f *FSM, v uint64) (restore func(), err error) {
+	writeSchema = v
 	err = RawUpdate(f, func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(metaSchema, u64(1))
+		return tx.Bucket(bucketMeta).Put(metaSchema, u64(v))
 	})
-	return func() { jsonRecords = false }, err
+	return func() { writeSchema = 0 }, err
 }
 
 // SchemaVersionOf reads the schema version f's file records.
@@ -161,11 +175,12 @@ func SchemaVersionOf(f *FSM) (v uint64) {
 	return v
 }
 
-// BinaryBuckets names the buckets whose records are MessagePack.
-func BinaryBuckets() []string {
-	var out []string
+// BinaryBuckets names the buckets whose records are MessagePack, with
+// the schema version from which they are.
+func BinaryBuckets() map[string]uint64 {
+	out := map[string]uint64{}
 	for _, b := range binaryBuckets {
-		out = append(out, string(b.name))
+		out[string(b.name)] = b.since
 	}
 	return out
 }
@@ -176,8 +191,8 @@ func RawView(f *FSM, fn func(tx *bolt.Tx) error) error {
 	return err
 }
 
-// SetMigrateChunk sets how many records a transaction of the migration to
-// schema version 2 rewrites, until the test ends.
+// SetMigrateChunk sets how many records a transaction of the migration of
+// an older schema version's records rewrites, until the test ends.
 func SetMigrateChunk(t interface{ Cleanup(func()) }, n int) {
 	prev := migrateChunk
 	migrateChunk = n

@@ -119,7 +119,31 @@ func (t *txn) fsck(rep *FsckReport) error {
 	if err := t.fsckBatches(rep); err != nil {
 		return err
 	}
+	if err := t.fsckEncoding(rep); err != nil {
+		return err
+	}
 	return t.fsckJobs(rep)
+}
+
+// fsckEncoding checks that the binary buckets hold no JSON record: Open
+// rewrites those of earlier schema versions (migrateRecords), and a
+// member that kept one would hash its state differently from the others.
+func (t *txn) fsckEncoding(rep *FsckReport) error {
+	for _, b := range binaryBuckets {
+		n := 0
+		if err := t.scan(b.name, nil, func(_, v []byte) (bool, error) {
+			if len(v) > 0 && v[0] == '{' {
+				n++
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		if n > 0 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s holds %d JSON records, which schema version %d stores as MessagePack", b.name, n, b.since))
+		}
+	}
+	return nil
 }
 
 // fsckBatches checks that every upload batch has its lease entry and that

@@ -171,14 +171,14 @@ func openDB(path string, logger *slog.Logger) (*bolt.DB, error) {
 		return nil, err
 	}
 	start := time.Now()
-	n, err := migrateRecords(db)
+	n, from, err := migrateRecords(db)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	if n > 0 && logger != nil {
-		logger.Info("state machine records rewritten in the binary encoding of schema version 2",
-			"file", path, "records", n, "took", time.Since(start).Round(time.Millisecond))
+		logger.Info(fmt.Sprintf("state machine records rewritten in the binary encoding of schema version %d", SchemaVersion),
+			"file", path, "records", n, "from_version", from, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return db, nil
 }

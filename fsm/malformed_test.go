@@ -26,8 +26,7 @@ func TestMalformedRecordsInARestoredState(t *testing.T) {
 	put := func(bucket string, k, v []byte) func(*bolt.Tx) error {
 		return func(tx *bolt.Tx) error { return tx.Bucket([]byte(bucket)).Put(k, v) }
 	}
-	// edit rewrites the record at bucket/key, as JSON (which every reader
-	// accepts, encoding.go).
+	// edit rewrites the record at bucket/key through its JSON form.
 	edit := func(bucket, key string, fn func(map[string]any)) func(*bolt.Tx) error {
 		return func(tx *bolt.Tx) error {
 			b := tx.Bucket([]byte(bucket))
@@ -40,7 +39,11 @@ func TestMalformedRecordsInARestoredState(t *testing.T) {
 				return err
 			}
 			fn(m)
-			raw, err := json.Marshal(m)
+			js, err = json.Marshal(m)
+			if err != nil {
+				return err
+			}
+			raw, err := fsm.StoredRecord(bucket, js)
 			if err != nil {
 				return err
 			}
@@ -61,7 +64,7 @@ func TestMalformedRecordsInARestoredState(t *testing.T) {
 			return b.Put(u64(1), append([]byte(nil), v...))
 		}, "record key"},
 		{"rec_seq key without its sequence", put("rec_seq", append(u64(1), 1, 2), nil), ""},
-		{"attempt key without its generation", put("attempts", []byte("inc\x00ab"), []byte(`{}`)), ""},
+		{"attempt key without its generation", put("attempts", []byte("inc\x00ab"), []byte{0x80}), ""},
 		{"attempt id without a generation", put("attempt_ids", []byte("plain\x00b2"), []byte{1}), ""},
 		{"latest completed epoch without its record", edit("jobs", "inc", func(m map[string]any) { m["latest_completed"] = 99 }), "names epoch 99"},
 		{"retained epoch without its record", edit("jobs", "plain", func(m map[string]any) { m["retained"] = []int{1, 77} }), "names epoch 77"},

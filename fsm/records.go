@@ -20,6 +20,7 @@ package fsm
 //msgp:replace Duration with:int64
 //msgp:replace epochState with:string
 //msgp:replace blobState with:string
+//msgp:replace Caps with:uint8
 
 import "time"
 
@@ -203,4 +204,44 @@ type uploadBatch struct {
 	// again, even after its blob record was collected and purged.
 	Used        []byte `json:"used,allownil"`
 	ModifyIndex uint64 `json:"modify_index"`
+}
+
+// taskRecord is one task of an attempt.
+type taskRecord struct {
+	ID   string `json:"id"`
+	Caps Caps   `json:"capabilities"`
+}
+
+// attemptRecord is one (re)start of a job.
+type attemptRecord struct {
+	Job        string    `json:"job"`
+	Generation uint64    `json:"generation"`
+	AttemptID  string    `json:"attempt_id"`
+	StartedAt  time.Time `json:"started_at"`
+	Tasks      int       `json:"tasks"`
+	Expected   int       `json:"expected"`
+	// ContentHash identifies the attempt's task set, so a retried start is
+	// recognised and a different one with the same id is a conflict.
+	ContentHash string `json:"content_hash"`
+	// RestoredFrom is the checkpoint the attempt resumed from, recorded as
+	// it started (attempt-start version 2): the job's latest completed
+	// epoch at that moment, the one a restore that names no epoch or
+	// savepoint reads; 0 when the job had none (a fresh start). Absent
+	// (nil) for attempts started by an entry of version 1: unknown.
+	RestoredFrom *uint64 `json:"restored_from,omitempty"`
+	Index        uint64  `json:"index"`
+}
+
+// ackRecord is one task's acknowledgement of an epoch.
+type ackRecord struct {
+	Task string    `json:"task"`
+	At   time.Time `json:"at"`
+	// Delay is the time from the epoch's begin to this ack.
+	Delay Duration `json:"delay"`
+	// Sizes holds the inline payload size per kind acknowledged.
+	Sizes       kindSizes `json:"sizes"`
+	ContentHash string    `json:"content_hash"`
+	Index       uint64    `json:"index"`
+	// Lineage holds the task's manifest for this epoch (0: no manifest).
+	Lineage uint64 `json:"lineage,omitempty"`
 }

@@ -9,6 +9,295 @@ import (
 )
 
 // MarshalMsg implements msgp.Marshaler
+func (z *ackRecord) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(7)
+	var zb0001Mask uint8 /* 7 bits */
+	_ = zb0001Mask
+	if z.Lineage == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "task"
+		o = append(o, 0xa4, 0x74, 0x61, 0x73, 0x6b)
+		o = msgp.AppendString(o, z.Task)
+		// string "at"
+		o = append(o, 0xa2, 0x61, 0x74)
+		o = msgp.AppendTime(o, z.At)
+		// string "delay"
+		o = append(o, 0xa5, 0x64, 0x65, 0x6c, 0x61, 0x79)
+		o = msgp.AppendInt64(o, int64(z.Delay))
+		// string "sizes"
+		o = append(o, 0xa5, 0x73, 0x69, 0x7a, 0x65, 0x73)
+		o, err = z.Sizes.MarshalMsg(o)
+		if err != nil {
+			err = msgp.WrapError(err, "Sizes")
+			return
+		}
+		// string "content_hash"
+		o = append(o, 0xac, 0x63, 0x6f, 0x6e, 0x74, 0x65, 0x6e, 0x74, 0x5f, 0x68, 0x61, 0x73, 0x68)
+		o = msgp.AppendString(o, z.ContentHash)
+		// string "index"
+		o = append(o, 0xa5, 0x69, 0x6e, 0x64, 0x65, 0x78)
+		o = msgp.AppendUint64(o, z.Index)
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "lineage"
+			o = append(o, 0xa7, 0x6c, 0x69, 0x6e, 0x65, 0x61, 0x67, 0x65)
+			o = msgp.AppendUint64(o, z.Lineage)
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *ackRecord) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "task":
+			z.Task, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Task")
+				return
+			}
+		case "at":
+			z.At, bts, err = msgp.ReadTimeUTCBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "At")
+				return
+			}
+		case "delay":
+			{
+				var zb0002 int64
+				zb0002, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Delay")
+					return
+				}
+				z.Delay = Duration(zb0002)
+			}
+		case "sizes":
+			bts, err = z.Sizes.UnmarshalMsg(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Sizes")
+				return
+			}
+		case "content_hash":
+			z.ContentHash, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ContentHash")
+				return
+			}
+		case "index":
+			z.Index, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Index")
+				return
+			}
+		case "lineage":
+			z.Lineage, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Lineage")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *ackRecord) Msgsize() (s int) {
+	s = 1 + 5 + msgp.StringPrefixSize + len(z.Task) + 3 + msgp.TimeSize + 6 + msgp.Int64Size + 6 + z.Sizes.Msgsize() + 13 + msgp.StringPrefixSize + len(z.ContentHash) + 6 + msgp.Uint64Size + 8 + msgp.Uint64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *attemptRecord) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(9)
+	var zb0001Mask uint16 /* 9 bits */
+	_ = zb0001Mask
+	if z.RestoredFrom == nil {
+		zb0001Len--
+		zb0001Mask |= 0x80
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "job"
+		o = append(o, 0xa3, 0x6a, 0x6f, 0x62)
+		o = msgp.AppendString(o, z.Job)
+		// string "generation"
+		o = append(o, 0xaa, 0x67, 0x65, 0x6e, 0x65, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e)
+		o = msgp.AppendUint64(o, z.Generation)
+		// string "attempt_id"
+		o = append(o, 0xaa, 0x61, 0x74, 0x74, 0x65, 0x6d, 0x70, 0x74, 0x5f, 0x69, 0x64)
+		o = msgp.AppendString(o, z.AttemptID)
+		// string "started_at"
+		o = append(o, 0xaa, 0x73, 0x74, 0x61, 0x72, 0x74, 0x65, 0x64, 0x5f, 0x61, 0x74)
+		o = msgp.AppendTime(o, z.StartedAt)
+		// string "tasks"
+		o = append(o, 0xa5, 0x74, 0x61, 0x73, 0x6b, 0x73)
+		o = msgp.AppendInt(o, z.Tasks)
+		// string "expected"
+		o = append(o, 0xa8, 0x65, 0x78, 0x70, 0x65, 0x63, 0x74, 0x65, 0x64)
+		o = msgp.AppendInt(o, z.Expected)
+		// string "content_hash"
+		o = append(o, 0xac, 0x63, 0x6f, 0x6e, 0x74, 0x65, 0x6e, 0x74, 0x5f, 0x68, 0x61, 0x73, 0x68)
+		o = msgp.AppendString(o, z.ContentHash)
+		if (zb0001Mask & 0x80) == 0 { // if not omitted
+			// string "restored_from"
+			o = append(o, 0xad, 0x72, 0x65, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x64, 0x5f, 0x66, 0x72, 0x6f, 0x6d)
+			if z.RestoredFrom == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o = msgp.AppendUint64(o, *z.RestoredFrom)
+			}
+		}
+		// string "index"
+		o = append(o, 0xa5, 0x69, 0x6e, 0x64, 0x65, 0x78)
+		o = msgp.AppendUint64(o, z.Index)
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *attemptRecord) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "job":
+			z.Job, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Job")
+				return
+			}
+		case "generation":
+			z.Generation, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Generation")
+				return
+			}
+		case "attempt_id":
+			z.AttemptID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "AttemptID")
+				return
+			}
+		case "started_at":
+			z.StartedAt, bts, err = msgp.ReadTimeUTCBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "StartedAt")
+				return
+			}
+		case "tasks":
+			z.Tasks, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Tasks")
+				return
+			}
+		case "expected":
+			z.Expected, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Expected")
+				return
+			}
+		case "content_hash":
+			z.ContentHash, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ContentHash")
+				return
+			}
+		case "restored_from":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.RestoredFrom = nil
+			} else {
+				if z.RestoredFrom == nil {
+					z.RestoredFrom = new(uint64)
+				}
+				*z.RestoredFrom, bts, err = msgp.ReadUint64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "RestoredFrom")
+					return
+				}
+			}
+		case "index":
+			z.Index, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Index")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *attemptRecord) Msgsize() (s int) {
+	s = 1 + 4 + msgp.StringPrefixSize + len(z.Job) + 11 + msgp.Uint64Size + 11 + msgp.StringPrefixSize + len(z.AttemptID) + 11 + msgp.TimeSize + 6 + msgp.IntSize + 9 + msgp.IntSize + 13 + msgp.StringPrefixSize + len(z.ContentHash) + 14
+	if z.RestoredFrom == nil {
+		s += msgp.NilSize
+	} else {
+		s += msgp.Uint64Size
+	}
+	s += 6 + msgp.Uint64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z *blobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
@@ -1383,6 +1672,71 @@ func (z *record) UnmarshalMsg(bts []byte) (o []byte, err error) {
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *record) Msgsize() (s int) {
 	s = 1 + 7 + msgp.Uint64Size + 10 + msgp.Uint64Size + 9 + msgp.Uint64Size + 6 + msgp.Uint64Size + 8 + msgp.Uint64Size + 7 + msgp.StringPrefixSize + len(z.CRC32C)
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z taskRecord) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 2
+	// string "id"
+	o = append(o, 0x82, 0xa2, 0x69, 0x64)
+	o = msgp.AppendString(o, z.ID)
+	// string "capabilities"
+	o = append(o, 0xac, 0x63, 0x61, 0x70, 0x61, 0x62, 0x69, 0x6c, 0x69, 0x74, 0x69, 0x65, 0x73)
+	o = msgp.AppendUint8(o, uint8(z.Caps))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *taskRecord) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "capabilities":
+			{
+				var zb0002 uint8
+				zb0002, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Caps")
+					return
+				}
+				z.Caps = Caps(zb0002)
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z taskRecord) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 13 + msgp.Uint8Size
 	return
 }
 

@@ -17,7 +17,13 @@ import (
 //   - 3: upload batches (upload_batches.go) may hold intents, which a
 //     release before them would not see; a file of version 2 is marked 3
 //     when it is opened (it holds none yet).
-const SchemaVersion = uploadBatchesVersion
+//   - 4: attempts, tasks and acks MessagePack too; their JSON records in
+//     a file of an earlier version are rewritten when it is opened.
+const SchemaVersion = binaryAcksVersion
+
+// binaryAcksVersion is the schema version from which the attempts', tasks'
+// and acks' records are MessagePack.
+const binaryAcksVersion = 4
 
 // uploadBatchesVersion is the schema version from which upload_batches
 // may hold intents.

@@ -173,7 +173,7 @@ func fillEverythingAndDelete(h *harness) {
 }
 
 // fillEverythingAndDeleteHash is the state hash of fillEverythingAndDelete.
-const fillEverythingAndDeleteHash = "0685da85ed686a8d5458310941fd664c7f3de0b88f1d413c3b477e25647c6ffa"
+const fillEverythingAndDeleteHash = "afc5c921a7099cda5cd342d935ad0916bda4c1d0445bbece44ae12eb72b63e14"
 
 func TestStateHashWithTombstoneIsStable(t *testing.T) {
 	h := newHarness(t)
@@ -497,9 +497,10 @@ func TestRestoreWhileSnapshotHeld(t *testing.T) {
 // allBuckets (fsm/schema.go), never on how the code that declares the
 // buckets is arranged. Schema version 2 changed it (records.go's records
 // became MessagePack), and so did version 3 (the version is a record of
-// the meta bucket, which the hash digests); a file of version 1 hashes to
-// it once opened (TestJSONRecordsMigrated).
-const fillEverythingHash = "82a45c8862502297434656437e1c3dd969df021376b858100d2462dee8692cc6"
+// the meta bucket, which the hash digests) and version 4 (attempts, tasks
+// and acks MessagePack); a file of an earlier version hashes to it once
+// opened (TestJSONRecordsMigrated).
+const fillEverythingHash = "633c39346fbd721f53bb7cdebae0018d1b8a7a7f94d7e00b7fa551a3d5c6c611"
 
 func TestStateHashIsStable(t *testing.T) {
 	h := newHarness(t)
