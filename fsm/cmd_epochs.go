@@ -1,9 +1,6 @@
 package fsm
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -102,24 +99,6 @@ func (p *TaskAck) Validate() error {
 		return p.Manifest.Validate()
 	}
 	return nil
-}
-
-// contentHash identifies the ack's content, so a retried ack is recognised
-// and a different ack for the same slot is a conflict.
-func (p *TaskAck) contentHash() string {
-	h := sha256.New()
-	for _, k := range sortedKinds(p.Payloads) {
-		fmt.Fprintf(h, "%s:%d:", k, len(p.Payloads[k]))
-		h.Write(p.Payloads[k])
-	}
-	if p.Manifest != nil {
-		// The payload was decoded from JSON this build wrote; encoding it
-		// again is deterministic (struct fields in order, slices as sent).
-		raw, _ := json.Marshal(p.Manifest)
-		fmt.Fprintf(h, "manifest:%d:", len(raw))
-		h.Write(raw)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // ackResult is the answer to an ack: the epoch after it, and whether this
