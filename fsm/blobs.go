@@ -316,10 +316,11 @@ func applyBlobsPurge(t *txn, c Command) (any, error) {
 // Reads for the collector.
 
 // Blob returns a blob's record (or the intent a signed upload slot
-// reads as until an ack commits it).
+// reads as until an ack commits it), reading every applied entry without
+// a commit (viewLatest, as the point reads of query.go).
 func (f *FSM) Blob(key string) (*wire.Blob, uint64, error) {
 	var out *wire.Blob
-	idx, err := f.view(func(t *txn) error {
+	idx, err := f.viewLatest(func(t *txn) error {
 		b, err := t.blob(key)
 		if err == nil && b == nil {
 			// A signed upload slot no ack committed yet reads as the

@@ -20,7 +20,9 @@ func TestGroupCommit(t *testing.T) {
 	h := newHarness(t)
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
 	h.putJob("a", wire.JobConfig{})
-	h.job("a") // commits it
+	if err := h.f.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	start := h.f.CommitStats()
 	for i := range 10 {
 		h.putJob("j"+string(rune('a'+i)), wire.JobConfig{})
@@ -31,9 +33,9 @@ func TestGroupCommit(t *testing.T) {
 	if c := h.f.CommittedIndex(); c >= h.f.AppliedIndex() {
 		t.Fatalf("committed index %d with applied %d: nothing should be committed yet", c, h.f.AppliedIndex())
 	}
-	// A read sees them all, committing them in one transaction.
-	if h.job("jj") == nil {
-		t.Fatal("a read misses an applied batch")
+	// A read of a list sees them all, committing them in one transaction.
+	if jobs, _, err := h.f.Jobs(); err != nil || len(jobs) != 11 || jobs[10].ID != "jj" {
+		t.Fatalf("a read misses an applied batch: %d jobs, %v", len(jobs), err)
 	}
 	got := h.f.CommitStats()
 	if got.Commits != start.Commits+1 || got.Entries != start.Entries+10 {
@@ -168,7 +170,9 @@ func TestRequestPathReadsDoNotCommit(t *testing.T) {
 	h := newHarness(t)
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
 	h.putJob("j", wire.JobConfig{})
-	h.job("j") // commits it
+	if err := h.f.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	committed, stats := h.f.CommittedIndex(), h.f.CommitStats()
 
 	// All of these are applied to the open transaction only.
@@ -201,5 +205,44 @@ func TestRequestPathReadsDoNotCommit(t *testing.T) {
 	}
 	if got := h.f.CommitStats(); got.Commits != stats.Commits || h.f.CommittedIndex() != committed {
 		t.Fatalf("request-path reads committed: %d commits, committed index %d -> %d", got.Commits-stats.Commits, committed, h.f.CommittedIndex())
+	}
+}
+
+// TestPointReadsDoNotCommit: the API's point reads of a job (the job, an
+// attempt, an epoch with its acks, a blob) see every applied entry
+// without committing the open transaction: a coordinator polling or
+// blocking on an epoch would otherwise commit the state file once per
+// read (every applied batch wakes a blocking read).
+func TestPointReadsDoNotCommit(t *testing.T) {
+	h := newHarness(t)
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
+	h.putJob("j", wire.JobConfig{})
+	if err := h.f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	committed, stats := h.f.CommittedIndex(), h.f.CommitStats()
+
+	// All of these are applied to the open transaction only.
+	h.start("j", "a1", task(t, "t", "state"), task(t, "u", "state"))
+	h.begin("j", 1, 1)
+	h.ack("j", 1, 1, "t", map[fsm.Kind][]byte{"state": []byte("x")})
+	mustOK(t, h.mustApply(fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 1, Keys: []string{"j/t/k1"}, LeaseUntil: h.now.Add(time.Hour)}))
+
+	for i := range 3 { // polling
+		if j, _, err := h.f.Job("j"); err != nil || j.Generation != 1 || j.LastEpoch != 1 {
+			t.Fatalf("Job, poll %d: %+v, %v", i, j, err)
+		}
+		if a, _, err := h.f.Attempt("j", 0); err != nil || a.Generation != 1 || len(a.TaskList) != 2 {
+			t.Fatalf("Attempt, poll %d: %+v, %v", i, a, err)
+		}
+		if e, _, err := h.f.Epoch("j", 1); err != nil || len(e.Acks) != 1 || len(e.Stragglers) != 1 || e.Stragglers[0] != "u" {
+			t.Fatalf("Epoch, poll %d: %+v, %v", i, e, err)
+		}
+		if b, _, err := h.f.Blob("j/t/k1"); err != nil || b.State != wire.BlobIntent {
+			t.Fatalf("Blob, poll %d: %+v, %v", i, b, err)
+		}
+	}
+	if got := h.f.CommitStats(); got.Commits != stats.Commits || h.f.CommittedIndex() != committed {
+		t.Fatalf("point reads committed: %d commits, committed index %d -> %d", got.Commits-stats.Commits, committed, h.f.CommittedIndex())
 	}
 }

@@ -15,14 +15,21 @@ import (
 	"github.com/metastore/metastore/wire"
 )
 
-// Every read runs in one bbolt read transaction and returns the applied
-// Raft index the answer reflects (Members, kept in memory, is in
-// members.go).
+// Every read runs in one transaction and returns the applied Raft index
+// the answer reflects (Members, kept in memory, is in members.go). The
+// point reads of one job (Job, Attempt, Epoch, and Blob in blobs.go) read
+// every applied entry without committing the open transaction
+// (viewLatest): a worker or coordinator polling an epoch, or blocking on
+// it (every applied batch wakes it), would otherwise commit the state
+// file once per read. They read one record and scan at most one
+// attempt's tasks or one epoch's acks, while the apply waits. Lists and
+// plans, which may read much more, commit first and read a read
+// transaction (view), so the apply goes on meanwhile.
 
 // Job returns a job.
 func (f *FSM) Job(id string) (*wire.Job, uint64, error) {
 	var out *wire.Job
-	idx, err := f.view(func(t *txn) error {
+	idx, err := f.viewLatest(func(t *txn) error {
 		j, err := mustJob(t, id)
 		out = wireJob(j)
 		return err
@@ -50,7 +57,7 @@ func (f *FSM) Jobs() ([]wire.Job, uint64, error) {
 // current attempt.
 func (f *FSM) Attempt(job string, gen uint64) (*wire.AttemptDetail, uint64, error) {
 	var out *wire.AttemptDetail
-	idx, err := f.view(func(t *txn) error {
+	idx, err := f.viewLatest(func(t *txn) error {
 		j, err := mustJob(t, job)
 		if err != nil {
 			return err
@@ -126,7 +133,7 @@ func (f *FSM) Attempts(job string, limit int, withTasks bool) (*wire.AttemptList
 // Epoch returns an epoch with its statistics.
 func (f *FSM) Epoch(job string, n uint64) (*wire.EpochDetail, uint64, error) {
 	var out *wire.EpochDetail
-	idx, err := f.view(func(t *txn) error {
+	idx, err := f.viewLatest(func(t *txn) error {
 		j, err := mustJob(t, job)
 		if err != nil {
 			return err
