@@ -43,7 +43,8 @@ import (
 // took about 10 µs and 78 (BenchmarkS3PresignPut). The SDK's signer stays
 // the reference: each time a signing key is derived (new credentials, a
 // new day) one URL is presigned both ways and compared, and if they
-// differ this presigner uses the SDK's signer from then on (sdkOnly). The
+// differ this presigner uses the SDK's signer from then on (sdkOnly) and
+// tells the store's owner once (S3Config.OnPresignFallback). The
 // tests compare the two byte for byte over many keys, times, TTLs and
 // credentials (TestDirectPresignMatchesSDK, TestSignMatchesSDKSigner).
 type directPresigner struct {
@@ -57,6 +58,8 @@ type directPresigner struct {
 
 	key     atomic.Pointer[signingKey] // the last key derived
 	sdkOnly atomic.Bool                // sign disagreed with the SDK once
+	// onFallback, if set, is called once, when sign first disagrees.
+	onFallback func()
 }
 
 // presignTemplate is what every upload URL of a store shares.
@@ -84,12 +87,13 @@ const probeKey = "metastore-presign-probe"
 // not known when the URL is made.
 const unsignedPayload = "UNSIGNED-PAYLOAD"
 
-func newDirectPresigner(creds aws.CredentialsProvider, region string) directPresigner {
+func newDirectPresigner(creds aws.CredentialsProvider, region string, onFallback func()) directPresigner {
 	return directPresigner{
-		creds:  creds,
-		region: region,
-		signer: newSDKSigner(),
-		now:    time.Now,
+		creds:      creds,
+		region:     region,
+		signer:     newSDKSigner(),
+		now:        time.Now,
+		onFallback: onFallback,
 	}
 }
 
@@ -164,8 +168,8 @@ func (d *directPresigner) presignPut(ctx context.Context, s *S3, key string, ttl
 		if err != nil {
 			return "", nil, err
 		}
-		if mine != sdk {
-			d.sdkOnly.Store(true)
+		if mine != sdk && d.sdkOnly.CompareAndSwap(false, true) && d.onFallback != nil {
+			d.onFallback()
 		}
 		return sdk, h, nil
 	}

@@ -115,7 +115,7 @@ func TestSignMatchesSDKSigner(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			creds.SessionToken = pick(anyChars, 1+rng.IntN(60))
 		}
-		d := newDirectPresigner(&staticCreds{creds}, []string{"us-east-1", "eu-west-1", "ap-south-1"}[rng.IntN(3)])
+		d := newDirectPresigner(&staticCreds{creds}, []string{"us-east-1", "eu-west-1", "ap-south-1"}[rng.IntN(3)], nil)
 		d.now = func() time.Time {
 			return time.Date(2026, 12, 31, 23, 59, 0, 0, time.UTC).Add(time.Duration(rng.Int64N(int64(48 * time.Hour))))
 		}
@@ -150,7 +150,7 @@ func TestSignMatchesSDKSigner(t *testing.T) {
 // (returned, and shared with it).
 func loopbackPresigner(t *testing.T, creds aws.CredentialsProvider, at *time.Time) (*directPresigner, *presignTemplate) {
 	t.Helper()
-	d := newDirectPresigner(creds, "us-east-1")
+	d := newDirectPresigner(creds, "us-east-1", nil)
 	d.now = func() time.Time { return *at }
 	probe, _ := url.Parse("http://127.0.0.1:9000/bkt/" + probeKey)
 	tmpl, err := templateOf(probe)
@@ -163,18 +163,24 @@ func loopbackPresigner(t *testing.T, creds aws.CredentialsProvider, at *time.Tim
 
 // TestPresignFallsBackToSDK: when sign disagrees with the SDK's signer
 // (here: a template with a wrong host), the check made with a new signing
-// key notices, and every URL is the SDK's, the one of the check and all
-// after it; a presigner that agrees is never switched.
+// key notices, every URL is the SDK's, the one of the check and all after
+// it, and the store's owner is told once; a presigner that agrees is never
+// switched, a new day's key included.
 func TestPresignFallsBackToSDK(t *testing.T) {
 	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
 	creds := &staticCreds{aws.Credentials{AccessKeyID: "AK", SecretAccessKey: "SK"}}
 	ctx := context.Background()
 	for _, broken := range []bool{false, true} {
 		d, tmpl := loopbackPresigner(t, creds, &at)
+		fallbacks := 0
+		d.onFallback = func() { fallbacks++ }
 		if broken {
 			tmpl.host = "127.0.0.1:9001"
 		}
 		for i := range 3 {
+			if i == 2 {
+				at = at.Add(24 * time.Hour) // a new day: a new key, checked again
+			}
 			key := fmt.Sprintf("job/t/%d", i)
 			got, _, err := d.presignPut(ctx, nil, key, time.Minute)
 			if err != nil {
@@ -187,6 +193,9 @@ func TestPresignFallsBackToSDK(t *testing.T) {
 		}
 		if d.sdkOnly.Load() != broken {
 			t.Fatalf("broken=%v: sdkOnly %v", broken, d.sdkOnly.Load())
+		}
+		if want := map[bool]int{false: 0, true: 1}[broken]; fallbacks != want {
+			t.Fatalf("broken=%v: the owner was told of the fallback %d times, want %d", broken, fallbacks, want)
 		}
 	}
 }

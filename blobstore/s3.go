@@ -94,6 +94,11 @@ type S3Config struct {
 	ConnectTimeout time.Duration
 	// Observer, if set, is called after every operation.
 	Observer Observer
+	// OnPresignFallback, if set, is called once if the store's own SigV4
+	// presigning ever disagrees with the SDK's signer (presign.go): upload
+	// URLs are presigned by the SDK from then on, about five times the
+	// CPU per URL.
+	OnPresignFallback func()
 }
 
 var bucketNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
@@ -220,7 +225,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	return &S3{
 		client:   client,
 		presign:  s3.NewPresignClient(client),
-		direct:   newDirectPresigner(awsCfg.Credentials, awsCfg.Region),
+		direct:   newDirectPresigner(awsCfg.Credentials, awsCfg.Region, cfg.OnPresignFallback),
 		dhead:    newDirectHead(client),
 		bucket:   cfg.Bucket,
 		prefix:   prefix,

@@ -94,7 +94,8 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, PathStyle: cfg.S3PathStyle,
 		Timeout: cfg.S3Timeout, AttemptTimeout: cfg.S3AttemptTimeout,
 		ConnectTimeout: cfg.S3ConnectTimeout, MaxAttempts: cfg.S3MaxAttempts,
-		Observer: blobstore.Observers(blobstoreObserver(reg), storeHealth.Observe),
+		Observer:          blobstore.Observers(blobstoreObserver(reg), storeHealth.Observe),
+		OnPresignFallback: presignFallback(reg, log),
 	})
 	if err != nil {
 		ln.Close()
@@ -443,6 +444,23 @@ func gcConfig(cfg config.Config) gc.Config {
 		TombstoneTTL: orZero(cfg.GCTombstoneTTL),
 		OrphanGrace:  orZero(cfg.GCOrphanGrace),
 		OrphanEvery:  cfg.GCOrphanEvery,
+	}
+}
+
+// presignFallback reports the store's own SigV4 presigning disagreeing
+// with the SDK's signer (blobstore/presign.go): a gauge that goes to 1 and
+// a warning. Upload URLs stay valid (the SDK signs them from then on), at
+// about five times the CPU per URL.
+func presignFallback(reg prometheus.Registerer, log *slog.Logger) func() {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "metastore_blobstore_presign_sdk_fallback",
+		Help: "1 once the store's own presigning of upload URLs disagreed with the AWS SDK's signer and the SDK signs them instead (slower, still valid); 0 otherwise.",
+	})
+	reg.MustRegister(g)
+	return func() {
+		g.Set(1)
+		log.Warn("upload URL presigning disagreed with the AWS SDK's signer; the SDK presigns them from now on (valid, about five times the CPU per URL): please report it with the S3 endpoint and region",
+			"metric", "metastore_blobstore_presign_sdk_fallback")
 	}
 }
 
