@@ -45,3 +45,44 @@ func TestObservationBatchedWithItsAck(t *testing.T) {
 		t.Fatalf("state after the entries one by one vs after one batch entry:\n%s", d)
 	}
 }
+
+// TestObservationOfObservedBlobKeepsOthers: an observation of a blob no
+// longer waiting to be observed (observed already, or a key without a
+// record) changes nothing: the blobs still waiting, those whose keys sort
+// right after it included, stay in the queue, unobserved.
+func TestObservationOfObservedBlobKeepsOthers(t *testing.T) {
+	h := newHarness(t)
+	keys := []string{"j/t/a", "j/t/b", "j/t/c"}
+	h.putJob("j", wire.JobConfig{})
+	h.start("j", "a1", task(t, "t", "state", "incremental"))
+	h.intents("j", 1, keys...)
+	h.begin("j", 1, 1)
+	var segs []manifests.Segment
+	var blobs []fsm.BlobCommit
+	for i, k := range keys {
+		segs = append(segs, manifests.Segment{Key: k, Offset: 0, Length: 10, FirstSeq: uint64(i + 1), LastSeq: uint64(i + 1)})
+		blobs = append(blobs, fsm.BlobCommit{Key: k, Size: 10})
+	}
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t",
+		Manifest: &fsm.ManifestAck{Blobs: blobs, Delta: &manifests.Delta{AddSegments: segs}}}))
+	observe := func(key string) {
+		t.Helper()
+		mustOK(t, h.mustApply(fsm.CmdBlobsObserved, fsm.BlobsObserved{Blobs: []fsm.BlobObservation{{Key: key, Size: 10, ETag: "e-" + key}}}))
+	}
+	observe("j/t/a")
+	observe("j/t/a")     // again: b, right after it, waits on
+	observe("j/t/a0")    // no record, sorts before b
+	observe("j/t/bzzzz") // no record, sorts before c
+	got, err := h.f.Unobserved(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != "j/t/b" || got[1] != "j/t/c" {
+		t.Fatalf("unobserved after observing a (twice) and two unknown keys: %v, want [j/t/b j/t/c]", got)
+	}
+	for _, k := range keys[1:] {
+		if b, _, err := h.f.Blob(k); err != nil || b.Observed != nil {
+			t.Fatalf("%s: observed %+v (%v) by an observation of another key", k, b, err)
+		}
+	}
+}
