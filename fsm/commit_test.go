@@ -168,12 +168,7 @@ func TestFollowerCommitsLessOften(t *testing.T) {
 // of per interval.
 func TestRequestPathReadsDoNotCommit(t *testing.T) {
 	h := newHarness(t)
-	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
-	h.putJob("j", wire.JobConfig{})
-	if err := h.f.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	committed, stats := h.f.CommittedIndex(), h.f.CommitStats()
+	committed, stats := h.committedJob("j")
 
 	// All of these are applied to the open transaction only.
 	h.start("j", "a1", task(t, "t", "state"))
@@ -215,12 +210,7 @@ func TestRequestPathReadsDoNotCommit(t *testing.T) {
 // read (every applied batch wakes a blocking read).
 func TestPointReadsDoNotCommit(t *testing.T) {
 	h := newHarness(t)
-	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
-	h.putJob("j", wire.JobConfig{})
-	if err := h.f.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	committed, stats := h.f.CommittedIndex(), h.f.CommitStats()
+	committed, stats := h.committedJob("j")
 
 	// All of these are applied to the open transaction only.
 	h.start("j", "a1", task(t, "t", "state"), task(t, "u", "state"))
@@ -245,4 +235,17 @@ func TestPointReadsDoNotCommit(t *testing.T) {
 	if got := h.f.CommitStats(); got.Commits != stats.Commits || h.f.CommittedIndex() != committed {
 		t.Fatalf("point reads committed: %d commits, committed index %d -> %d", got.Commits-stats.Commits, committed, h.f.CommittedIndex())
 	}
+}
+
+// committedJob creates job, commits it, and sets a commit policy under
+// which nothing applied after is committed unless a read commits it; it
+// returns the committed index and the commit counts then.
+func (h *harness) committedJob(job string) (uint64, fsm.CommitStats) {
+	h.t.Helper()
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
+	h.putJob(job, wire.JobConfig{})
+	if err := h.f.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+	return h.f.CommittedIndex(), h.f.CommitStats()
 }
