@@ -29,19 +29,20 @@ var hashBufs = sync.Pool{New: func() any { return new([]byte) }}
 // and a different ack for the same slot is a conflict.
 func (p *TaskAck) contentHash() string {
 	h := sha256.New()
-	var num []byte
+	// hdr is the "name:length:" that precedes each part digested.
+	var hdr []byte
+	part := func(name string, v []byte) {
+		hdr = append(strconv.AppendInt(append(append(hdr[:0], name...), ':'), int64(len(v)), 10), ':')
+		h.Write(hdr)
+		h.Write(v)
+	}
 	for _, k := range sortedKinds(p.Payloads) {
-		num = append(append(append(num[:0], k...), ':'), strconv.Itoa(len(p.Payloads[k]))...)
-		h.Write(append(num, ':'))
-		h.Write(p.Payloads[k])
+		part(string(k), p.Payloads[k])
 	}
 	if p.Manifest != nil {
 		buf := hashBufs.Get().(*[]byte)
-		raw := appendManifestJSON((*buf)[:0], p.Manifest)
-		num = append(strconv.AppendInt(append(num[:0], "manifest:"...), int64(len(raw)), 10), ':')
-		h.Write(num)
-		h.Write(raw)
-		*buf = raw
+		*buf = appendManifestJSON((*buf)[:0], p.Manifest)
+		part("manifest", *buf)
 		hashBufs.Put(buf)
 	}
 	return hex.EncodeToString(h.Sum(nil))
