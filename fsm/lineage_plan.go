@@ -44,7 +44,7 @@ func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, m *Ma
 			return nil, err
 		}
 	}
-	view := lineageView{t: t}
+	view := lineageView{t: t, read: map[recordID]*record{}}
 	switch {
 	case p.head != nil && p.head.Generation == gen:
 		if m.Base != nil {
@@ -134,7 +134,7 @@ func checkReuse(t *txn, p *manifestPlan, view lineageView) error {
 		dropped[b.ID()] = true
 	}
 	check := func(kind byte, ref manifests.Ref) error {
-		r, err := t.record(view.lid, kind, ref)
+		r, err := view.record(kind, ref)
 		if err != nil || r == nil {
 			return err
 		}

@@ -15,6 +15,34 @@ type lineageView struct {
 	t   *txn
 	lid uint64 // 0: the empty manifest
 	at  uint64
+	// read, when not nil, keeps the records the view read (nil: absent).
+	// Planning an ack reads the record of each segment it adds twice (is
+	// it present: manifests.Plan; may its reference be reused:
+	// checkReuse) and writes nothing until it is done, so the second read
+	// costs no seek.
+	read map[recordID]*record
+}
+
+// recordID names a record within a lineage.
+type recordID struct {
+	kind byte
+	ref  manifests.Ref
+}
+
+// record reads a record of the view's lineage (nil: none).
+func (v lineageView) record(kind byte, ref manifests.Ref) (*record, error) {
+	if v.read == nil {
+		return v.t.record(v.lid, kind, ref)
+	}
+	id := recordID{kind, ref}
+	if r, ok := v.read[id]; ok {
+		return r, nil
+	}
+	r, err := v.t.record(v.lid, kind, ref)
+	if err == nil {
+		v.read[id] = r
+	}
+	return r, err
 }
 
 func (v lineageView) present(r *record) bool {
@@ -28,7 +56,7 @@ func (v lineageView) HasSegment(ref manifests.Ref) (bool, error) {
 	if v.lid == 0 {
 		return false, nil
 	}
-	r, err := v.t.record(v.lid, kindSegment, ref)
+	r, err := v.record(kindSegment, ref)
 	if err != nil || r == nil {
 		return false, err
 	}
@@ -60,7 +88,7 @@ func (v lineageView) SegmentsBefore(seq uint64, fn func(manifests.Segment) error
 			return err
 		}
 		for _, ref := range refs {
-			r, err := v.t.record(v.lid, kindSegment, ref)
+			r, err := v.record(kindSegment, ref)
 			if err != nil {
 				return err
 			}

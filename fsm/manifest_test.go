@@ -384,3 +384,31 @@ func TestReusedReferenceRefused(t *testing.T) {
 	h.unpin("r", 1)
 	h.fsck()
 }
+
+// TestBaseAtATruncatedSegmentsReference: a materialization may name as its
+// base the very range of a segment it truncates (a task whose changelog
+// blob becomes its snapshot). A base and a segment are different records,
+// so the base is new to the lineage and the segment is dropped.
+func TestBaseAtATruncatedSegmentsReference(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("m", wire.JobConfig{Retained: 2})
+	h.start("m", "a1", task(t, "t", "state", "incremental"))
+	h.intents("m", 1, "m/t/log")
+	seg := manifests.Segment{Key: "m/t/log", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}
+	h.begin("m", 1, 1)
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "m", Generation: 1, Epoch: 1, Task: "t",
+		Manifest: &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "m/t/log", Size: 10}},
+			Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg}}}}))
+	h.begin("m", 1, 2)
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "m", Generation: 1, Epoch: 2, Task: "t",
+		Manifest: &fsm.ManifestAck{Delta: &manifests.Delta{Materialize: &manifests.Materialization{
+			Bases: []manifests.Base{{Key: "m/t/log", Offset: 0, Length: 10}}, TruncateBefore: 2}}}}))
+	m, _, err := h.f.Manifest("m", 2, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Bases) != 1 || m.Bases[0].ID() != seg.ID() || len(m.Segments) != 0 {
+		t.Fatalf("manifest of epoch 2: %+v", m)
+	}
+	h.fsck()
+}

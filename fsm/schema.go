@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -210,6 +211,8 @@ type txn struct {
 	// slots checks the MACs of signed upload slots (upload_slots.go);
 	// made at the first one the transaction reads.
 	slots *SlotSigner
+	// cutoff is the slot cut-off (upload_slots.go) once read; nil before.
+	cutoff *time.Time
 }
 
 func (t *txn) b(name bucket) *bolt.Bucket {

@@ -119,17 +119,23 @@ func applySlotCutoff(t *txn, c Command) (any, error) {
 		if err := t.b(bucketMeta).Put(metaSlotCutoff, u64(uint64(cur.UnixNano()))); err != nil {
 			return nil, err
 		}
+		t.cutoff = &cur
 	}
 	return cur, nil
 }
 
-// slotCutoff is the highest cut-off applied (zero: none).
+// slotCutoff is the highest cut-off applied (zero: none). The transaction
+// keeps it once read: an ack checks it for each signed slot it commits.
 func (t *txn) slotCutoff() time.Time {
-	raw := t.b(bucketMeta).Get(metaSlotCutoff)
-	if len(raw) != 8 {
-		return time.Time{}
+	if t.cutoff != nil {
+		return *t.cutoff
 	}
-	return time.Unix(0, int64(binary.BigEndian.Uint64(raw))).UTC()
+	var cur time.Time
+	if raw := t.b(bucketMeta).Get(metaSlotCutoff); len(raw) == 8 {
+		cur = time.Unix(0, int64(binary.BigEndian.Uint64(raw))).UTC()
+	}
+	t.cutoff = &cur
+	return cur
 }
 
 // SlotKey returns the key that signs upload slots; nil until one is set.
