@@ -31,9 +31,19 @@ const (
 
 func (r *record) presentAt(e uint64) bool { return r.Added <= e && (r.Dropped == 0 || r.Dropped > e) }
 
-func refSuffix(ref manifests.Ref) []byte {
-	return append(append([]byte(ref.Key), 0), u64(ref.Offset)...)
+// The key builders below allocate each key once, at its length: an ack
+// builds three keys per segment it adds. (bbolt keeps the key slices it
+// is given until the transaction ends, so no buffer is reused.)
+
+// refLen is the length of a reference's suffix: key, zero byte, offset.
+func refLen(ref manifests.Ref) int { return len(ref.Key) + 9 }
+
+func appendRef(b []byte, ref manifests.Ref) []byte {
+	b = append(append(b, ref.Key...), 0)
+	return binary.BigEndian.AppendUint64(b, ref.Offset)
 }
+
+func refSuffix(ref manifests.Ref) []byte { return appendRef(make([]byte, 0, refLen(ref)), ref) }
 
 func parseRefSuffix(b []byte) (manifests.Ref, bool) {
 	i := bytes.IndexByte(b, 0)
@@ -53,18 +63,24 @@ func parseRecordKey(k []byte) (manifests.Ref, bool) {
 }
 
 func recKey(lid uint64, kind byte, ref manifests.Ref) []byte {
-	return append(append(u64(lid), kind), refSuffix(ref)...)
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 9+refLen(ref)), lid)
+	return appendRef(append(b, kind), ref)
 }
 
 func changeKey(lid, epoch uint64, op, kind byte, ref manifests.Ref) []byte {
-	return append(append(append(u64(lid), u64(epoch)...), op, kind), refSuffix(ref)...)
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 18+refLen(ref)), lid)
+	b = binary.BigEndian.AppendUint64(b, epoch)
+	return appendRef(append(b, op, kind), ref)
 }
 
 func seqKey(lid, lastSeq uint64, ref manifests.Ref) []byte {
-	return append(append(u64(lid), u64(lastSeq)...), refSuffix(ref)...)
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16+refLen(ref)), lid)
+	return appendRef(binary.BigEndian.AppendUint64(b, lastSeq), ref)
 }
 
-func headKey(job, task string) []byte { return append(jobPrefix(job), task...) }
+func headKey(job, task string) []byte {
+	return append(append(append(make([]byte, 0, len(job)+1+len(task)), job...), 0), task...)
+}
 
 func (t *txn) lineage(id uint64) (*lineageRecord, error) {
 	var l lineageRecord

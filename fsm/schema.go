@@ -172,20 +172,27 @@ func u64(v uint64) []byte {
 
 // jobPrefix is the key prefix of every record of a job: ids never contain
 // a zero byte, so "a\0" never prefixes a key of job "ab".
-func jobPrefix(job string) []byte { return append([]byte(job), 0) }
+func jobPrefix(job string) []byte { return append(append(make([]byte, 0, len(job)+1), job...), 0) }
 
-func jobNumKey(job string, n uint64) []byte { return append(jobPrefix(job), u64(n)...) }
+// appendJobNum appends job, a zero byte and n.
+func appendJobNum(b []byte, job string, n uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(append(b, job...), 0), n)
+}
+
+func jobNumKey(job string, n uint64) []byte { return appendJobNum(make([]byte, 0, len(job)+9), job, n) }
 
 func taskKey(job string, n uint64, task string) []byte {
-	return append(jobNumKey(job, n), task...)
+	return append(appendJobNum(make([]byte, 0, len(job)+9+len(task)), job, n), task...)
 }
 
 func payloadKey(job string, epoch uint64, task string, k Kind) []byte {
-	return append(append(taskKey(job, epoch, task), 0), k...)
+	b := appendJobNum(make([]byte, 0, len(job)+9+len(task)+1+len(k)), job, epoch)
+	return append(append(append(b, task...), 0), k...)
 }
 
 func deadlineKey(deadlineNanos int64, job string, epoch uint64) []byte {
-	return append(u64(uint64(deadlineNanos)), jobNumKey(job, epoch)...)
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(job)+9), uint64(deadlineNanos))
+	return appendJobNum(b, job, epoch)
 }
 
 // txn wraps a bbolt transaction with typed accessors. Values read are
