@@ -96,6 +96,12 @@ type Config struct {
 	// member follows: a follower's apply is on no client's path, so it
 	// commits less often for less CPU and fewer bytes written.
 	StateCommitIntervalFollower time.Duration
+	// GoGCPercent is the Go garbage collector's heap growth between
+	// collections (the runtime's GOGC). Each ack allocates its decoded
+	// command and records on every member, so the collector's share of
+	// the CPU falls as this rises, for a larger heap. A GOGC in the
+	// process environment takes precedence.
+	GoGCPercent int
 	// StateCommitEntries is the most Raft entries one state machine
 	// commit holds.
 	StateCommitEntries int
@@ -221,6 +227,7 @@ func DefaultConfig() Config {
 		StateCommitInterval:         100 * time.Millisecond,
 		StateCommitIntervalFollower: time.Second,
 		StateCommitEntries:          10_000,
+		GoGCPercent:                 200,
 		RaftLogStore:                RaftLogStoreWAL,
 		RaftWALSegmentSize:          64 << 20,
 		MaxBodyBytes:                1 << 20,
@@ -354,6 +361,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StateCommitIntervalFollower < 0 || c.StateCommitIntervalFollower > 10*time.Second {
 		return bad("state-commit-interval-follower", "%s is not between 0 and 10s", c.StateCommitIntervalFollower)
+	}
+	if c.GoGCPercent < 50 || c.GoGCPercent > 1000 {
+		return bad("go-gc-percent", "%d is not between 50 and 1000", c.GoGCPercent)
 	}
 	if c.StateCommitEntries < 1 {
 		return bad("state-commit-entries", "%d is not positive", c.StateCommitEntries)

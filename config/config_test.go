@@ -46,6 +46,8 @@ func TestValidateNamesTheSetting(t *testing.T) {
 		{"apply-batch", func(c *Config) { c.ApplyBatch = 0 }},
 		{"apply-inflight", func(c *Config) { c.ApplyInflight = -1 }},
 		{"gc-rate", func(c *Config) { c.GCRate = -1 }},
+		{"go-gc-percent", func(c *Config) { c.GoGCPercent = 0 }},
+		{"go-gc-percent", func(c *Config) { c.GoGCPercent = 1001 }},
 		{"log-level", func(c *Config) { c.LogLevel = "loud" }},
 		{"log-format", func(c *Config) { c.LogFormat = "xml" }},
 		{"tls-key-file", func(c *Config) { c.TLSCertFile, c.TLSCAFile = "n1.crt", "ca.crt" }},

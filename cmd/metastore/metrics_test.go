@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -110,4 +111,36 @@ func TestLiveMetrics(t *testing.T) {
 	// up is Prometheus's own series for each scrape.
 	live["up"] = true
 	checkDeployMetricNames(t, live)
+}
+
+// TestGoGCPercent: serve gives Go's collector --go-gc-percent (200 by
+// default), and leaves the environment's GOGC alone when it is set; the
+// runtime's own gauge on /metrics reports which applied.
+func TestGoGCPercent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short mode")
+	}
+	_, inherited := os.LookupEnv("GOGC")
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		extra []string
+		want  string
+	}{
+		{"default", nil, nil, "go_gc_gogc_percent 200\n"},
+		{"flag", nil, []string{"--go-gc-percent", "300"}, "go_gc_gogc_percent 300\n"},
+		{"environment", []string{"GOGC=150"}, []string{"--go-gc-percent", "300"}, "go_gc_gogc_percent 150\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if inherited && tc.env == nil {
+				t.Skip("the test process has GOGC set, which its members inherit")
+			}
+			c := startClusterWith(t, 1, tc.env, tc.extra...)
+			c.leader(30 * time.Second)
+			status, body := clDo("GET", c.procs[0].url("/metrics"), nil)
+			if status != http.StatusOK || !bytes.Contains(body, []byte(tc.want)) {
+				t.Fatalf("GET /metrics: %d, no %q", status, strings.TrimSpace(tc.want))
+			}
+		})
+	}
 }

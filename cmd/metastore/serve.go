@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,17 @@ const (
 
 // serve runs a node with a validated configuration until SIGTERM or SIGINT,
 // and returns the exit status. Logs go to stderr.
+// goGCPercent is the heap growth to give Go's collector
+// (--go-gc-percent), and false when the environment's GOGC chose it
+// already: the runtime read that at start, and an operator who sets it
+// means it.
+func goGCPercent(cfg config.Config, lookupEnv func(string) (string, bool)) (int, bool) {
+	if _, set := lookupEnv("GOGC"); set {
+		return 0, false
+	}
+	return cfg.GoGCPercent, true
+}
+
 func serve(cfg config.Config, stderr io.Writer) int {
 	logger := newLogger(cfg, stderr)
 	defer flushLogger(logger)
@@ -67,6 +79,12 @@ func serve(cfg config.Config, stderr io.Writer) int {
 	if err != nil {
 		log.Error("cannot read a token file", "err", err)
 		return exitFailure
+	}
+
+	if pct, ok := goGCPercent(cfg, os.LookupEnv); ok {
+		debug.SetGCPercent(pct)
+	} else {
+		log.Info("the Go collector's heap growth is the environment's GOGC; --go-gc-percent is not applied", "GOGC", os.Getenv("GOGC"))
 	}
 
 	reg := prometheus.NewRegistry()

@@ -80,6 +80,8 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.StateCommitIntervalFollower) }},
 	{"state-commit-entries", "most Raft entries in one commit of the state machine file",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.StateCommitEntries) }},
+	{"go-gc-percent", "the Go garbage collector's heap growth between collections, in percent (the runtime's GOGC, which takes precedence when set): higher spends less CPU on collection for a larger heap",
+		func(c *config.Config) flag.Value { return (*intValue)(&c.GoGCPercent) }},
 	{"raft-log-store", "Raft log store of a new data directory: wal (segment files, hashicorp/raft-wal) or boltdb (raft.db, hashicorp/raft-boltdb); a directory that holds one keeps it",
 		func(c *config.Config) flag.Value { return (*stringValue)(&c.RaftLogStore) }},
 	{"raft-wal-segment-size", "size in bytes of a segment file of the wal Raft log store, preallocated when created; compacted entries leave the disk a segment at a time",
