@@ -69,7 +69,7 @@ func (t *txn) blob(key string) (*blobRecord, error) {
 }
 
 func (t *txn) storedBlob(key string) (*blobRecord, error) {
-	v := t.b(bucketBlobs).Get([]byte(key))
+	v := t.get(bucketBlobs, []byte(key))
 	if v == nil {
 		return nil, nil
 	}

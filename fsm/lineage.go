@@ -94,7 +94,7 @@ func (t *txn) lineage(id uint64) (*lineageRecord, error) {
 func (t *txn) putLineage(l *lineageRecord) error { return t.putRecord(bucketLineages, u64(l.ID), l) }
 
 func (t *txn) head(job, task string) (uint64, error) {
-	raw := t.b(bucketHeads).Get(headKey(job, task))
+	raw := t.get(bucketHeads, headKey(job, task))
 	if raw == nil {
 		return 0, nil
 	}

@@ -220,6 +220,8 @@ type txn struct {
 	slots *SlotSigner
 	// cutoff is the slot cut-off (upload_slots.go) once read; nil before.
 	cutoff *time.Time
+	// cursors holds a cursor per bucket for point reads (get).
+	cursors map[string]*bolt.Cursor
 }
 
 func (t *txn) b(name bucket) *bolt.Bucket {
@@ -232,8 +234,36 @@ func (t *txn) b(name bucket) *bolt.Bucket {
 	return b
 }
 
+// get is bbolt's Bucket.Get through a cursor the transaction keeps per
+// bucket: Bucket.Get makes a cursor for each call and grows its stack
+// level by level, which was a sixth of the bytes allocated by applying an
+// ack. The cursor only ever seeks (each read starts from the root, as Get
+// does), so writes between reads do not disturb it. Like Get, it answers
+// nil for a key that is absent.
+func (t *txn) get(name bucket, key []byte) []byte {
+	k, v := t.cursor(name).Seek(key)
+	if k == nil || !bytes.Equal(k, key) {
+		return nil
+	}
+	return v
+}
+
+// cursor is the transaction's cursor of a bucket for point reads (get,
+// has); nothing iterates with it.
+func (t *txn) cursor(name bucket) *bolt.Cursor {
+	c := t.cursors[string(name)]
+	if c == nil {
+		c = t.b(name).Cursor()
+		if t.cursors == nil {
+			t.cursors = make(map[string]*bolt.Cursor, 8)
+		}
+		t.cursors[string(name)] = c
+	}
+	return c
+}
+
 func (t *txn) getRecord(name bucket, key []byte, v any) (bool, error) {
-	raw := t.b(name).Get(key)
+	raw := t.get(name, key)
 	if raw == nil {
 		return false, nil
 	}
@@ -258,7 +288,7 @@ func (t *txn) del(name bucket, key []byte) error { return t.b(name).Delete(key) 
 // answers nil within the transaction that put it and an empty slice in
 // later ones, so the answer would depend on how entries were batched.)
 func (t *txn) has(name bucket, key []byte) bool {
-	k, _ := t.b(name).Cursor().Seek(key)
+	k, _ := t.cursor(name).Seek(key)
 	return k != nil && bytes.Equal(k, key)
 }
 
