@@ -107,7 +107,8 @@ var migrateChunk = 10_000
 
 // migrateRecords rewrites, in a file of a schema version before
 // SchemaVersion, the JSON records of the buckets binary since a later
-// version as MessagePack, then records SchemaVersion. A crash in between
+// version as MessagePack, then deletes the buckets of earlier versions
+// and records SchemaVersion, in one transaction. A crash in between
 // leaves a mix, which every reader accepts; the next open goes on where
 // this one stopped. It returns how many records it rewrote and the
 // version the file had.
@@ -119,7 +120,7 @@ func migrateRecords(db *bolt.DB) (int, uint64, error) {
 	}); err != nil {
 		return 0, 0, err
 	}
-	if version >= binaryAcksVersion {
+	if version >= SchemaVersion {
 		return 0, version, nil
 	}
 	total := 0
@@ -173,6 +174,12 @@ func migrateRecords(db *bolt.DB) (int, uint64, error) {
 		}
 	}
 	return total, version, db.Update(func(tx *bolt.Tx) error {
+		// Version 5 keeps no rec_seq index.
+		if tx.Bucket(bucketRecSeq) != nil {
+			if err := tx.DeleteBucket(bucketRecSeq); err != nil {
+				return fmt.Errorf("fsm: delete bucket %s of schema version %d: %w", bucketRecSeq, version, err)
+			}
+		}
 		// A file of version 1 or 2 holds no upload batch (initSchema
 		// marks version 2 as 3 for that reason): with its records
 		// rewritten it is of the current version.

@@ -11,13 +11,14 @@ import (
 
 // TestJSONRecordsMigrated: a file of an earlier schema version holds JSON
 // records in the buckets binary only since a later one (version 1: every
-// record; versions 2 and 3: attempts, tasks and acks). It is rewritten
-// when it is opened: those records become MessagePack, the file records
-// the current version, and the state hashes as the same state written by
-// this build does, so members whose files have different histories agree.
-// Without the rewrite the hash differs.
+// record; versions 2 and 3: attempts, tasks and acks), and, before version
+// 5, the rec_seq index. It is rewritten when it is opened: those records
+// become MessagePack, rec_seq is deleted, the file records the current
+// version, and the state hashes as the same state written by this build
+// does, so members whose files have different histories agree. Without
+// the rewrite the hash differs.
 func TestJSONRecordsMigrated(t *testing.T) {
-	for _, from := range []uint64{1, 2, 3} {
+	for _, from := range []uint64{1, 2, 3, 4} {
 		t.Run(fmt.Sprintf("from-%d", from), func(t *testing.T) {
 			h := newHarness(t)
 			restore, err := fsm.WriteSchema(h.f, from)
@@ -57,8 +58,19 @@ func TestJSONRecordsMigrated(t *testing.T) {
 					}
 				}
 			})
-			if migrated == 0 {
+			if migrated == 0 && from < 4 {
 				t.Fatalf("the version-%d file holds no JSON record to migrate", from)
+			}
+			// This build keeps no rec_seq; a file of an earlier version
+			// has one, with an entry per present segment.
+			if err := fsm.RawUpdate(h.f, func(tx *bolt.Tx) error {
+				b, err := tx.CreateBucket([]byte("rec_seq"))
+				if err != nil {
+					return err
+				}
+				return b.Put([]byte("\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x02e/t/log\x00\x00\x00\x00\x00\x00\x00\x00\x00"), nil)
+			}); err != nil {
+				t.Fatal(err)
 			}
 			fsm.SetMigrateChunk(t, 3) // several transactions per bucket
 			h.reopen()
@@ -66,6 +78,9 @@ func TestJSONRecordsMigrated(t *testing.T) {
 				t.Fatalf("schema version %d after the reopen, want %d", v, fsm.SchemaVersion)
 			}
 			h.rawView(func(tx *bolt.Tx) {
+				if tx.Bucket([]byte("rec_seq")) != nil {
+					t.Errorf("rec_seq is still there after the migration")
+				}
 				for name := range fsm.BinaryBuckets() {
 					_ = tx.Bucket([]byte(name)).ForEach(func(k, v []byte) error {
 						if len(v) > 0 && v[0] == '{' {

@@ -176,9 +176,14 @@ func openDB(path string, logger *slog.Logger) (*bolt.DB, error) {
 		db.Close()
 		return nil, err
 	}
-	if n > 0 && logger != nil {
+	switch {
+	case logger == nil || from >= SchemaVersion:
+	case n > 0:
 		logger.Info(fmt.Sprintf("state machine records rewritten in the binary encoding of schema version %d", SchemaVersion),
 			"file", path, "records", n, "from_version", from, "took", time.Since(start).Round(time.Millisecond))
+	default:
+		logger.Info(fmt.Sprintf("state machine file upgraded to schema version %d", SchemaVersion),
+			"file", path, "from_version", from, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return db, nil
 }

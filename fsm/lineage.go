@@ -73,11 +73,6 @@ func changeKey(lid, epoch uint64, op, kind byte, ref manifests.Ref) []byte {
 	return appendRef(append(b, op, kind), ref)
 }
 
-func seqKey(lid, lastSeq uint64, ref manifests.Ref) []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16+refLen(ref)), lid)
-	return appendRef(binary.BigEndian.AppendUint64(b, lastSeq), ref)
-}
-
 func headKey(job, task string) []byte {
 	return append(append(append(make([]byte, 0, len(job)+1+len(task)), job...), 0), task...)
 }

@@ -146,11 +146,6 @@ func addRecord(t *txn, lid uint64, kind byte, ref manifests.Ref, r *record, epoc
 			return err
 		}
 	}
-	if kind == kindSegment && r.Dropped == 0 {
-		if err := t.b(bucketRecSeq).Put(seqKey(lid, r.LastSeq, ref), nil); err != nil {
-			return err
-		}
-	}
 	return t.addRef(ref.Key)
 }
 
@@ -163,11 +158,6 @@ func dropRecord(t *txn, l *lineageRecord, kind byte, ref manifests.Ref, epoch ui
 	}
 	if r == nil || r.Dropped != 0 {
 		return &corruptError{fmt.Sprintf("lineage %d drops %s, which is not present", l.ID, ref)}
-	}
-	if kind == kindSegment {
-		if err := t.del(bucketRecSeq, seqKey(l.ID, r.LastSeq, ref)); err != nil {
-			return err
-		}
 	}
 	r.Dropped = epoch
 	if !liveIn(l.Epochs, r) {

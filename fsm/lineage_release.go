@@ -36,10 +36,6 @@ func deleteRecord(t *txn, lid uint64, kind byte, ref manifests.Ref, r *record, n
 		if err := t.del(bucketRecChanges, changeKey(lid, r.Dropped, opDrop, kind, ref)); err != nil {
 			return err
 		}
-	} else if kind == kindSegment {
-		if err := t.del(bucketRecSeq, seqKey(lid, r.LastSeq, ref)); err != nil {
-			return err
-		}
 	}
 	return t.dropRef(ref.Key, now)
 }
@@ -103,11 +99,6 @@ func rollback(t *txn, l *lineageRecord, at uint64, now time.Time) error {
 			r.Dropped = 0
 			if err := t.putRecord(bucketRecords, recKey(l.ID, ch.kind, ch.ref), r); err != nil {
 				return err
-			}
-			if ch.kind == kindSegment {
-				if err := t.b(bucketRecSeq).Put(seqKey(l.ID, r.LastSeq, ch.ref), nil); err != nil {
-					return err
-				}
 			}
 		}
 	}

@@ -1,8 +1,6 @@
 package fsm
 
 import (
-	"encoding/binary"
-
 	"github.com/metastore/metastore/manifests"
 )
 
@@ -63,42 +61,12 @@ func (v lineageView) HasSegment(ref manifests.Ref) (bool, error) {
 	return v.present(r), nil
 }
 
+// SegmentsBefore lists the present segments whose last sequence number is
+// below seq (a materialization truncates them), in key order. It reads
+// every present segment of the view: a materialization usually truncates
+// nearly all of them.
 func (v lineageView) SegmentsBefore(seq uint64, fn func(manifests.Segment) error) error {
 	if v.lid == 0 {
-		return nil
-	}
-	if v.at == 0 {
-		// Present segments are indexed by last sequence number.
-		var refs []manifests.Ref
-		err := v.t.scan(bucketRecSeq, u64(v.lid), func(k, _ []byte) (bool, error) {
-			if len(k) < 16 {
-				return false, &corruptError{"rec_seq key"}
-			}
-			if binary.BigEndian.Uint64(k[8:16]) >= seq {
-				return false, nil
-			}
-			ref, ok := parseRefSuffix(k[16:])
-			if !ok {
-				return false, &corruptError{"rec_seq key"}
-			}
-			refs = append(refs, ref)
-			return true, nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, ref := range refs {
-			r, err := v.record(kindSegment, ref)
-			if err != nil {
-				return err
-			}
-			if r == nil {
-				return &corruptError{"rec_seq names a missing record " + ref.String()}
-			}
-			if err := fn(segmentOf(ref, r)); err != nil {
-				return err
-			}
-		}
 		return nil
 	}
 	return v.each(kindSegment, func(ref manifests.Ref, r *record) error {

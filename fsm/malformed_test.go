@@ -63,7 +63,6 @@ func TestMalformedRecordsInARestoredState(t *testing.T) {
 			_, v := b.Cursor().First() // a present record, so readers go on to parse the key
 			return b.Put(u64(1), append([]byte(nil), v...))
 		}, "record key"},
-		{"rec_seq key without its sequence", put("rec_seq", append(u64(1), 1, 2), nil), ""},
 		{"attempt key without its generation", put("attempts", []byte("inc\x00ab"), []byte{0x80}), ""},
 		{"attempt id without a generation", put("attempt_ids", []byte("plain\x00b2"), []byte{1}), ""},
 		{"latest completed epoch without its record", edit("jobs", "inc", func(m map[string]any) { m["latest_completed"] = 99 }), "names epoch 99"},

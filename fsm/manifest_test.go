@@ -412,3 +412,42 @@ func TestBaseAtATruncatedSegmentsReference(t *testing.T) {
 	}
 	h.fsck()
 }
+
+// TestMaterializationTruncatesBelowItsSequence: a materialization drops
+// the present segments whose last sequence number is below its
+// truncate_before, and keeps the one that ends at it, also when an older
+// live checkpoint still holds dropped segments of the lineage.
+func TestMaterializationTruncatesBelowItsSequence(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("m", wire.JobConfig{Retained: 3})
+	h.start("m", "a1", task(t, "t", "state", "incremental"))
+	h.intents("m", 1, "m/t/a", "m/t/b", "m/t/c", "m/t/base")
+	seg := func(key string, first, last uint64) manifests.Segment {
+		return manifests.Segment{Key: key, Offset: 0, Length: 10, FirstSeq: first, LastSeq: last}
+	}
+	ack := func(epoch uint64, m *fsm.ManifestAck) {
+		t.Helper()
+		mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "m", Generation: 1, Epoch: epoch, Task: "t", Manifest: m}))
+	}
+	h.begin("m", 1, 1)
+	ack(1, &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "m/t/a", Size: 10}, {Key: "m/t/b", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg("m/t/a", 1, 1), seg("m/t/b", 2, 3)}}})
+	h.begin("m", 1, 2)
+	ack(2, &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "m/t/c", Size: 10}},
+		Delta: &manifests.Delta{DropSegments: []manifests.Ref{{Key: "m/t/a"}}, AddSegments: []manifests.Segment{seg("m/t/c", 4, 5)}}})
+	h.begin("m", 1, 3)
+	ack(3, &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "m/t/base", Size: 10}},
+		Delta: &manifests.Delta{Materialize: &manifests.Materialization{
+			Bases: []manifests.Base{{Key: "m/t/base", Offset: 0, Length: 10}}, TruncateBefore: 5}}})
+	m, _, err := h.f.Manifest("m", 3, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Segments) != 1 || m.Segments[0].Key != "m/t/c" || len(m.Bases) != 1 {
+		t.Fatalf("manifest of epoch 3: %+v, want m/t/c (last seq 5) and the base", m)
+	}
+	if m, _, err := h.f.Manifest("m", 1, "t"); err != nil || len(m.Segments) != 2 {
+		t.Fatalf("manifest of epoch 1: %+v, %v", m, err)
+	}
+	h.fsck()
+}

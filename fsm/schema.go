@@ -20,7 +20,14 @@ import (
 //     when it is opened (it holds none yet).
 //   - 4: attempts, tasks and acks MessagePack too; their JSON records in
 //     a file of an earlier version are rewritten when it is opened.
-const SchemaVersion = binaryAcksVersion
+//   - 5: no rec_seq index (present segments by last sequence number): a
+//     materialization finds the segments it truncates among the
+//     lineage's present ones. The bucket of a file of an earlier version
+//     is deleted when it is opened.
+const SchemaVersion = noRecSeqVersion
+
+// noRecSeqVersion is the schema version from which rec_seq is gone.
+const noRecSeqVersion = 5
 
 // binaryAcksVersion is the schema version from which the attempts', tasks'
 // and acks' records are MessagePack.
@@ -106,8 +113,16 @@ var (
 	// recChanges: id(8) epoch(8) op(1) kind(1) key \0 offset(8) -> empty:
 	// records by the epoch that added ('a') or dropped ('d') them.
 	bucketRecChanges = bucket("rec_changes")
-	// recSeq: id(8) last seq(8) key \0 offset(8) -> empty: present segments
-	// by last sequence number, for materializations that truncate.
+)
+
+// Buckets of earlier schema versions, deleted when a file of such a
+// version is opened (migrateRecords); nothing else names them.
+var (
+	// recSeq (before version 5): id(8) last seq(8) key \0 offset(8) ->
+	// empty: present segments by last sequence number. It cost an ack a
+	// write per segment it added and one per segment it dropped; a
+	// materialization truncates most of the present segments, so it reads
+	// about as many records without it.
 	bucketRecSeq = bucket("rec_seq")
 )
 
@@ -146,7 +161,6 @@ var allBuckets = []bucket{
 	bucketHeads,
 	bucketRecords,
 	bucketRecChanges,
-	bucketRecSeq,
 	bucketBlobUnobserved,
 	bucketJobTombstones,
 	bucketUploadBatches,
@@ -154,8 +168,9 @@ var allBuckets = []bucket{
 
 // optionalFrom is the index in allBuckets of the first bucket added after
 // the state hash's format was fixed: it and the ones after it are digested
-// only when not empty.
-const optionalFrom = 22
+// only when not empty. (rec_seq, at index 20 before schema version 5, was
+// removed from the list.)
+const optionalFrom = 21
 
 // Keys of the meta bucket.
 var (
