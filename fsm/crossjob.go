@@ -130,7 +130,10 @@ func inherited(t *txn, view lineageView, key string) (bool, error) {
 // checkForeignBlobs refuses a manifest change that adds a reference to, or
 // commits, a blob outside the job's part of the store that the manifest it
 // extends does not already hold.
-func checkForeignBlobs(t *txn, job string, view lineageView, c manifests.Change, commits []BlobCommit) error {
+//
+// view gives the manifest the change extends; it is only asked for when a
+// key is foreign, which most acks have none of.
+func checkForeignBlobs(t *txn, job string, view func() (lineageView, error), c manifests.Change, commits []BlobCommit) error {
 	seen := map[string]bool{}
 	check := func(key string) error {
 		if seen[key] {
@@ -141,7 +144,11 @@ func checkForeignBlobs(t *txn, job string, view lineageView, c manifests.Change,
 		if err != nil || !foreign {
 			return err
 		}
-		ok, err := inherited(t, view, key)
+		v, err := view()
+		if err != nil {
+			return err
+		}
+		ok, err := inherited(t, v, key)
 		if err != nil {
 			return err
 		}
@@ -190,24 +197,28 @@ func (f *FSM) CheckCrossJob(p *TaskAck) error {
 func (f *FSM) checkCrossJob(view func(func(t *txn) error) (uint64, error), p *TaskAck) error {
 	m := p.Manifest
 	_, err := view(func(t *txn) error {
-		view := lineageView{t: t}
-		if m.Base != nil {
-			if m.Base.Job != p.Job {
-				if err := checkForeignBase(t, p.Job, m.Base); err != nil {
-					return err
-				}
-			}
-			if a, err := t.ack(m.Base.Job, m.Base.Epoch, m.Base.Task); err != nil {
+		if m.Base != nil && m.Base.Job != p.Job {
+			if err := checkForeignBase(t, p.Job, m.Base); err != nil {
 				return err
-			} else if a != nil {
-				view.lid, view.at = a.Lineage, m.Base.Epoch
 			}
-		} else if hid, err := t.head(p.Job, p.Task); err != nil {
-			return err
-		} else if l, err := t.lineage(hid); err != nil {
-			return err
-		} else if l != nil && l.Generation == p.Generation {
-			view.lid = l.ID
+		}
+		// The manifest the ack extends, read only for a foreign key.
+		extends := func() (lineageView, error) {
+			view := lineageView{t: t}
+			if m.Base != nil {
+				if a, err := t.ack(m.Base.Job, m.Base.Epoch, m.Base.Task); err != nil {
+					return view, err
+				} else if a != nil {
+					view.lid, view.at = a.Lineage, m.Base.Epoch
+				}
+			} else if hid, err := t.head(p.Job, p.Task); err != nil {
+				return view, err
+			} else if l, err := t.lineage(hid); err != nil {
+				return view, err
+			} else if l != nil && l.Generation == p.Generation {
+				view.lid = l.ID
+			}
+			return view, nil
 		}
 		var c manifests.Change
 		if d := m.Delta; d != nil {
@@ -219,7 +230,7 @@ func (f *FSM) checkCrossJob(view func(func(t *txn) error) (uint64, error), p *Ta
 		if full := m.Full; full != nil {
 			c.AddBases, c.AddSegments = full.Bases, full.Segments
 		}
-		return checkForeignBlobs(t, p.Job, view, c, m.Blobs)
+		return checkForeignBlobs(t, p.Job, extends, c, m.Blobs)
 	})
 	return err
 }

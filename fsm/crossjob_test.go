@@ -115,6 +115,15 @@ func TestCrossJobBlobReference(t *testing.T) {
 	own.Blobs = []fsm.BlobCommit{{Key: "jobA/agg-0/own", Size: 10}}
 	h.begin("jobA", 1, 2)
 	mustOK(t, h.mustApply(fsm.CmdTaskAck, ack(2, own)))
+	// A later ack of the attempt may add another range of the inherited
+	// blob: the early check finds it in the manifest the ack extends, as
+	// apply does.
+	h.begin("jobA", 1, 3)
+	more := ack(3, &fsm.ManifestAck{Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "jobB/agg-0/log", Offset: 70, Length: 10, FirstSeq: 4, LastSeq: 4}}}})
+	if pre := h.f.CheckCrossJob(&more); pre != nil {
+		t.Fatalf("early check of a range of an inherited blob: %v", pre)
+	}
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, more))
 	h.fsck()
 }
 

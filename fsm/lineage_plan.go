@@ -80,7 +80,7 @@ func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, m *Ma
 		return nil, manifestErr("manifest", err)
 	}
 	if strict {
-		if err := checkForeignBlobs(t, j.ID, view, p.change, m.Blobs); err != nil {
+		if err := checkForeignBlobs(t, j.ID, func() (lineageView, error) { return view, nil }, p.change, m.Blobs); err != nil {
 			return nil, err
 		}
 	}
