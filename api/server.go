@@ -440,9 +440,21 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 
 func writeJSON(w http.ResponseWriter, status int, v any) { encodeJSON(w, status, v, true) }
 
+// jsonAppender is an answer that writes its own JSON, the bytes
+// json.Marshal would (wire.AckResult): false leaves it to encoding/json.
+type jsonAppender interface {
+	AppendJSON(b []byte) ([]byte, bool)
+}
+
 func encodeJSON(w http.ResponseWriter, status int, v any, indent bool) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	if a, ok := v.(jsonAppender); ok && !indent {
+		if b, ok := a.AppendJSON(make([]byte, 0, 1024)); ok {
+			_, _ = w.Write(append(b, '\n')) // as json.Encoder ends a value
+			return
+		}
+	}
 	enc := json.NewEncoder(w)
 	if indent {
 		enc.SetIndent("", "  ")

@@ -3,12 +3,11 @@ package fsm
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
 )
 
 // An ack's content hash (TaskAck.contentHash) tells a retried ack from a
@@ -64,9 +63,9 @@ func appendManifestJSON(b []byte, m *ManifestAck) []byte {
 	if m.Base != nil {
 		field("base")
 		b = append(b, `{"job":`...)
-		b = appendJSONString(b, m.Base.Job)
+		b = wire.AppendJSONString(b, m.Base.Job)
 		b = append(b, `,"task":`...)
-		b = appendJSONString(b, m.Base.Task)
+		b = wire.AppendJSONString(b, m.Base.Task)
 		b = append(b, `,"epoch":`...)
 		b = strconv.AppendUint(b, m.Base.Epoch, 10)
 		b = append(b, '}')
@@ -79,12 +78,12 @@ func appendManifestJSON(b []byte, m *ManifestAck) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"key":`...)
-			b = appendJSONString(b, c.Key)
+			b = wire.AppendJSONString(b, c.Key)
 			b = append(b, `,"size":`...)
 			b = strconv.AppendUint(b, c.Size, 10)
 			if c.Checksum != "" {
 				b = append(b, `,"checksum":`...)
-				b = appendJSONString(b, c.Checksum)
+				b = wire.AppendJSONString(b, c.Checksum)
 			}
 			b = append(b, '}')
 		}
@@ -116,7 +115,7 @@ func appendManifestJSON(b []byte, m *ManifestAck) []byte {
 					b = append(b, ',')
 				}
 				b = append(b, `{"key":`...)
-				b = appendJSONString(b, r.Key)
+				b = wire.AppendJSONString(b, r.Key)
 				b = append(b, `,"offset":`...)
 				b = strconv.AppendUint(b, r.Offset, 10)
 				b = append(b, '}')
@@ -151,14 +150,14 @@ func appendBasesJSON(b []byte, bases []manifests.Base) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"key":`...)
-		b = appendJSONString(b, x.Key)
+		b = wire.AppendJSONString(b, x.Key)
 		b = append(b, `,"offset":`...)
 		b = strconv.AppendUint(b, x.Offset, 10)
 		b = append(b, `,"length":`...)
 		b = strconv.AppendUint(b, x.Length, 10)
 		if x.CRC32C != "" {
 			b = append(b, `,"crc32c":`...)
-			b = appendJSONString(b, x.CRC32C)
+			b = wire.AppendJSONString(b, x.CRC32C)
 		}
 		b = append(b, '}')
 	}
@@ -175,7 +174,7 @@ func appendSegmentsJSON(b []byte, segs []manifests.Segment) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"key":`...)
-		b = appendJSONString(b, s.Key)
+		b = wire.AppendJSONString(b, s.Key)
 		b = append(b, `,"offset":`...)
 		b = strconv.AppendUint(b, s.Offset, 10)
 		b = append(b, `,"length":`...)
@@ -186,23 +185,9 @@ func appendSegmentsJSON(b []byte, segs []manifests.Segment) []byte {
 		b = strconv.AppendUint(b, s.LastSeq, 10)
 		if s.CRC32C != "" {
 			b = append(b, `,"crc32c":`...)
-			b = appendJSONString(b, s.CRC32C)
+			b = wire.AppendJSONString(b, s.CRC32C)
 		}
 		b = append(b, '}')
 	}
 	return append(b, ']')
-}
-
-// appendJSONString appends s quoted as json.Marshal quotes it. Printable
-// ASCII other than the characters it escapes (" \ < > &) is copied; any
-// other string goes through json.Marshal.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	return append(append(append(b, '"'), s...), '"')
 }

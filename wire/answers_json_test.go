@@ -1,0 +1,79 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestAckResultJSONMatchesMarshal: AckResult.AppendJSON writes the bytes
+// json.Marshal writes, for an answer with every field set, nil parts, and
+// random ones (nil and empty sizes, strings that need escaping, times of
+// other zones and with or without nanoseconds).
+func TestAckResultJSONMatchesMarshal(t *testing.T) {
+	at := time.Date(2026, 12, 3, 14, 5, 6, 789_000_000, time.UTC)
+	later := at.Add(time.Minute)
+	full := &AckResult{
+		Ack: &Ack{Task: "t-0", At: at, Delay: Duration(1500 * time.Millisecond), Sizes: map[Kind]int{KindState: 3, KindInput: 12},
+			ContentHash: "ab12", Index: 42, Lineage: 7},
+		Epoch: &Epoch{Job: "job", Epoch: 9, Generation: 2, State: EpochCompleted, BeganAt: at, Deadline: later,
+			CompletedAt: &later, EndedAt: &later, Reason: "done", Expected: 4, Acked: 4, PayloadBytes: 15,
+			Pinned: true, PinName: "sp", CreateIndex: 40, ModifyIndex: 42},
+		Completed: true,
+	}
+	cases := []*AckResult{full, {}, {Ack: &Ack{}}, {Epoch: &Epoch{}}}
+	r := rand.New(rand.NewPCG(1, 2))
+	strs := []string{"", "plain", "t<1>&\"q\"", "tab\there", "µs", "\u2028", "back\\slash", "\xff"}
+	str := func() string { return strs[r.IntN(len(strs))] }
+	tm := func() time.Time {
+		zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+30*60), time.FixedZone("y", -7*3600)}
+		ns := int64(r.IntN(3)) * int64(r.IntN(1_000_000_000))
+		return time.Unix(int64(r.IntN(4_000_000_000)), ns).In(zones[r.IntN(len(zones))])
+	}
+	for range 3000 {
+		res := &AckResult{Completed: r.IntN(2) == 0}
+		if r.IntN(5) > 0 {
+			a := &Ack{Task: str(), At: tm(), Delay: Duration(r.Int64N(int64(time.Hour))), ContentHash: str(), Index: r.Uint64(), Lineage: uint64(r.IntN(3))}
+			switch r.IntN(3) {
+			case 1:
+				a.Sizes = map[Kind]int{}
+			case 2:
+				a.Sizes = map[Kind]int{Kind(str()): r.IntN(100), KindOutput: -r.IntN(5), KindState: r.Int()}
+			}
+			res.Ack = a
+		}
+		if r.IntN(5) > 0 {
+			e := &Epoch{Job: str(), Epoch: r.Uint64(), Generation: r.Uint64(), State: EpochState(str()), BeganAt: tm(), Deadline: tm(),
+				Reason: str(), Expected: r.Int(), Acked: -r.IntN(9), PayloadBytes: r.Int64(), Pinned: r.IntN(2) == 0, PinName: str(),
+				CreateIndex: r.Uint64(), ModifyIndex: r.Uint64()}
+			if r.IntN(2) == 0 {
+				c := tm()
+				e.CompletedAt = &c
+			}
+			if r.IntN(2) == 0 {
+				c := tm()
+				e.EndedAt = &c
+			}
+			res.Epoch = e
+		}
+		cases = append(cases, res)
+	}
+	for i, c := range cases {
+		want, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := c.AppendJSON(nil)
+		if !ok || !bytes.Equal(got, want) {
+			t.Fatalf("case %d: AppendJSON (ok %v)\n%s\njson.Marshal\n%s", i, ok, got, want)
+		}
+	}
+
+	// A year json.Marshal refuses is left to it.
+	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if b, ok := (&AckResult{Ack: &Ack{At: far}}).AppendJSON([]byte("x")); ok || string(b) != "x" {
+		t.Fatalf("year 10000: %q, %v", b, ok)
+	}
+}
