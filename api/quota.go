@@ -200,6 +200,26 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 	if lim == 0 || m == nil || len(m.Blobs) == 0 {
 		return nil
 	}
+	// When every blob the ack commits fits, whether some are live
+	// already does not matter: the ack is admitted without reading the
+	// state (a read transaction and a seek per blob, on every ack under
+	// a quota far from its limit, the default's case). The usage counts
+	// them all until it is read again (usageTTL), which can only make a
+	// later check take the precise path below.
+	all, fits := uint64(0), true
+	for _, b := range m.Blobs {
+		if b.Size > uint64(lim)-all { // all stays at most lim: no overflow
+			fits = false
+			break
+		}
+		all += b.Size
+	}
+	if u, err := q.current(job, now); err != nil {
+		return err
+	} else if fits && u.LiveBytes <= uint64(lim)-all {
+		u.LiveBytes += all
+		return nil
+	}
 	// Only blobs this ack makes live count: a retried ack whose blobs
 	// are live already adds nothing.
 	keys := make([]string, len(m.Blobs))
@@ -223,7 +243,11 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 		var add uint64
 		for _, b := range m.Blobs {
 			if !committed[b.Key] {
-				add += b.Size
+				if add+b.Size < add {
+					add = math.MaxUint64 // sizes past 2^64 bytes: over any quota
+				} else {
+					add += b.Size
+				}
 			}
 		}
 		if add == 0 {
@@ -233,7 +257,7 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 		if err != nil {
 			return err
 		}
-		if u.LiveBytes+add <= uint64(lim) {
+		if add <= uint64(lim) && u.LiveBytes <= uint64(lim)-add {
 			u.LiveBytes += add
 			return nil
 		}

@@ -93,3 +93,24 @@ func TestAckRateAndLiveBytesQuotas(t *testing.T) {
 		t.Fatalf("rate refusal: %s", r.body)
 	}
 }
+
+// TestLiveBytesQuotaSizesDoNotWrap: declared sizes whose sum passes 2^64
+// bytes are over any live bytes quota; summed in 64 bits they wrapped to
+// a small number (here 0) and the ack was admitted.
+func TestLiveBytesQuotaSizesDoNotWrap(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) { c.QuotaLiveBytes = 150 })
+	j := createJob(t, m.URL, "w", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}})
+	k1 := upload(t, j, "agg", "a")
+	k2 := upload(t, j, "agg", "b")
+	j.begin(t, 1)
+	var blobs, segs []map[string]any
+	for i, k := range []string{k1, k2} {
+		blobs = append(blobs, map[string]any{"key": k, "size": uint64(1) << 63})
+		segs = append(segs, map[string]any{"key": k, "offset": 0, "length": 1, "first_seq": i + 1, "last_seq": i + 1})
+	}
+	r := do(t, "PUT", j.base+"/epochs/1/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{
+		"blobs": blobs, "delta": map[string]any{"add_segments": segs}}})
+	if r.status != http.StatusInsufficientStorage || errorCode(t, string(r.body)) != "quota_exceeded" {
+		t.Fatalf("ack of 2^64 declared bytes: %d %s", r.status, r.body)
+	}
+}
