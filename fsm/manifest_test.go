@@ -357,10 +357,7 @@ func TestReferencesToDeletingAndExpiredBlobs(t *testing.T) {
 // unpinning afterwards applies cleanly (it used to corrupt the lineage and
 // stop every member).
 func TestReusedReferenceRefused(t *testing.T) {
-	h := newHarness(t)
-	h.putJob("r", wire.JobConfig{Retained: 1})
-	h.start("r", "a1", task(t, "t", "state", "incremental"))
-	h.intents("r", 1, "r/t/blob")
+	h := oneIncrementalTask(t, "r", 1, "r/t/blob")
 	seg := manifests.Segment{Key: "r/t/blob", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}
 	ack := func(epoch uint64, d manifests.Delta, commit bool) *fsm.Result {
 		m := &fsm.ManifestAck{Delta: &d}
@@ -390,10 +387,7 @@ func TestReusedReferenceRefused(t *testing.T) {
 // blob becomes its snapshot). A base and a segment are different records,
 // so the base is new to the lineage and the segment is dropped.
 func TestBaseAtATruncatedSegmentsReference(t *testing.T) {
-	h := newHarness(t)
-	h.putJob("m", wire.JobConfig{Retained: 2})
-	h.start("m", "a1", task(t, "t", "state", "incremental"))
-	h.intents("m", 1, "m/t/log")
+	h := oneIncrementalTask(t, "m", 2, "m/t/log")
 	seg := manifests.Segment{Key: "m/t/log", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}
 	h.begin("m", 1, 1)
 	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "m", Generation: 1, Epoch: 1, Task: "t",
@@ -418,10 +412,7 @@ func TestBaseAtATruncatedSegmentsReference(t *testing.T) {
 // truncate_before, and keeps the one that ends at it, also when an older
 // live checkpoint still holds dropped segments of the lineage.
 func TestMaterializationTruncatesBelowItsSequence(t *testing.T) {
-	h := newHarness(t)
-	h.putJob("m", wire.JobConfig{Retained: 3})
-	h.start("m", "a1", task(t, "t", "state", "incremental"))
-	h.intents("m", 1, "m/t/a", "m/t/b", "m/t/c", "m/t/base")
+	h := oneIncrementalTask(t, "m", 3, "m/t/a", "m/t/b", "m/t/c", "m/t/base")
 	seg := func(key string, first, last uint64) manifests.Segment {
 		return manifests.Segment{Key: key, Offset: 0, Length: 10, FirstSeq: first, LastSeq: last}
 	}
@@ -450,4 +441,15 @@ func TestMaterializationTruncatesBelowItsSequence(t *testing.T) {
 		t.Fatalf("manifest of epoch 1: %+v, %v", m, err)
 	}
 	h.fsck()
+}
+
+// oneIncrementalTask is a harness holding job, retaining retained
+// checkpoints, whose first attempt runs one task "t" (state,
+// incremental), with upload intents for keys.
+func oneIncrementalTask(t *testing.T, job string, retained int, keys ...string) *harness {
+	h := newHarness(t)
+	h.putJob(job, wire.JobConfig{Retained: retained})
+	h.start(job, "a1", task(t, "t", "state", "incremental"))
+	h.intents(job, 1, keys...)
+	return h
 }
