@@ -183,6 +183,21 @@ func TestBlobObservation(t *testing.T) {
 	if keys, err := h.f.Unobserved(10); err != nil || len(keys) != 2 {
 		t.Fatalf("unobserved after the ack: %v %v", keys, err)
 	}
+	// The count (metastore_blobs_unobserved) reads the last commit.
+	unobserved := func() int {
+		t.Helper()
+		if err := h.f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n, err := h.f.UnobservedCount()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := unobserved(); n != 2 {
+		t.Fatalf("unobserved count after the ack: %d, want 2", n)
+	}
 	obs := fsm.BlobsObserved{Blobs: []fsm.BlobObservation{{Key: "j/t/a", Size: 10, ETag: "e1"}, {Key: "j/t/b", Size: 99, ETag: "e2"}}}
 	res := mustOK(t, h.mustApply(fsm.CmdBlobsObserved, obs)).(*fsm.ObservedResult)
 	if len(res.Observed) != 2 || len(res.Flagged) != 1 || res.Flagged[0] != "j/t/b" {
@@ -206,6 +221,9 @@ func TestBlobObservation(t *testing.T) {
 	}
 	if keys, _ := h.f.Unobserved(10); len(keys) != 0 {
 		t.Fatalf("still unobserved: %v", keys)
+	}
+	if n := unobserved(); n != 0 {
+		t.Fatalf("unobserved count after the observation: %d, want 0", n)
 	}
 	h.reopen()
 	if b, _, _ := h.f.Blob("j/t/b"); !b.Flagged {

@@ -98,6 +98,18 @@ func applyBlobsObserved(t *txn, c Command) (any, error) {
 	return out, nil
 }
 
+// UnobservedCount is the number of blobs waiting for the leader to look
+// at their objects (Unobserved lists them), as of the file's last
+// commit: it reads no open transaction, so it costs the apply nothing.
+func (f *FSM) UnobservedCount() (int, error) {
+	n := 0
+	_, err := f.viewCommitted(func(t *txn) error {
+		n = t.b(bucketBlobUnobserved).Stats().KeyN
+		return nil
+	})
+	return n, err
+}
+
 // Unobserved lists up to max live blobs the leader has not observed yet.
 func (f *FSM) Unobserved(max int) ([]string, error) {
 	var out []string

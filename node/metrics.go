@@ -123,6 +123,10 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 		gauge("metastore_node_raft_last_snapshot_index", "Raft index of the newest snapshot.", func() float64 {
 			return float64(n.lastSnapshotIndex())
 		}),
+		gauge("metastore_blobs_unobserved", "Blobs committed by acks whose objects the leader has not looked at yet (HEAD), as of the state machine file's last commit; it grows while new blobs arrive faster than the leader observes them.", func() float64 {
+			c, _ := n.fsm.UnobservedCount()
+			return float64(c)
+		}),
 		gauge("metastore_node_fsm_committed_index", "Last Raft index the state machine file holds committed (group commits: at most --state-commit-interval behind the applied index).", func() float64 {
 			return float64(n.fsm.CommittedIndex())
 		}),

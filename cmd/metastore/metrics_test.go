@@ -69,7 +69,7 @@ func TestLiveMetrics(t *testing.T) {
 			if status != http.StatusOK {
 				return fmt.Errorf("%s: GET /metrics: %d", p.id, status)
 			}
-			want := []string{`metastore_epochs_pending{job_id="lint"} 1`}
+			want := []string{`metastore_epochs_pending{job_id="lint"} 1`, "\nmetastore_blobs_unobserved "}
 			if p == leader {
 				want = append(want, "metastore_raft_replication_append_entries_rpc_seconds{", "metastore_raft_commit_time_seconds")
 			}
