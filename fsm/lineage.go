@@ -32,8 +32,9 @@ const (
 func (r *record) presentAt(e uint64) bool { return r.Added <= e && (r.Dropped == 0 || r.Dropped > e) }
 
 // The key builders below allocate each key once, at its length: an ack
-// builds three keys per segment it adds. (bbolt keeps the key slices it
-// is given until the transaction ends, so no buffer is reused.)
+// builds two keys per segment it adds (its record and its change). (bbolt
+// keeps the key slices it is given until the transaction ends, so no
+// buffer is reused.)
 
 // refLen is the length of a reference's suffix: key, zero byte, offset.
 func refLen(ref manifests.Ref) int { return len(ref.Key) + 9 }

@@ -40,8 +40,6 @@ const (
 	drainGrace = 2 * time.Second
 )
 
-// serve runs a node with a validated configuration until SIGTERM or SIGINT,
-// and returns the exit status. Logs go to stderr.
 // goGCPercent is the heap growth to give Go's collector
 // (--go-gc-percent), and false when the environment's GOGC chose it
 // already: the runtime read that at start, and an operator who sets it
@@ -53,6 +51,8 @@ func goGCPercent(cfg config.Config, lookupEnv func(string) (string, bool)) (int,
 	return cfg.GoGCPercent, true
 }
 
+// serve runs a node with a validated configuration until SIGTERM or SIGINT,
+// and returns the exit status. Logs go to stderr.
 func serve(cfg config.Config, stderr io.Writer) int {
 	logger := newLogger(cfg, stderr)
 	defer flushLogger(logger)

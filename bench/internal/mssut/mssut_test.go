@@ -2,6 +2,8 @@ package mssut
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,6 +109,18 @@ func TestSystem(t *testing.T) {
 	next, err := sys.Preload(ctx, "p1", "t", 5000)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The preload ends once the leader has observed its blobs, on every
+	// member's last commit (the measured acks after it do not share the
+	// cores with that work).
+	for _, p := range sys.running() {
+		var buf strings.Builder
+		if err := sys.send(ctx, p.url(), http.MethodGet, "/metrics", nil, 0, &buf, defaultStatusRequestTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), "\nmetastore_blobs_unobserved 0\n") {
+			t.Fatalf("%s after Preload: no metastore_blobs_unobserved 0 on /metrics", p.url())
+		}
 	}
 	if n, err := sys.ReadManifest(ctx, "p1", "t", false); err != nil || n != 5000 {
 		t.Fatalf("ReadManifest after Preload(5000) = %d, %v", n, err)
