@@ -151,38 +151,49 @@ func (t staleReads) RoundTrip(r *http.Request) (*http.Response, error) {
 func (s *System) metricSum(ctx context.Context, name string, want ...string) (float64, error) {
 	var total float64
 	for _, p := range s.running() {
-		var buf strings.Builder
-		if err := s.send(ctx, p.url(), http.MethodGet, "/metrics", nil, 0, &buf, defaultStatusRequestTimeout); err != nil {
+		v, err := s.metricOf(ctx, p, name, want...)
+		if err != nil {
 			return 0, err
 		}
-		sc := bufio.NewScanner(strings.NewReader(buf.String()))
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-	lines:
-		for sc.Scan() {
-			line := sc.Text()
-			rest, ok := strings.CutPrefix(line, name)
-			if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+		total += v
+	}
+	return total, nil
+}
+
+// metricOf is metricSum for the one member p.
+func (s *System) metricOf(ctx context.Context, p *proc, name string, want ...string) (float64, error) {
+	var buf strings.Builder
+	if err := s.send(ctx, p.url(), http.MethodGet, "/metrics", nil, 0, &buf, defaultStatusRequestTimeout); err != nil {
+		return 0, err
+	}
+	var total float64
+	sc := bufio.NewScanner(strings.NewReader(buf.String()))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+lines:
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		labels, value := "", rest
+		if strings.HasPrefix(rest, "{") {
+			end := strings.IndexByte(rest, '}')
+			if end < 0 {
 				continue
 			}
-			labels, value := "", rest
-			if strings.HasPrefix(rest, "{") {
-				end := strings.IndexByte(rest, '}')
-				if end < 0 {
-					continue
-				}
-				labels, value = rest[1:end], rest[end+1:]
-			}
-			for _, w := range want {
-				if !strings.Contains(","+labels+",", ","+w+",") {
-					continue lines
-				}
-			}
-			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-			if err != nil {
-				return 0, fmt.Errorf("mssut: metric line %q: %w", line, err)
-			}
-			total += v
+			labels, value = rest[1:end], rest[end+1:]
 		}
+		for _, w := range want {
+			if !strings.Contains(","+labels+",", ","+w+",") {
+				continue lines
+			}
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return 0, fmt.Errorf("mssut: metric line %q: %w", line, err)
+		}
+		total += v
 	}
 	return total, nil
 }

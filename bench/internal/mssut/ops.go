@@ -403,16 +403,37 @@ func (s *System) Preload(ctx context.Context, job, task string, n int) (uint64, 
 }
 
 // waitObservationQueueEmpty waits until no member's state file holds a
-// blob that waits to be observed (metastore_blobs_unobserved).
+// blob that waits to be observed (metastore_blobs_unobserved). The gauge
+// counts as of the member's last commit of its state file, which may not
+// hold the latest acks yet (group commits, a follower behind): a 0 counts
+// only from a member whose file holds the leader's applied index as it
+// was when the preload's last ack was answered. From then on only
+// observations are applied, so a 0 stays 0.
 func (s *System) waitObservationQueueEmpty(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	err := sut.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
-		n, err := s.metricSum(ctx, "metastore_blobs_unobserved")
-		return err == nil && n == 0, nil // a failed scrape is asked again
+	st, err := s.leaderStatus(ctx)
+	if err != nil {
+		return err
+	}
+	acked := float64(st.AppliedIndex)
+	err = sut.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+		for _, p := range s.running() {
+			// The committed index first: the gauge read after it counts
+			// at least that commit.
+			committed, err := s.metricOf(ctx, p, "metastore_node_fsm_committed_index")
+			if err != nil || committed < acked {
+				return false, nil // a failed scrape is asked again
+			}
+			n, err := s.metricOf(ctx, p, "metastore_blobs_unobserved")
+			if err != nil || n != 0 {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for the leader to observe the new blobs: %w", err)
+		return fmt.Errorf("waiting for the leader to observe the new blobs (applied index %d on every member's state file): %w", st.AppliedIndex, err)
 	}
 	return nil
 }
