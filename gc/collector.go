@@ -56,7 +56,7 @@ type Collector struct {
 	sem chan struct{}
 	// observeWake wakes the observer after an ack, observeFull when
 	// observePending, the new blobs acks reported since its last pass
-	// began, reaches ObserveBatch (observe.go).
+	// began, reaches ObservePass (observe.go).
 	observeWake    chan struct{}
 	observeFull    chan struct{}
 	observePending atomic.Int64
@@ -163,7 +163,7 @@ func (c *Collector) Run(ctx context.Context) {
 	c.log.Info("garbage collector started", "store", c.store.String(), "interval", c.cfg.Interval, "grace", c.cfg.Grace)
 	defer c.log.Info("garbage collector stopped")
 	// The observer of new blobs runs beside the cycles, woken by acks
-	// (and gathering them, ObserveDelay or ObserveBatch); a cycle's tick
+	// (and gathering them, ObserveDelay or ObservePass); a cycle's tick
 	// also retries a pass that failed.
 	observeTick := make(chan struct{}, 1)
 	var observer sync.WaitGroup

@@ -33,10 +33,12 @@ const (
 	// observer of new blobs, have in flight.
 	VerifyConcurrency = 16
 
-	// DefaultObserveDelay and DefaultObserveBatch: the observer of new
-	// blobs gathers them for up to 200ms after an ack, or until 1,000
-	// wait, before a pass (Config.ObserveDelay, Config.ObserveBatch).
-	DefaultObserveDelay = 200 * time.Millisecond
+	// DefaultObserveDelay, DefaultObservePass and DefaultObserveBatch: the
+	// observer of new blobs gathers them for up to a second after an ack,
+	// or until 10,000 wait, before a pass, and proposes them 1,000 to a
+	// blobs-observed entry (Config.ObserveDelay, ObservePass, ObserveBatch).
+	DefaultObserveDelay = time.Second
+	DefaultObservePass  = 10 * MaxObserveBatch
 	DefaultObserveBatch = MaxObserveBatch
 	// MaxObserveBatch is the largest ObserveBatch: the most blobs one
 	// blobs-observed entry carries.
@@ -72,14 +74,20 @@ type Config struct {
 	// out of time counts as failed: its keys stay deleting and are retried.
 	DeleteTimeout time.Duration
 	// ObserveDelay is how long the leader's observer of new blobs gathers
-	// them after an ack wakes it, before its pass (a HEAD of each, one
-	// blobs-observed entry for all): the pass starts ObserveDelay after
-	// the first ack, or as soon as ObserveBatch new blobs wait, whichever
-	// comes first. Zero: DefaultObserveDelay.
+	// them after an ack wakes it, before its pass (a listing or a HEAD per
+	// directory and time window, blobs-observed entries for all): the
+	// pass starts ObserveDelay after the first ack, or as soon as
+	// ObservePass new blobs wait, whichever comes first. Under load the
+	// delay sets how often a directory is listed. Zero: DefaultObserveDelay.
 	ObserveDelay time.Duration
-	// ObserveBatch is the number of new blobs that start a pass at once,
-	// and the most one blobs-observed entry carries (at most
-	// MaxObserveBatch). Zero: DefaultObserveBatch.
+	// ObservePass is the number of new blobs that start a pass at once,
+	// and the most one pass reads from the object store together (one
+	// listing covers all of them in a directory and time window). Zero:
+	// DefaultObservePass.
+	ObservePass int
+	// ObserveBatch is the most blobs one blobs-observed entry carries (at
+	// most MaxObserveBatch): a pass proposes its observations in entries
+	// of ObserveBatch. Zero: DefaultObserveBatch.
 	ObserveBatch int
 }
 
@@ -94,6 +102,7 @@ func DefaultConfig() Config {
 		OrphanEvery:   DefaultOrphanEvery,
 		DeleteTimeout: DefaultDeleteTimeout,
 		ObserveDelay:  DefaultObserveDelay,
+		ObservePass:   DefaultObservePass,
 		ObserveBatch:  DefaultObserveBatch,
 	}
 }
@@ -108,6 +117,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ObserveBatch < 0 || c.ObserveBatch > MaxObserveBatch {
 		return c, fmt.Errorf("gc: observe batch %d is not between 1 and %d", c.ObserveBatch, MaxObserveBatch)
+	}
+	if c.ObservePass < 0 {
+		return c, fmt.Errorf("gc: observe pass %d is negative", c.ObservePass)
 	}
 	if c.Rate < 0 {
 		return c, errors.New("gc: rate cannot be negative")
@@ -138,6 +150,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ObserveBatch == 0 {
 		c.ObserveBatch = DefaultObserveBatch
+	}
+	if c.ObservePass == 0 {
+		c.ObservePass = DefaultObservePass
 	}
 	return c, nil
 }

@@ -107,15 +107,18 @@
 // Run also runs the observer of new blobs (observe.go). An ack that commits
 // blobs queues them in the state machine (Unobserved) and the API calls
 // ObserveSoon with their count. The observer gathers them rather than
-// running after every ack: its pass starts ObserveDelay (default 200ms)
-// after the first ack since the last pass, or as soon as acks have
-// reported ObserveBatch (default 1,000) new blobs, whichever comes first.
-// A pass HEADs the queued blobs, VerifyConcurrency at a time, and proposes
-// what the store answered in one CmdBlobsObserved entry per ObserveBatch
-// blobs, so under load one entry, applied on every member, carries the
-// blobs of many acks. A blob whose HEAD failed stays queued, for the next
-// pass or the next Interval; a new leader's first pass takes what the
-// queue still holds. Observations only record and flag (size and ETag into
+// running after every ack: its pass starts ObserveDelay (default 1s) after
+// the first ack since the last pass, or as soon as acks have reported
+// ObservePass (default 10,000) new blobs, whichever comes first. A pass
+// reads the object store once for all its blobs: one listing per
+// directory and time window of blobstore.NewKey that holds two of them or
+// more, a HEAD for each other blob, VerifyConcurrency at a time. It
+// proposes what the store answered in one CmdBlobsObserved entry per
+// ObserveBatch (default 1,000) blobs, so under load one entry, applied on
+// every member, carries the blobs of many acks, and a directory is listed
+// about once per ObserveDelay whatever the ack rate. A blob whose HEAD
+// failed stays queued, for the next pass or the next Interval; a new
+// leader's first pass takes what the queue still holds. Observations only record and flag (size and ETag into
 // the blob's record); nothing is deleted on their account.
 //
 // # Counting

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,10 +22,13 @@ import (
 //
 // The observer gathers new blobs rather than running after every ack: an
 // ack wakes it, and its pass starts ObserveDelay later, or as soon as acks
-// have reported ObserveBatch new blobs, whichever comes first. A pass HEADs
-// the blobs VerifyConcurrency at a time and proposes one blobs-observed
-// entry for up to ObserveBatch of them, so under load an entry, applied
-// on every member, carries many blobs instead of the few of one ack.
+// have reported ObservePass new blobs, whichever comes first. A pass reads
+// the object store once for all its blobs (a listing per directory and
+// time window, a HEAD for the others, VerifyConcurrency at a time) and
+// proposes one blobs-observed entry per ObserveBatch of them, so under
+// load an entry, applied on every member, carries many blobs instead of
+// the few of one ack, and a directory is listed once per pass rather than
+// once per entry.
 
 // ObserveReport is the result of one Observe pass.
 type ObserveReport struct {
@@ -38,9 +42,9 @@ type ObserveReport struct {
 // ObserveSoon tells the leader's observer that an ack committed n new
 // blobs (the API calls it after such an ack): the observer's next pass
 // starts ObserveDelay after the first call since its last pass, or at once
-// when the calls since then add up to ObserveBatch blobs. It never blocks.
+// when the calls since then add up to ObservePass blobs. It never blocks.
 func (c *Collector) ObserveSoon(n int) {
-	if c.observePending.Add(int64(n)) >= int64(c.cfg.ObserveBatch) {
+	if c.observePending.Add(int64(n)) >= int64(c.cfg.ObservePass) {
 		select {
 		case c.observeFull <- struct{}{}:
 		default:
@@ -52,14 +56,15 @@ func (c *Collector) ObserveSoon(n int) {
 	}
 }
 
-// Observe HEADs the blobs the state machine lists as unobserved,
-// ObserveBatch at a time, and proposes what the object store answered in
-// one blobs-observed entry per batch, until a batch is not full (blobs
-// acked meanwhile wait for the next pass), or could not be checked at all.
+// Observe reads what the object store holds for the blobs the state
+// machine lists as unobserved, ObservePass at a time, and proposes it in
+// blobs-observed entries of ObserveBatch blobs, until a pass is not full
+// (blobs acked meanwhile wait for the next), or could not be checked at
+// all.
 func (c *Collector) Observe(ctx context.Context) (ObserveReport, error) {
 	var rep ObserveReport
 	for {
-		keys, err := c.f.Unobserved(c.cfg.ObserveBatch)
+		keys, err := c.f.Unobserved(c.cfg.ObservePass)
 		if err != nil || len(keys) == 0 {
 			return rep, err
 		}
@@ -71,23 +76,34 @@ func (c *Collector) Observe(ctx context.Context) (ObserveReport, error) {
 		if len(obs) == 0 {
 			return rep, fmt.Errorf("gc: observe: no HEAD of %d new blobs succeeded", len(keys))
 		}
-		v, index, err := c.propose(ctx, fsm.CmdBlobsObserved, fsm.BlobsObserved{Blobs: obs})
-		if err != nil {
-			return rep, err
+		for batch := range slices.Chunk(obs, c.cfg.ObserveBatch) {
+			if err := c.proposeObserved(ctx, batch, &rep); err != nil {
+				return rep, err
+			}
 		}
-		out, ok := v.(*fsm.ObservedResult)
-		if !ok {
-			return rep, fmt.Errorf("gc: blobs-observed at index %d answered %T", index, v)
-		}
-		rep.Observed += len(out.Observed)
-		rep.Flagged += len(out.Flagged)
-		c.m.observed.Add(float64(len(out.Observed)))
-		c.m.flagged.Add(float64(len(out.Flagged)))
-		c.logFlagged(obs, out)
-		if failed > 0 || len(keys) < c.cfg.ObserveBatch {
+		if failed > 0 || len(keys) < c.cfg.ObservePass {
 			return rep, nil // the rest waits for the next pass
 		}
 	}
+}
+
+// proposeObserved proposes one blobs-observed entry for obs and counts
+// what it recorded in rep.
+func (c *Collector) proposeObserved(ctx context.Context, obs []fsm.BlobObservation, rep *ObserveReport) error {
+	v, index, err := c.propose(ctx, fsm.CmdBlobsObserved, fsm.BlobsObserved{Blobs: obs})
+	if err != nil {
+		return err
+	}
+	out, ok := v.(*fsm.ObservedResult)
+	if !ok {
+		return fmt.Errorf("gc: blobs-observed at index %d answered %T", index, v)
+	}
+	rep.Observed += len(out.Observed)
+	rep.Flagged += len(out.Flagged)
+	c.m.observed.Add(float64(len(out.Observed)))
+	c.m.flagged.Add(float64(len(out.Flagged)))
+	c.logFlagged(obs, out)
+	return nil
 }
 
 // flaggedLogged is how many flagged blobs one pass logs one by one; the
@@ -282,7 +298,7 @@ func (c *Collector) headAll(ctx context.Context, keys []string, fn func(key stri
 
 // observeLoop is the observer's part of the leader task: a pass at once
 // (blobs a previous leader did not get to), then one after acks reported
-// new blobs (ObserveDelay after the first, or once ObserveBatch wait), and
+// new blobs (ObserveDelay after the first, or once ObservePass wait), and
 // one every Interval in case a pass failed.
 func (c *Collector) observeLoop(ctx context.Context, tick <-chan struct{}) {
 	for {
@@ -311,10 +327,10 @@ func (c *Collector) observeLoop(ctx context.Context, tick <-chan struct{}) {
 }
 
 // gather waits, after an ack woke the observer, until ObserveDelay has
-// passed or ObserveBatch new blobs wait, or ctx ends.
+// passed or ObservePass new blobs wait, or ctx ends.
 func (c *Collector) gather(ctx context.Context) {
 	pending := c.observePending.Load()
-	if pending >= int64(c.cfg.ObserveBatch) {
+	if pending >= int64(c.cfg.ObservePass) {
 		return
 	}
 	if h := c.hooks.gathering; h != nil {

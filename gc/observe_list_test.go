@@ -17,8 +17,10 @@ import (
 // blobstore.NewKey made within a listing window are observed with one
 // listing, not a HEAD each: an object of the declared size is recorded as
 // found with its ETag, one of another size and a missing one are flagged.
-// Keys of other shapes, and a window's only key, are HEADed. The store is
-// a cmd/s3server process on loopback.
+// Keys of other shapes, and a window's only key, are HEADed. A pass reads
+// the store once for its blobs however many entries it proposes: the
+// window is listed once for entries of 3 blobs. The store is a
+// cmd/s3server process on loopback.
 func TestObserveListsNewKeys(t *testing.T) {
 	e := newEnv(t)
 	endpoint := blobtest.StartS3Server(t, "obs")
@@ -75,7 +77,9 @@ func TestObserveListsNewKeys(t *testing.T) {
 	mu.Lock()
 	clear(ops)
 	mu.Unlock()
-	c := e.collectorWith(baseConfig(), store)
+	cfg2 := baseConfig()
+	cfg2.ObserveBatch = 3
+	c := e.collectorWith(cfg2, store)
 	rep, err := c.Observe(ctx)
 	if err != nil || rep.Observed != len(keys) || rep.Flagged != 2 || rep.Errors != 0 {
 		t.Fatalf("observe: %+v %v; want %d observed, 2 flagged", rep, err, len(keys))
@@ -85,6 +89,9 @@ func TestObserveListsNewKeys(t *testing.T) {
 	mu.Unlock()
 	if lists != 1 || heads != 2 {
 		t.Fatalf("%d listings and %d HEADs; want 1 listing for the six keys of one window and 2 HEADs (the lone key, the other shape)", lists, heads)
+	}
+	if entries := e.observedEntries(); len(entries) != 3 {
+		t.Fatalf("%d blobs-observed entries for %d blobs in entries of 3", len(entries), len(keys))
 	}
 	for i, k := range keys {
 		b, _, err := e.f.Blob(k)

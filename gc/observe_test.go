@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,20 +67,20 @@ func next[T any](t *testing.T, ch <-chan T) T {
 	}
 }
 
-// TestObserverGathersUntilBatch: with a delay longer than the test, acks
+// TestObserverGathersUntilPass: with a delay longer than the test, acks
 // reporting new blobs leave the observer gathering until they add up to
-// ObserveBatch; then one pass proposes one blobs-observed entry for all.
-func TestObserverGathersUntilBatch(t *testing.T) {
+// ObservePass; then one pass proposes one blobs-observed entry for all.
+func TestObserverGathersUntilPass(t *testing.T) {
 	e := newEnv(t)
 	w := e.startJob("j", 100)
 	cfg := baseConfig()
 	cfg.ObserveDelay = time.Hour
-	cfg.ObserveBatch = 6
+	cfg.ObservePass = 6
 	c := e.collector(cfg)
 	gathering := make(chan int64, 100)
 	passes := runObserver(t, c, func(pending int64) { gathering <- pending })
 	var keys []string
-	for n := uint64(1); len(keys) < cfg.ObserveBatch; n++ {
+	for n := uint64(1); len(keys) < cfg.ObservePass; n++ {
 		k := e.epoch(w, n, true) // a changelog and a base: 2 new blobs
 		keys = append(keys, k...)
 		c.ObserveSoon(len(k))
@@ -132,38 +133,47 @@ func TestObserverPassAfterDelay(t *testing.T) {
 }
 
 // TestObserveBatchBoundsEntries: a pass proposes at most ObserveBatch
-// blobs per blobs-observed entry and goes on while batches are full.
+// blobs per blobs-observed entry, and passes go on while they are full
+// (ObservePass blobs).
 func TestObserveBatchBoundsEntries(t *testing.T) {
 	e := newEnv(t)
 	all, _, _ := fill(e)
 	cfg := baseConfig()
 	cfg.ObserveBatch = 4
+	cfg.ObservePass = 6 // two passes: entries of 4, 2, 4, 2... blobs
 	c := e.collector(cfg)
 	rep, err := c.Observe(context.Background())
 	if err != nil || rep.Observed != len(all) {
 		t.Fatalf("observe: %+v %v, want %d observed", rep, err, len(all))
 	}
-	entries := e.observedEntries()
-	if len(entries) != (len(all)+3)/4 {
-		t.Fatalf("%d entries for %d blobs in batches of 4", len(entries), len(all))
-	}
-	for i, en := range entries {
-		if want := min(4, len(all)-4*i); len(en.Blobs) != want {
-			t.Fatalf("entry %d carries %d blobs, want %d", i, len(en.Blobs), want)
+	// Passes of 6 blobs, each proposed in entries of at most 4.
+	var want []int
+	for left := len(all); left > 0; left -= min(left, 6) {
+		pass := min(left, 6)
+		want = append(want, min(pass, 4))
+		if pass > 4 {
+			want = append(want, pass-4)
 		}
+	}
+	var got []int
+	for _, en := range e.observedEntries() {
+		got = append(got, len(en.Blobs))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("entries of %v blobs for %d blobs, want %v", got, len(all), want)
 	}
 }
 
 func TestObserveConfig(t *testing.T) {
 	cfg, err := Config{}.withDefaults()
-	if err != nil || cfg.ObserveDelay != DefaultObserveDelay || cfg.ObserveBatch != DefaultObserveBatch ||
-		DefaultObserveDelay != 200*time.Millisecond || DefaultObserveBatch != 1000 {
-		t.Fatalf("defaults %v, %v: %v", cfg.ObserveDelay, cfg.ObserveBatch, err)
+	if err != nil || cfg.ObserveDelay != DefaultObserveDelay || cfg.ObserveBatch != DefaultObserveBatch || cfg.ObservePass != DefaultObservePass ||
+		DefaultObserveDelay != time.Second || DefaultObserveBatch != 1000 || DefaultObservePass != 10_000 {
+		t.Fatalf("defaults %v, %v, %v: %v", cfg.ObserveDelay, cfg.ObservePass, cfg.ObserveBatch, err)
 	}
-	if d := DefaultConfig(); d.ObserveDelay != DefaultObserveDelay || d.ObserveBatch != DefaultObserveBatch {
+	if d := DefaultConfig(); d.ObserveDelay != DefaultObserveDelay || d.ObserveBatch != DefaultObserveBatch || d.ObservePass != DefaultObservePass {
 		t.Fatalf("DefaultConfig %+v", d)
 	}
-	for _, bad := range []Config{{ObserveDelay: -time.Second}, {ObserveBatch: -1}, {ObserveBatch: MaxObserveBatch + 1}} {
+	for _, bad := range []Config{{ObserveDelay: -time.Second}, {ObserveBatch: -1}, {ObserveBatch: MaxObserveBatch + 1}, {ObservePass: -1}} {
 		if _, err := bad.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
