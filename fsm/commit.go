@@ -152,6 +152,7 @@ func (f *FSM) begin() error {
 	if err != nil {
 		return fmt.Errorf("fsm: begin a write transaction: %w", err)
 	}
+	fillAppended(tx)
 	f.wt = &txn{tx: tx}
 	f.openedAt = time.Now()
 	return nil

@@ -235,3 +235,22 @@ func recordJSON(name, raw []byte) ([]byte, error) {
 func EncodeVersion(t CommandType, v uint8, now time.Time, payload any) ([]byte, error) {
 	return encodeVersion(t, v, now, payload)
 }
+
+// BucketFill is the share of the leaf pages of a bucket that its keys and
+// values fill, as of the file's last commit.
+func BucketFill(f *FSM, name string) (float64, error) {
+	var fill float64
+	_, err := f.view(func(t *txn) error {
+		b := t.tx.Bucket([]byte(name))
+		if b == nil {
+			return fmt.Errorf("no bucket %s", name)
+		}
+		st := b.Stats()
+		if st.LeafAlloc == 0 {
+			return fmt.Errorf("bucket %s has no leaf page of its own", name)
+		}
+		fill = float64(st.LeafInuse) / float64(st.LeafAlloc)
+		return nil
+	})
+	return fill, err
+}

@@ -166,6 +166,44 @@ var allBuckets = []bucket{
 	bucketUploadBatches,
 }
 
+// appendedBuckets are the buckets whose new keys mostly sort after the
+// keys near them: times, epochs and sequences grow, and the blob keys an
+// upload slot makes start with the time (blobstore.NewKey). bbolt splits
+// a full page into pages filled to a bucket's FillPercent (half, by
+// default), which for appends leaves every page half empty: a commit
+// writes twice the pages, and a read searches twice as many. Filled to
+// appendedFill instead, as etcd fills its key bucket. A key inserted
+// between others still fits: a page is split only once it overflows.
+var appendedBuckets = []bucket{
+	bucketAttempts,
+	bucketEpochs,
+	bucketAcks,
+	bucketPayloads,
+	bucketDeadlines,
+	bucketBlobs,
+	bucketBlobLeases,
+	bucketGCCandidates,
+	bucketGCGone,
+	bucketRecords,
+	bucketRecChanges,
+	bucketBlobUnobserved,
+	bucketUploadBatches,
+}
+
+// appendedFill is the FillPercent of appendedBuckets.
+const appendedFill = 0.9
+
+// fillAppended sets the FillPercent of appendedBuckets for the write
+// transaction tx (bbolt keeps it per transaction, on the bucket handles a
+// writable transaction caches).
+func fillAppended(tx *bolt.Tx) {
+	for _, name := range appendedBuckets {
+		if b := tx.Bucket(name); b != nil {
+			b.FillPercent = appendedFill
+		}
+	}
+}
+
 // optionalFrom is the index in allBuckets of the first bucket added after
 // the state hash's format was fixed: it and the ones after it are digested
 // only when not empty. (rec_seq, at index 20 before schema version 5, was
