@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -441,17 +442,28 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 func writeJSON(w http.ResponseWriter, status int, v any) { encodeJSON(w, status, v, true) }
 
 // jsonAppender is an answer that writes its own JSON, the bytes
-// json.Marshal would (wire.AckResult): false leaves it to encoding/json.
+// json.Marshal would (wire.AckResult, wire.Uploads): false leaves it to
+// encoding/json.
 type jsonAppender interface {
 	AppendJSON(b []byte) ([]byte, bool)
 }
+
+// answerBufs holds the buffers answers are appended to: the response
+// writer copies what it is given, so a buffer serves the next answer.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 func encodeJSON(w http.ResponseWriter, status int, v any, indent bool) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	if a, ok := v.(jsonAppender); ok && !indent {
-		if b, ok := a.AppendJSON(make([]byte, 0, 1024)); ok {
+		bp := answerBufs.Get().(*[]byte)
+		b, ok := a.AppendJSON((*bp)[:0])
+		if ok {
 			_, _ = w.Write(append(b, '\n')) // as json.Encoder ends a value
+		}
+		*bp = b[:0]
+		answerBufs.Put(bp)
+		if ok {
 			return
 		}
 	}

@@ -40,7 +40,7 @@ func (r *AckResult) AppendJSON(b []byte) ([]byte, bool) {
 }
 
 func (r *AckResult) timesEncodable() bool {
-	ok := func(t time.Time) bool { y := t.Year(); return y >= 0 && y <= 9999 }
+	ok := jsonYear
 	if a := r.Ack; a != nil && !ok(a.At) {
 		return false
 	}
@@ -142,15 +142,110 @@ func appendJSONTime(b []byte, t time.Time) []byte {
 }
 
 // AppendJSONString appends s as a JSON string, as json.Marshal writes it:
-// a string of printable ASCII without quotes, backslashes or the HTML
-// characters json escapes goes as it is; any other through json.Marshal.
+// a string of printable ASCII without quotes or backslashes goes as it is,
+// its HTML characters escaped as json escapes them (\u003c, \u003e,
+// \u0026: a presigned URL holds several &); any other through json.Marshal.
 func AppendJSONString(b []byte, s string) []byte {
+	html := false
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		switch c := s[i]; {
+		case c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\':
 			q, _ := json.Marshal(s)
 			return append(b, q...)
+		case c == '<' || c == '>' || c == '&':
+			html = true
 		}
 	}
-	return append(append(append(b, '"'), s...), '"')
+	b = append(b, '"')
+	if !html {
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '<':
+			b = append(b, `\u003c`...)
+		case '>':
+			b = append(b, `\u003e`...)
+		case '&':
+			b = append(b, `\u0026`...)
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }
+
+// AppendJSON appends u as json.Marshal encodes it (the answer to an
+// upload-slot call: up to a thousand presigned URLs, which encoding/json
+// wrote through reflection). It reports false, and appends nothing, for a
+// time json.Marshal refuses.
+func (u Uploads) AppendJSON(b []byte) ([]byte, bool) {
+	if !jsonYear(u.LeaseUntil) {
+		return b, false
+	}
+	for i := range u.Uploads {
+		if !jsonYear(u.Uploads[i].ExpiresAt) {
+			return b, false
+		}
+	}
+	b = append(b, `{"lease_until":`...)
+	b = appendJSONTime(b, u.LeaseUntil)
+	b = append(b, `,"uploads":`...)
+	if u.Uploads == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range u.Uploads {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = u.Uploads[i].appendJSON(b)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), true
+}
+
+func (u *Upload) appendJSON(b []byte) []byte {
+	b = append(b, `{"key":`...)
+	b = AppendJSONString(b, u.Key)
+	b = append(b, `,"method":`...)
+	b = AppendJSONString(b, u.Method)
+	b = append(b, `,"url":`...)
+	b = AppendJSONString(b, u.URL)
+	if len(u.Header) > 0 {
+		b = append(b, `,"header":{`...)
+		names := make([]string, 0, len(u.Header))
+		for name := range u.Header {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for i, name := range names {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(AppendJSONString(b, name), ':')
+			vals := u.Header[name]
+			if vals == nil {
+				b = append(b, "null"...)
+				continue
+			}
+			b = append(b, '[')
+			for j, v := range vals {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = AppendJSONString(b, v)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `,"expires_at":`...)
+	b = appendJSONTime(b, u.ExpiresAt)
+	return append(b, '}')
+}
+
+// jsonYear reports whether json.Marshal encodes t: its year is in 0-9999.
+func jsonYear(t time.Time) bool { y := t.Year(); return y >= 0 && y <= 9999 }

@@ -25,7 +25,7 @@ func TestAckResultJSONMatchesMarshal(t *testing.T) {
 	}
 	cases := []*AckResult{full, {}, {Ack: &Ack{}}, {Epoch: &Epoch{}}}
 	r := rand.New(rand.NewPCG(1, 2))
-	strs := []string{"", "plain", "t<1>&\"q\"", "tab\there", "µs", "\u2028", "back\\slash", "\xff"}
+	strs := []string{"", "plain", "t<1>&\"q\"", "a&b<c>d", "tab\there", "µs", "\u2028", "back\\slash", "\xff"}
 	str := func() string { return strs[r.IntN(len(strs))] }
 	tm := func() time.Time {
 		zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+30*60), time.FixedZone("y", -7*3600)}
@@ -75,5 +75,73 @@ func TestAckResultJSONMatchesMarshal(t *testing.T) {
 	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 	if b, ok := (&AckResult{Ack: &Ack{At: far}}).AppendJSON([]byte("x")); ok || string(b) != "x" {
 		t.Fatalf("year 10000: %q, %v", b, ok)
+	}
+}
+
+// TestUploadsJSONMatchesMarshal: Uploads.AppendJSON writes the bytes
+// json.Marshal writes, for presigned URLs (their & escaped as encoding/json
+// escapes it), headers (none, empty, nil values, several values, names in
+// any order), strings that need escaping, times of other zones, and no or
+// empty slot lists.
+func TestUploadsJSONMatchesMarshal(t *testing.T) {
+	at := time.Date(2026, 12, 3, 14, 5, 6, 789_000_000, time.UTC)
+	url := "http://127.0.0.1:9000/b/ms/j/t/18edcd52?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AK%2F20261203%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20261203T140506Z&X-Amz-Expires=900&X-Amz-SignedHeaders=host%3Bif-none-match&x-id=PutObject&X-Amz-Signature=ab12"
+	cases := []Uploads{
+		{},
+		{LeaseUntil: at, Uploads: []Upload{}},
+		{LeaseUntil: at, Uploads: []Upload{{Key: "j/t/k", Method: "PUT", URL: url, ExpiresAt: at}}},
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	strs := []string{"", "PUT", url, "a&b<c>d", "t<1>&\"q\"", "tab\there", "µs", "\u2028", "back\\slash", "\xff"}
+	str := func() string { return strs[r.IntN(len(strs))] }
+	tm := func() time.Time {
+		zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+30*60), time.FixedZone("y", -7*3600)}
+		ns := int64(r.IntN(3)) * int64(r.IntN(1_000_000_000))
+		return time.Unix(int64(r.IntN(4_000_000_000)), ns).In(zones[r.IntN(len(zones))])
+	}
+	for range 2000 {
+		u := Uploads{LeaseUntil: tm()}
+		if r.IntN(6) > 0 {
+			u.Uploads = []Upload{}
+		}
+		for range r.IntN(4) {
+			up := Upload{Key: str(), Method: str(), URL: str(), ExpiresAt: tm()}
+			switch r.IntN(4) {
+			case 1:
+				up.Header = map[string][]string{}
+			case 2, 3:
+				up.Header = map[string][]string{}
+				for range 1 + r.IntN(3) {
+					var vals []string
+					switch r.IntN(3) {
+					case 1:
+						vals = []string{}
+					case 2:
+						vals = []string{str(), str()}
+					}
+					up.Header[str()] = vals
+				}
+			}
+			u.Uploads = append(u.Uploads, up)
+		}
+		cases = append(cases, u)
+	}
+	for i, c := range cases {
+		want, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := c.AppendJSON(nil)
+		if !ok || !bytes.Equal(got, want) {
+			t.Fatalf("case %d: AppendJSON (ok %v)\n%s\njson.Marshal\n%s", i, ok, got, want)
+		}
+	}
+
+	// A year json.Marshal refuses is left to it.
+	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, u := range []Uploads{{LeaseUntil: far}, {LeaseUntil: at, Uploads: []Upload{{ExpiresAt: far}}}} {
+		if b, ok := u.AppendJSON([]byte("x")); ok || string(b) != "x" {
+			t.Fatalf("year 10000: %q, %v", b, ok)
+		}
 	}
 }
