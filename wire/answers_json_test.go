@@ -27,11 +27,7 @@ func TestAckResultJSONMatchesMarshal(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	strs := []string{"", "plain", "t<1>&\"q\"", "a&b<c>d", "tab\there", "µs", "\u2028", "back\\slash", "\xff"}
 	str := func() string { return strs[r.IntN(len(strs))] }
-	tm := func() time.Time {
-		zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+30*60), time.FixedZone("y", -7*3600)}
-		ns := int64(r.IntN(3)) * int64(r.IntN(1_000_000_000))
-		return time.Unix(int64(r.IntN(4_000_000_000)), ns).In(zones[r.IntN(len(zones))])
-	}
+	tm := func() time.Time { return randTime(r) }
 	for range 3000 {
 		res := &AckResult{Completed: r.IntN(2) == 0}
 		if r.IntN(5) > 0 {
@@ -60,16 +56,7 @@ func TestAckResultJSONMatchesMarshal(t *testing.T) {
 		}
 		cases = append(cases, res)
 	}
-	for i, c := range cases {
-		want, err := json.Marshal(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, ok := c.AppendJSON(nil)
-		if !ok || !bytes.Equal(got, want) {
-			t.Fatalf("case %d: AppendJSON (ok %v)\n%s\njson.Marshal\n%s", i, ok, got, want)
-		}
-	}
+	matchesMarshal(t, cases)
 
 	// A year json.Marshal refuses is left to it.
 	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -94,11 +81,7 @@ func TestUploadsJSONMatchesMarshal(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	strs := []string{"", "PUT", url, "a&b<c>d", "t<1>&\"q\"", "tab\there", "µs", "\u2028", "back\\slash", "\xff"}
 	str := func() string { return strs[r.IntN(len(strs))] }
-	tm := func() time.Time {
-		zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+30*60), time.FixedZone("y", -7*3600)}
-		ns := int64(r.IntN(3)) * int64(r.IntN(1_000_000_000))
-		return time.Unix(int64(r.IntN(4_000_000_000)), ns).In(zones[r.IntN(len(zones))])
-	}
+	tm := func() time.Time { return randTime(r) }
 	for range 2000 {
 		u := Uploads{LeaseUntil: tm()}
 		if r.IntN(6) > 0 {
@@ -126,6 +109,28 @@ func TestUploadsJSONMatchesMarshal(t *testing.T) {
 		}
 		cases = append(cases, u)
 	}
+	matchesMarshal(t, cases)
+
+	// A year json.Marshal refuses is left to it.
+	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, u := range []Uploads{{LeaseUntil: far}, {LeaseUntil: at, Uploads: []Upload{{ExpiresAt: far}}}} {
+		if b, ok := u.AppendJSON([]byte("x")); ok || string(b) != "x" {
+			t.Fatalf("year 10000: %q, %v", b, ok)
+		}
+	}
+}
+
+// randTime is a time in one of three zones, with or without nanoseconds.
+func randTime(r *rand.Rand) time.Time {
+	zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+30*60), time.FixedZone("y", -7*3600)}
+	ns := int64(r.IntN(3)) * int64(r.IntN(1_000_000_000))
+	return time.Unix(int64(r.IntN(4_000_000_000)), ns).In(zones[r.IntN(len(zones))])
+}
+
+// matchesMarshal fails t unless AppendJSON writes the bytes json.Marshal
+// writes for every case.
+func matchesMarshal[T interface{ AppendJSON([]byte) ([]byte, bool) }](t *testing.T, cases []T) {
+	t.Helper()
 	for i, c := range cases {
 		want, err := json.Marshal(c)
 		if err != nil {
@@ -134,14 +139,6 @@ func TestUploadsJSONMatchesMarshal(t *testing.T) {
 		got, ok := c.AppendJSON(nil)
 		if !ok || !bytes.Equal(got, want) {
 			t.Fatalf("case %d: AppendJSON (ok %v)\n%s\njson.Marshal\n%s", i, ok, got, want)
-		}
-	}
-
-	// A year json.Marshal refuses is left to it.
-	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, u := range []Uploads{{LeaseUntil: far}, {LeaseUntil: at, Uploads: []Upload{{ExpiresAt: far}}}} {
-		if b, ok := u.AppendJSON([]byte("x")); ok || string(b) != "x" {
-			t.Fatalf("year 10000: %q, %v", b, ok)
 		}
 	}
 }
