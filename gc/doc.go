@@ -118,8 +118,9 @@
 // every member, carries the blobs of many acks, and a directory is listed
 // about once per ObserveDelay whatever the ack rate. A blob whose HEAD
 // failed stays queued, for the next pass or the next Interval; a new
-// leader's first pass takes what the queue still holds. Observations only record and flag (size and ETag into
-// the blob's record); nothing is deleted on their account.
+// leader's first pass takes what the queue still holds. Observations only
+// record and flag (size and ETag into the blob's record); nothing is
+// deleted on their account.
 //
 // # Counting
 //
