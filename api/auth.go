@@ -84,6 +84,14 @@ type principal struct {
 
 type principalKey struct{}
 
+// principalToken is the token that authenticated r, nil if none did.
+func principalToken(r *http.Request) *wire.Token {
+	if p, _ := r.Context().Value(principalKey{}).(*principal); p != nil {
+		return p.token
+	}
+	return nil
+}
+
 // TokenAccessor returns the accessor of the token that authenticated r, or
 // "" when the request carried none (auth off, a signed object URL, an open
 // route). It identifies a client without revealing its secret, e.g. to key

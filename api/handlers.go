@@ -443,6 +443,13 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	return s.ack(r.Context(), p)
+}
+
+// ack checks and proposes one task's ack that passed its own checks
+// (TaskAck.Validate), for the ack route and for each ack of a batch
+// (acks.go) alike.
+func (s *Server) ack(ctx context.Context, p *fsm.TaskAck) (any, uint64, error) {
 	// References to another job are refused before anything is proposed,
 	// with the answer the state machine gives at apply (fsm/crossjob.go),
 	// which checks them again.
@@ -457,7 +464,7 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 			return res, idx, nil
 		}
 	}
-	v, idx, err := s.apply(r.Context(), fsm.CmdTaskAck, p)
+	v, idx, err := s.apply(ctx, fsm.CmdTaskAck, p)
 	if res, ok := v.(*wire.AckResult); ok && err == nil {
 		s.metrics.observeAck(res)
 		if p.Manifest != nil && len(p.Manifest.Blobs) > 0 && s.gc != nil {

@@ -111,13 +111,11 @@ func (s *Server) limit(next http.Handler) http.Handler {
 			release, retryAfter, reason := s.clients.admit(clientKey(r), time.Now())
 			if reason != "" {
 				s.metrics.rejections.WithLabelValues(reason).Inc()
-				secs := max(1, int(math.Ceil(retryAfter.Seconds())))
-				w.Header().Set("Retry-After", strconv.Itoa(secs))
-				msg := "too many requests from this client; retry after " + strconv.Itoa(secs) + "s"
+				e := rateLimited(retryAfter)
 				if reason == rejectInFlight {
-					msg = "too many requests in progress from this client; retry when one has finished"
+					e.Message = "too many requests in progress from this client; retry when one has finished"
 				}
-				e := &Error{Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited, Retryable: true, Message: msg}
+				w.Header().Set("Retry-After", strconv.Itoa(retryAfterSecs(retryAfter)))
 				writeJSON(w, e.Status, e.body())
 				return
 			}
@@ -130,6 +128,16 @@ func (s *Server) limit(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// rateLimited is the answer to a client over its request rate, which may
+// retry after d.
+func rateLimited(d time.Duration) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited, Retryable: true,
+		Message: "too many requests from this client; retry after " + strconv.Itoa(retryAfterSecs(d)) + "s"}
+}
+
+// retryAfterSecs is d in whole seconds for a Retry-After header: at least 1.
+func retryAfterSecs(d time.Duration) int { return max(1, int(math.Ceil(d.Seconds()))) }
 
 // setDeadlines bounds the time to receive the body and to write the answer.
 // Once the body is read, the read deadline moves to the write deadline:
@@ -325,6 +333,25 @@ func (c *clientLimits) admit(key string, now time.Time) (release func(), retryAf
 		cl.inflight--
 		c.mu.Unlock()
 	}, 0, ""
+}
+
+// charge counts n more requests of client key, admitted already (a batch
+// of acks counts as many requests as it holds, acks.go), at most a burst.
+// It reports false, charging nothing, and when to retry, when the client
+// is over its rate.
+func (c *clientLimits) charge(key string, n int, now time.Time) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.clients[key]
+	if cl == nil || c.rate == rate.Inf {
+		return 0, true
+	}
+	res := cl.lim.ReserveN(now, min(n, c.burst))
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return d, false
+	}
+	return 0, true
 }
 
 func (c *clientLimits) sweep(now time.Time) {

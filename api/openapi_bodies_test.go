@@ -197,6 +197,16 @@ func TestOpenAPIResponseBodies(t *testing.T) {
 		"delta": map[string]any{"add_segments": []map[string]any{{"key": key, "offset": 0, "length": len(blob), "first_seq": 1, "last_seq": 9}}}}}, nil)
 	r.ok("epochs.get", jb+"/epochs/1", nil, nil)
 	r.ok("epochs.ack", jb+"/epochs/1/acks/src", map[string]any{"generation": 1, "payloads": map[string][]byte{"input": []byte("offset=7")}}, nil)
+	// The same ack again in a batch (answered the stored ack) beside one
+	// of an epoch never begun (refused in its own result).
+	var batch wire.AckBatchAnswer
+	r.ok("acks.batch", "/v1/acks", map[string]any{"acks": []map[string]any{
+		{"job": job, "epoch": 1, "task": "src", "generation": 1, "payloads": map[string][]byte{"input": []byte("offset=7")}},
+		{"job": job, "epoch": 9, "task": "src", "generation": 1},
+	}}, &batch)
+	if len(batch.Results) != 2 || batch.Results[0].Status != http.StatusOK || batch.Results[1].Status != http.StatusNotFound {
+		t.Errorf("batch of a retried ack and one of an epoch never begun: %+v", batch.Results)
+	}
 	r.ok("epochs.list", jb+"/epochs", nil, nil)
 	r.ok("epochs.get", jb+"/epochs/1", nil, nil)
 	r.ok("epochs.pin", jb+"/epochs/1/pin", map[string]any{"name": "before-upgrade"}, nil)

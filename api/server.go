@@ -188,6 +188,7 @@ func (s *Server) routeTable() []route {
 		{"epochs.list", "GET", "/v1/jobs/{job}/epochs", read, s.epochsList, 0, permJob},
 		{"epochs.get", "GET", "/v1/jobs/{job}/epochs/{epoch}", read, s.epochGet, 0, permJob},
 		{"epochs.ack", "PUT", "/v1/jobs/{job}/epochs/{epoch}/acks/{task}", write, s.taskAck, 0, permJob},
+		{"acks.batch", "POST", "/v1/acks", write, s.acksBatch, 0, permAuthenticated},
 		{"epochs.abort", "POST", "/v1/jobs/{job}/epochs/{epoch}/abort", write, s.epochAbort, 0, permJob},
 		{"epochs.pin", "PUT", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochPin, 0, permOperator},
 		{"epochs.unpin", "DELETE", "/v1/jobs/{job}/epochs/{epoch}/pin", write, s.epochUnpin, 0, permOperator},
@@ -294,6 +295,13 @@ func (s *Server) wrap(rt route) http.Handler {
 			return
 		}
 		if s.mustForward(rt, r) {
+			if rt.name == "acks.batch" {
+				// The leader does not count what a member forwards.
+				if e := s.chargeForwardedBatch(r); e != nil {
+					writeError(w, e)
+					return
+				}
+			}
 			s.forward(w, r, rt.name)
 			return
 		}

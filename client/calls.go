@@ -155,14 +155,30 @@ type AckRequest struct {
 // Ack acknowledges epoch for task. Repeating the same ack is answered with
 // the stored ack (one ack); a different ack for the same task and epoch is
 // ErrConflict. On ErrOutcomeUnknown, repeat the same call: it is the only
-// way to learn whether the ack was stored.
+// way to learn whether the ack was stored. Acks made while
+// Config.MaxAckRequests ack requests are in flight travel together in
+// one request (acks.go), each applied and answered as if sent alone.
 func (c *Client) Ack(ctx context.Context, job string, gen, epoch uint64, task string, ack AckRequest) (*wire.AckResult, error) {
-	body := wire.TaskAckRequest{Generation: gen, Payloads: ack.Payloads, Manifest: ack.Manifest}
+	return c.acks.ack(ctx, c, wire.AckBatchItem{Job: job, Epoch: epoch, Task: task, Generation: gen, Payloads: ack.Payloads, Manifest: ack.Manifest})
+}
+
+// ackAlone sends one ack on its own route. maybeLanded: a batch that held
+// it may have applied it.
+func (c *Client) ackAlone(ctx context.Context, it *wire.AckBatchItem, maybeLanded bool) (*wire.AckResult, error) {
+	raw, err := json.Marshal(wire.TaskAckRequest{Generation: it.Generation, Payloads: it.Payloads, Manifest: it.Manifest})
+	if err != nil {
+		return nil, fmt.Errorf("metastore: ack: encoding the request: %w", err)
+	}
 	var out wire.AckResult
-	if err := c.mutate(ctx, http.MethodPut, epochPath(job, epoch)+"/acks/"+url.PathEscape(task), body, &out); err != nil {
+	r := &request{method: http.MethodPut, path: ackPath(it), body: raw, class: classMutation, maybeLanded: maybeLanded}
+	if _, err := c.do(ctx, r, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
+}
+
+func ackPath(it *wire.AckBatchItem) string {
+	return epochPath(it.Job, it.Epoch) + "/acks/" + url.PathEscape(it.Task)
 }
 
 // AbortEpoch aborts a pending epoch with a reason (may be empty). Aborting

@@ -80,6 +80,17 @@ type Config struct {
 	// matches ErrUnauthenticated or ErrForbidden and is not retried.
 	Token string
 
+	// MaxAckRequests bounds the ack requests the client has in flight at
+	// once (default DefaultMaxAckRequests). An ack made while that many
+	// are in flight waits, and the acks that waited are sent together in
+	// one request (POST /v1/acks) as soon as one is answered: each is
+	// still applied, fenced and answered as if it were sent alone, and an
+	// ack with nothing in flight ahead of it is sent alone at once, so
+	// nothing waits for a batch to fill. A worker process with many tasks
+	// then pays one request for the acks of many. -1 sends every ack
+	// alone, as does a cluster that has no batch route.
+	MaxAckRequests int
+
 	// TLS configures https to the members (LoadTLSConfig reads a CA file
 	// and an optional client certificate). It is used by the client's own
 	// HTTP client (ignored when HTTPClient is set), and makes a bare
@@ -133,6 +144,8 @@ type Client struct {
 	refreshed time.Time         // last member refresh
 
 	metastoreReqs, objectPuts, objectGets, bytesPut, bytesRead, retries atomic.Int64
+
+	acks ackQueue // acks.go
 }
 
 // New returns a client of the members cfg.Endpoints names.
@@ -157,6 +170,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if c.cfg.MaxAttempts <= 0 {
 		c.cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.cfg.MaxAckRequests == 0 {
+		c.cfg.MaxAckRequests = DefaultMaxAckRequests
 	}
 	if c.cfg.BackoffBase <= 0 {
 		c.cfg.BackoffBase = DefaultBackoffBase
@@ -341,6 +357,10 @@ type request struct {
 	// once marks a mutation that is not idempotent (creating a token):
 	// it is repeated only while no attempt can have landed.
 	once bool
+	// maybeLanded marks a mutation that an earlier request may have
+	// applied already (an ack of a batch whose outcome is unknown): a
+	// definite refusal then leaves its outcome unknown too.
+	maybeLanded bool
 }
 
 func (r *request) mutation() bool { return r.method != http.MethodGet && r.method != http.MethodHead }
@@ -349,12 +369,14 @@ func (r *request) mutation() bool { return r.method != http.MethodGet && r.metho
 type result struct {
 	resp *http.Response
 	body []byte
+	// unknown: an earlier attempt of the mutation may have landed too.
+	unknown bool
 }
 
 // do sends r until it gets a definite answer or runs out of attempts, and
 // decodes a successful JSON answer into out (when not nil and not stream).
 func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
-	unknown := false
+	unknown := r.maybeLanded
 	var last error
 	tried := map[int]bool{}
 	i, base := c.current()
@@ -380,6 +402,7 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 					return nil, fmt.Errorf("metastore: %s %s: decoding the answer: %w", r.method, r.path, err)
 				}
 			}
+			res.unknown = unknown
 			return res, nil
 		}
 		var ae *APIError

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,10 +30,21 @@ type proxy struct {
 	dropAcks atomic.Int64
 	requests atomic.Int64
 	dropped  atomic.Int64
-	// afterDrop, if set, runs once an ack's answer is withheld, before the
-	// connection is closed: the client cannot retry before it returns.
+	// afterDrop, if set (setAfterDrop), runs once an ack's answer is
+	// withheld, before the connection is closed: the client cannot retry
+	// before it returns.
+	mu        sync.Mutex
 	afterDrop func()
-	srv       *httptest.Server
+	// Batches of acks (POST /v1/acks): the next dropBatches are forwarded
+	// and their answers dropped like dropAcks; with noBatchRoute the
+	// proxy answers them as a member without the route does (404).
+	dropBatches  atomic.Int64
+	noBatchRoute atomic.Bool
+	batches      atomic.Int64
+	// gate, when set (setGate), holds every ack sent alone until it is
+	// closed.
+	gate chan struct{}
+	srv  *httptest.Server
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -51,7 +63,24 @@ func newProxy(t *testing.T, target string) *proxy {
 			io.WriteString(w, `{"error":{"code":"unavailable","message":"proxy says no","retryable":true}}`)
 			return
 		}
-		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/acks/") && p.dropAcks.Add(-1) >= 0 {
+		batch := r.Method == http.MethodPost && r.URL.Path == "/v1/acks"
+		if batch {
+			p.batches.Add(1)
+			if p.noBatchRoute.Load() {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				io.WriteString(w, `{"error":{"code":"route_not_found","message":"no route POST /v1/acks","retryable":false}}`)
+				return
+			}
+		}
+		p.mu.Lock()
+		gate, afterDrop := p.gate, p.afterDrop
+		p.mu.Unlock()
+		if gate != nil && r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/acks/") {
+			<-gate
+		}
+		if (r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/acks/") && p.dropAcks.Add(-1) >= 0) ||
+			(batch && p.dropBatches.Add(-1) >= 0) {
 			out := r.Clone(r.Context())
 			out.RequestURI = ""
 			out.URL.Scheme, out.URL.Host, out.Host = u.Scheme, u.Host, u.Host
@@ -68,8 +97,8 @@ func newProxy(t *testing.T, target string) *proxy {
 				t.Errorf("proxy: hijack: %v", err)
 				return
 			}
-			if p.afterDrop != nil {
-				p.afterDrop() // before the client can notice and retry
+			if afterDrop != nil {
+				afterDrop() // before the client can notice and retry
 			}
 			conn.Close()
 			return
@@ -78,6 +107,20 @@ func newProxy(t *testing.T, target string) *proxy {
 	}))
 	t.Cleanup(p.srv.Close)
 	return p
+}
+
+func (p *proxy) setAfterDrop(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.afterDrop = f
+}
+
+// setGate holds acks sent alone until the returned gate is closed.
+func (p *proxy) setGate() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gate = make(chan struct{})
+	return p.gate
 }
 
 func proxiedClient(t *testing.T, maxAttempts int, endpoints ...string) *client.Client {
@@ -199,11 +242,11 @@ func TestRetryUnknownThenRefused(t *testing.T) {
 
 	// The ack lands, its answer is lost, and a new attempt fences the
 	// generation before the client repeats it.
-	p.afterDrop = func() {
+	p.setAfterDrop(func() {
 		if _, err := direct.StartAttempt(ctx, "f", "a2", []wire.Task{{ID: "s0", Caps: mustCaps(t, "input")}}); err != nil {
 			t.Errorf("new attempt: %v", err)
 		}
-	}
+	})
 	p.dropAcks.Store(1)
 	_, err := c.Ack(ctx, "f", gen, 1, "s0", input("o=1"))
 	if !errors.Is(err, client.ErrOutcomeUnknown) || errors.Is(err, client.ErrFenced) {
@@ -220,7 +263,7 @@ func TestRetryUnknownThenRefused(t *testing.T) {
 
 	// A malformed request is refused the same on every attempt: that
 	// answer stays definite even after a lost answer.
-	p.afterDrop = nil
+	p.setAfterDrop(nil)
 	if _, err := c.PutJob(ctx, "bad job id!", wire.JobConfig{}); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("PutJob with a bad id: %v, want ErrInvalid", err)
 	}

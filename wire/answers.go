@@ -224,6 +224,21 @@ type AckResult struct {
 	Completed bool   `json:"completed_by_this_ack"`
 }
 
+// AckBatchAnswer answers an AckBatchRequest: one result per ack, in the
+// request's order.
+type AckBatchAnswer struct {
+	Results []AckBatchResult `json:"results"`
+}
+
+// AckBatchResult is the outcome of one ack of a batch: Status is the HTTP
+// status the ack alone would have been answered with; Ack is its answer
+// (Status 200) or Error its refusal.
+type AckBatchResult struct {
+	Status int        `json:"status"`
+	Ack    *AckResult `json:"ack,omitempty"`
+	Error  *Error     `json:"error,omitempty"`
+}
+
 // Restore answers, per kind and for a whole plan.
 const (
 	// RestoreRestored: the checkpoint holds data of this kind for the task.

@@ -249,3 +249,37 @@ func (u *Upload) appendJSON(b []byte) []byte {
 
 // jsonYear reports whether json.Marshal encodes t: its year is in 0-9999.
 func jsonYear(t time.Time) bool { y := t.Year(); return y >= 0 && y <= 9999 }
+
+// AppendJSON appends a as json.Marshal encodes it (AckResult.AppendJSON
+// writes each ack's answer; a refusal, rare, goes through encoding/json).
+// It reports false, and appends nothing, where one of them would.
+func (a *AckBatchAnswer) AppendJSON(b []byte) ([]byte, bool) {
+	start := len(b)
+	if a.Results == nil {
+		return append(b, `{"results":null}`...), true
+	}
+	b = append(b, `{"results":[`...)
+	for i := range a.Results {
+		r := &a.Results[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"status":`...)
+		b = strconv.AppendInt(b, int64(r.Status), 10)
+		if r.Ack != nil {
+			var ok bool
+			if b, ok = r.Ack.AppendJSON(append(b, `,"ack":`...)); !ok {
+				return b[:start], false
+			}
+		}
+		if r.Error != nil {
+			raw, err := json.Marshal(r.Error)
+			if err != nil {
+				return b[:start], false
+			}
+			b = append(append(b, `,"error":`...), raw...)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...), true
+}

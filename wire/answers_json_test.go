@@ -11,7 +11,8 @@ import (
 // TestAckResultJSONMatchesMarshal: AckResult.AppendJSON writes the bytes
 // json.Marshal writes, for an answer with every field set, nil parts, and
 // random ones (nil and empty sizes, strings that need escaping, times of
-// other zones and with or without nanoseconds).
+// other zones and with or without nanoseconds); and AckBatchAnswer's, for
+// batches of such answers and of refusals.
 func TestAckResultJSONMatchesMarshal(t *testing.T) {
 	at := time.Date(2026, 12, 3, 14, 5, 6, 789_000_000, time.UTC)
 	later := at.Add(time.Minute)
@@ -62,6 +63,28 @@ func TestAckResultJSONMatchesMarshal(t *testing.T) {
 	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 	if b, ok := (&AckResult{Ack: &Ack{At: far}}).AppendJSON([]byte("x")); ok || string(b) != "x" {
 		t.Fatalf("year 10000: %q, %v", b, ok)
+	}
+
+	// The answer to a batch of acks: the same answers, and refusals.
+	batches := []*AckBatchAnswer{{}, {Results: []AckBatchResult{}}}
+	for i := 0; i+3 <= len(cases); i += 3 {
+		b := &AckBatchAnswer{}
+		for _, c := range cases[i : i+3] {
+			switch r.IntN(3) {
+			case 0:
+				b.Results = append(b.Results, AckBatchResult{Status: 200, Ack: c})
+			case 1:
+				b.Results = append(b.Results, AckBatchResult{Status: 409, Error: &Error{Code: Code(str()), Field: str(), Message: str(), Retryable: r.IntN(2) == 0}})
+			default:
+				b.Results = append(b.Results, AckBatchResult{Status: r.IntN(600)})
+			}
+		}
+		batches = append(batches, b)
+	}
+	matchesMarshal(t, batches)
+	refused := &AckBatchAnswer{Results: []AckBatchResult{{Status: 200, Ack: full}, {Status: 200, Ack: &AckResult{Ack: &Ack{At: far}}}}}
+	if b, ok := refused.AppendJSON([]byte("x")); ok || string(b) != "x" {
+		t.Fatalf("a batch with a year 10000: %q, %v", b, ok)
 	}
 }
 

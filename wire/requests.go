@@ -41,6 +41,28 @@ type TaskAckRequest struct {
 	Manifest   *ManifestAck    `json:"manifest,omitempty"`
 }
 
+// AckBatchRequest is POST /v1/acks: the acks of several tasks, of one job
+// or of many, sent together. Each is checked, authorized and applied as
+// if it came alone to PUT /v1/jobs/{job}/epochs/{epoch}/acks/{task}, and
+// answered in its own result; one ack's refusal does not touch another.
+type AckBatchRequest struct {
+	Acks []AckBatchItem `json:"acks"`
+}
+
+// AckBatchItem is one ack of an AckBatchRequest: the target of its route
+// and the body of TaskAckRequest.
+type AckBatchItem struct {
+	Job        string          `json:"job"`
+	Epoch      uint64          `json:"epoch"`
+	Task       string          `json:"task"`
+	Generation uint64          `json:"generation"`
+	Payloads   map[Kind][]byte `json:"payloads,omitempty"`
+	Manifest   *ManifestAck    `json:"manifest,omitempty"`
+}
+
+// MaxBatchAcks bounds the acks of one AckBatchRequest.
+const MaxBatchAcks = 256
+
 // ManifestAck is the manifest part of an ack: the task's state in the
 // object store, as a delta or whole.
 type ManifestAck struct {
