@@ -54,6 +54,18 @@
 // (ErrFenced, ErrConflict, ErrNotFound, ErrEpochNotPending, ErrBlobDeleting,
 // ErrInvalid, ...); errors.Is also matches the fsm package's code sentinels.
 //
+// # Acks of many tasks
+//
+// One Client serves all the tasks of a worker process. It keeps at most
+// Config.MaxAckRequests ack requests in flight (default 4): an ack made
+// while that many are in flight waits, and the acks that waited go
+// together in the next request (POST /v1/acks), each applied, fenced and
+// answered as if it were sent alone. An ack with nothing waiting ahead of
+// it goes alone at once. An ack the batch could not answer for certain is
+// sent again alone, with the retries above; an ack whose batch may have
+// been applied is reported ErrOutcomeUnknown rather than refused, as a
+// single ack is.
+//
 // # State
 //
 // Small state travels inline in the ack (AckRequest.Payloads). Large state
