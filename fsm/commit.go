@@ -153,7 +153,7 @@ func (f *FSM) begin() error {
 		return fmt.Errorf("fsm: begin a write transaction: %w", err)
 	}
 	fillAppended(tx)
-	f.wt = &txn{tx: tx}
+	f.wt = &txn{tx: tx, recs: map[string][]byte{}}
 	f.openedAt = time.Now()
 	return nil
 }

@@ -45,7 +45,7 @@ func applyManifest(t *txn, j *jobRecord, gen, epoch uint64, task string, p *mani
 				return 0, err
 			}
 		}
-		if err := t.b(bucketHeads).Put(headKey(j.ID, task), u64(target.ID)); err != nil {
+		if err := t.put(bucketHeads, headKey(j.ID, task), u64(target.ID)); err != nil {
 			return 0, err
 		}
 	default:

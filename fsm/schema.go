@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -275,7 +276,31 @@ type txn struct {
 	cutoff *time.Time
 	// cursors holds a cursor per bucket for point reads (get).
 	cursors map[string]*bolt.Cursor
+	// recs holds, in the state machine's write transaction, the values of
+	// the keys of cachedBuckets it read or wrote (nil: absent), by
+	// bucket and key (recKeyOf); nil in other transactions.
+	recs map[string][]byte
 }
+
+// cachedBuckets are the buckets whose point reads the write transaction
+// keeps (txn.recs): the records an ack reads that the acks of the same
+// group commit read again (its job, task, epoch, head and lineage). Every
+// write to them goes through putRecord, put, del or deletePrefix, which
+// keep recs the same as the file.
+var cachedBuckets = map[string]bool{
+	string(bucketJobs): true, string(bucketTasks): true, string(bucketEpochs): true,
+	string(bucketHeads): true, string(bucketLineages): true,
+}
+
+// recKeyOf is the key of recs for key in bucket name (bucket names hold
+// no zero byte).
+func recKeyOf(name bucket, key []byte) string {
+	b := make([]byte, 0, len(name)+1+len(key))
+	return string(append(append(append(b, name...), 0), key...))
+}
+
+// cached reports whether t keeps the values of bucket name.
+func (t *txn) cached(name bucket) bool { return t.recs != nil && cachedBuckets[string(name)] }
 
 func (t *txn) b(name bucket) *bolt.Bucket {
 	b := t.tx.Bucket(name)
@@ -294,6 +319,20 @@ func (t *txn) b(name bucket) *bolt.Bucket {
 // does), so writes between reads do not disturb it. Like Get, it answers
 // nil for a key that is absent.
 func (t *txn) get(name bucket, key []byte) []byte {
+	if t.cached(name) {
+		rk := recKeyOf(name, key)
+		if v, ok := t.recs[rk]; ok {
+			return v
+		}
+		v := t.seek(name, key)
+		t.recs[rk] = v
+		return v
+	}
+	return t.seek(name, key)
+}
+
+// seek is get from the file.
+func (t *txn) seek(name bucket, key []byte) []byte {
 	k, v := t.cursor(name).Seek(key)
 	if k == nil || !bytes.Equal(k, key) {
 		return nil
@@ -331,10 +370,30 @@ func (t *txn) putRecord(name bucket, key []byte, v any) error {
 	if err != nil {
 		return fmt.Errorf("fsm: encode %s/%q: %w", name, key, err)
 	}
-	return t.b(name).Put(key, raw)
+	return t.put(name, key, raw)
 }
 
-func (t *txn) del(name bucket, key []byte) error { return t.b(name).Delete(key) }
+// put is bbolt's Put, which keeps value until the transaction ends: the
+// caller does not change it after.
+func (t *txn) put(name bucket, key, value []byte) error {
+	if err := t.b(name).Put(key, value); err != nil {
+		return err
+	}
+	if t.cached(name) {
+		t.recs[recKeyOf(name, key)] = value
+	}
+	return nil
+}
+
+func (t *txn) del(name bucket, key []byte) error {
+	if err := t.b(name).Delete(key); err != nil {
+		return err
+	}
+	if t.cached(name) {
+		t.recs[recKeyOf(name, key)] = nil
+	}
+	return nil
+}
 
 // has reports whether key is in bucket name, whatever its value. (Do not
 // test Get against nil: for a key put with a nil or empty value, bbolt
@@ -347,6 +406,14 @@ func (t *txn) has(name bucket, key []byte) bool {
 
 // deletePrefix removes every key of a bucket starting with prefix.
 func (t *txn) deletePrefix(name bucket, prefix []byte) error {
+	if t.cached(name) {
+		rp := recKeyOf(name, prefix)
+		for k := range t.recs {
+			if strings.HasPrefix(k, rp) {
+				delete(t.recs, k)
+			}
+		}
+	}
 	c := t.b(name).Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
 		if err := c.Delete(); err != nil {
