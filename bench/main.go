@@ -104,7 +104,7 @@ func parseWith(args []string, d workload.Params, stderr io.Writer) (config, bool
 	workloads := listFlag(d.Workloads)
 	concurrency := intsFlag(d.Concurrency)
 	sizes := intsFlag(d.ManifestSizes)
-	fs.Var(&systems, "systems", "comma-separated systems to measure, in this order")
+	fs.Var(&systems, "systems", "comma-separated systems to measure, in this order; also known: "+strings.Join(extraSystemNames, ",")+" (the metastore with every ack sent alone)")
 	fs.Var(&workloads, "workloads", "comma-separated workloads to run: "+strings.Join(workload.All, ","))
 	fs.StringVar(&cfg.out, "out", "", "folder for results.json, results.txt and the charts (default bench-results/<timestamp>)")
 	fs.StringVar(&cfg.dataDir, "data", "", "folder for the systems' data directories (default: a new temporary folder)")
@@ -145,8 +145,8 @@ func parseWith(args []string, d workload.Params, stderr io.Writer) (config, bool
 		return cfg, false, errors.New("--systems names no system")
 	}
 	for i, s := range cfg.systems {
-		if !slices.Contains(systemNames, s) {
-			return cfg, false, fmt.Errorf("unknown system %q (known: %s)", s, strings.Join(systemNames, ","))
+		if !slices.Contains(systemNames, s) && !slices.Contains(extraSystemNames, s) {
+			return cfg, false, fmt.Errorf("unknown system %q (known: %s)", s, strings.Join(slices.Concat(systemNames, extraSystemNames), ","))
 		}
 		if slices.Contains(cfg.systems[:i], s) {
 			return cfg, false, fmt.Errorf("system %q named twice", s)

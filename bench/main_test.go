@@ -63,6 +63,22 @@ func TestParseFlagsErrors(t *testing.T) {
 	}
 }
 
+// TestMetastoreAlone: the metastore whose client sends every ack alone
+// is a system of its own name, asked for by name, never by default.
+func TestMetastoreAlone(t *testing.T) {
+	cfg, err := parseFlags([]string{"--systems", "metastore,metastore-alone"}, io.Discard)
+	if err != nil || !reflect.DeepEqual(cfg.systems, []string{"metastore", "metastore-alone"}) {
+		t.Fatalf("--systems metastore,metastore-alone: %+v %v", cfg.systems, err)
+	}
+	systems, err := newSystems(context.Background(), cfg.systems, systemOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if systems[0].Name() != "metastore" || systems[1].Name() != "metastore-alone" {
+		t.Errorf("names %q and %q", systems[0].Name(), systems[1].Name())
+	}
+}
+
 func TestNewSystemsUnknown(t *testing.T) {
 	if _, err := newSystems(context.Background(), []string{"postgres"}, systemOptions{}); err == nil {
 		t.Error("unknown system accepted")

@@ -15,8 +15,16 @@ import (
 	"github.com/metastore/metastore/bench/internal/zksut"
 )
 
-// systemNames are the systems the command knows, in run order.
+// systemNames are the systems the command measures by default, in run
+// order.
 var systemNames = []string{"metastore", "etcd", "etcd-cas", "zookeeper", "zookeeper-cas"}
+
+// extraSystemNames are the systems the command knows beyond those:
+// "metastore-alone" is the metastore with a client that sends every ack
+// alone (client.Config.MaxAckRequests -1), the way separate worker
+// processes of one task each would, for comparisons with what the
+// client's batching of acks gives.
+var extraSystemNames = []string{"metastore-alone"}
 
 // systemOptions configure the systems the command builds.
 type systemOptions struct {
@@ -44,6 +52,11 @@ var systemSpecs = map[string]systemSpec{
 	"metastore": {
 		build: func(o systemOptions) (sut.System, error) {
 			return mssut.New(mssut.Options{ExtraFlags: o.MetastoreFlags}), nil
+		},
+	},
+	"metastore-alone": {
+		build: func(o systemOptions) (sut.System, error) {
+			return mssut.New(mssut.Options{ExtraFlags: o.MetastoreFlags, Name: "metastore-alone", MaxAckRequests: -1}), nil
 		},
 	},
 	// The peers, each in two designs: lean (one fenced transaction per
@@ -86,7 +99,7 @@ func newSystems(ctx context.Context, names []string, opts systemOptions) ([]sut.
 	for _, name := range names {
 		spec, ok := systemSpecs[name]
 		if !ok {
-			errs = append(errs, fmt.Errorf("unknown system %q (known: %s)", name, strings.Join(systemNames, ",")))
+			errs = append(errs, fmt.Errorf("unknown system %q (known: %s)", name, strings.Join(slices.Concat(systemNames, extraSystemNames), ",")))
 			continue
 		}
 		if err := ensureInstalled(ctx, name, spec, names, opts); err != nil {

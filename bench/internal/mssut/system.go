@@ -80,6 +80,11 @@ type Options struct {
 	MaxBodyBytes int64
 	// ExtraFlags are appended to every member's serve command line.
 	ExtraFlags []string
+	// Name is the system's name in the results (default "metastore").
+	Name string
+	// MaxAckRequests is the workers' client's Config.MaxAckRequests
+	// (0: the client's default; -1: every ack sent alone).
+	MaxAckRequests int
 
 	// SegmentBytes is the length of each segment Preload acknowledges
 	// (default 4096); SegmentsPerBlob how many segments, at consecutive
@@ -180,8 +185,13 @@ func New(opts Options) *System {
 	return &System{opts: opts.withDefaults(), jobs: map[string]*jobState{}}
 }
 
-// Name is "metastore".
-func (s *System) Name() string { return "metastore" }
+// Name is Options.Name, "metastore" by default.
+func (s *System) Name() string {
+	if s.opts.Name != "" {
+		return s.opts.Name
+	}
+	return "metastore"
+}
 
 // Client returns the client of all members (nil before Start), for
 // callers that want requests the interfaces do not cover.
@@ -293,7 +303,7 @@ func (s *System) Start(ctx context.Context, dir string) (err error) {
 		}
 		s.stale[p.id] = sc
 	}
-	if s.c, err = client.New(client.Config{Endpoints: urls}); err != nil {
+	if s.c, err = client.New(client.Config{Endpoints: urls, MaxAckRequests: s.opts.MaxAckRequests}); err != nil {
 		return err
 	}
 
