@@ -165,6 +165,8 @@ func (c *Client) sendAcks(batch []*ackCall) {
 		body = append(body, a.raw...)
 	}
 	body = append(body, "]}"...)
+	c.ackBatches.Add(1)
+	c.acksBatched.Add(int64(len(batch)))
 	var ans wire.AckBatchAnswer
 	// The batch outlives any one caller's context; each caller stops
 	// waiting at its own (ackQueue.ack).

@@ -94,8 +94,8 @@ func TestAcksTravelTogether(t *testing.T) {
 	if got := p.batches.Load(); got != 1 {
 		t.Errorf("%d batch requests for 8 queued acks, want 1", got)
 	}
-	if got := c.Stats().Sub(before).MetastoreRequests; got != 2 {
-		t.Errorf("%d requests for 9 acks (one alone, 8 queued), want 2", got)
+	if st := c.Stats().Sub(before); st.MetastoreRequests != 2 || st.AckBatches != 1 || st.AcksBatched != 8 {
+		t.Errorf("requests %d, batches %d of %d acks for 9 acks (one alone, 8 queued), want 2, 1 and 8", st.MetastoreRequests, st.AckBatches, st.AcksBatched)
 	}
 	d, err := c.Epoch(ctxT(t), "together", 1)
 	if err != nil || d.Acked != 9 || d.State != wire.EpochCompleted {

@@ -113,6 +113,11 @@ type Stats struct {
 	ObjectBytesRead int64
 	// Retries counts attempts after the first of a call.
 	Retries int64
+	// AckBatches counts the requests that carried acks together (POST
+	// /v1/acks, Config.MaxAckRequests), AcksBatched the acks they
+	// carried; both are in MetastoreRequests' count of requests too.
+	AckBatches  int64
+	AcksBatched int64
 }
 
 // Sub returns s - o, the requests made between two snapshots.
@@ -124,6 +129,8 @@ func (s Stats) Sub(o Stats) Stats {
 		ObjectBytesPut:    s.ObjectBytesPut - o.ObjectBytesPut,
 		ObjectBytesRead:   s.ObjectBytesRead - o.ObjectBytesRead,
 		Retries:           s.Retries - o.Retries,
+		AckBatches:        s.AckBatches - o.AckBatches,
+		AcksBatched:       s.AcksBatched - o.AcksBatched,
 	}
 }
 
@@ -144,6 +151,7 @@ type Client struct {
 	refreshed time.Time         // last member refresh
 
 	metastoreReqs, objectPuts, objectGets, bytesPut, bytesRead, retries atomic.Int64
+	ackBatches, acksBatched                                             atomic.Int64
 
 	acks ackQueue // acks.go
 }
@@ -220,6 +228,8 @@ func (c *Client) Stats() Stats {
 		ObjectBytesPut:    c.bytesPut.Load(),
 		ObjectBytesRead:   c.bytesRead.Load(),
 		Retries:           c.retries.Load(),
+		AckBatches:        c.ackBatches.Load(),
+		AcksBatched:       c.acksBatched.Load(),
 	}
 }
 

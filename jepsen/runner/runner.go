@@ -77,8 +77,11 @@ type ScenarioResult struct {
 	Duration time.Duration
 	// Reuses counts the acks answered ok that referenced again a blob the
 	// store recorded as a GC candidate.
-	Reuses   int
-	Verdicts []checker.Verdict
+	Reuses int
+	// AckBatches and AcksBatched: the requests that carried acks
+	// together, and the acks in them (workload.Result).
+	AckBatches, AcksBatched int64
+	Verdicts                []checker.Verdict
 	// Err is set when the scenario could not run (the cluster did not
 	// start, say): a failure too.
 	Err  error
@@ -185,7 +188,7 @@ func (r *Runner) Report(res *ScenarioResult) {
 		r.printf("  faults in force %s of the workload's %s (%.0f%%)\n", res.FaultTime().Round(100*time.Millisecond), res.Duration, 100*res.FaultTime().Seconds()/res.Duration.Seconds())
 	}
 	c := res.Counts
-	r.printf("  operations: %d (ok %d, fail %d, unknown %d); %d acks referenced GC candidates again\n", c.Total, c.OK, c.Fail, c.Unknown, res.Reuses)
+	r.printf("  operations: %d (ok %d, fail %d, unknown %d); %d acks referenced GC candidates again; %d acks sent in %d batches\n", c.Total, c.OK, c.Fail, c.Unknown, res.Reuses, res.AcksBatched, res.AckBatches)
 	for _, v := range res.Verdicts {
 		mark := "PASS"
 		if !v.OK {
@@ -326,6 +329,9 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 	}
 	if werr != nil {
 		res.Err = fmt.Errorf("workload: %w", werr)
+	}
+	if wres != nil {
+		res.AckBatches, res.AcksBatched = wres.AckBatches, wres.AcksBatched
 	}
 
 	// Heal whatever is left, wait for health, collect the final state.

@@ -45,13 +45,18 @@ func newJobRun(w *Workload, i int, name string) *jobRun {
 	j := &jobRun{w: w, idx: i, name: name, tasks: Tasks(i), next: 1, retained: JobConfig().Retained}
 	j.coord, j.coordID = w.newClient(nil)
 	j.oper, j.operID = w.newClient(nil)
+	// The job's workers run in one process with one client, as a worker
+	// process running several tasks does; with one ack request in flight
+	// at most, the acks of an epoch travel in batches (POST /v1/acks)
+	// under every fault. Each worker keeps its own history client number.
+	shared, _ := w.newClientWith(nil, 1)
 	for _, t := range j.tasks {
 		caps, err := wire.ParseCaps(t.Caps)
 		if err != nil {
 			panic(err)
 		}
 		wk := &worker{j: j, spec: t, caps: caps, reuses: map[string]int{}}
-		wk.c, wk.cid = w.newClient(nil)
+		wk.c, wk.cid = shared, w.clientID()
 		j.workers = append(j.workers, wk)
 	}
 	return j

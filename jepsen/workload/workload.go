@@ -189,6 +189,9 @@ type Workload struct {
 type Result struct {
 	// Jobs are the job names.
 	Jobs []string
+	// AckBatches and AcksBatched count the requests that carried the
+	// workers' acks together and the acks in them (client.Stats).
+	AckBatches, AcksBatched int64
 	// Contents are the bytes of every uploaded blob.
 	Contents map[string][]byte
 }
@@ -229,6 +232,11 @@ func (w *Workload) logf(format string, args ...any) { w.cfg.Logf(format, args...
 // newClient returns a client and its history client number. endpoints nil
 // means every member.
 func (w *Workload) newClient(endpoints []string) (*client.Client, int) {
+	return w.newClientWith(endpoints, 0)
+}
+
+// newClientWith is newClient with the client's Config.MaxAckRequests.
+func (w *Workload) newClientWith(endpoints []string, maxAckRequests int) (*client.Client, int) {
 	disc := endpoints != nil
 	if endpoints == nil {
 		endpoints = w.all
@@ -244,12 +252,17 @@ func (w *Workload) newClient(endpoints []string) (*client.Client, int) {
 		BackoffMax:       500 * time.Millisecond,
 		DisableDiscovery: disc,
 		Logger:           slog.New(slog.DiscardHandler),
+		MaxAckRequests:   maxAckRequests,
 	})
 	if err != nil {
 		panic(err) // endpoints are well-formed URLs
 	}
 	return c, int(w.clients.Add(1)) - 1
 }
+
+// clientID is a history client number for a worker that shares another's
+// client.
+func (w *Workload) clientID() int { return int(w.clients.Add(1)) - 1 }
 
 func (w *Workload) value(parts ...any) string {
 	return fmt.Sprint(parts...) + fmt.Sprintf("#%d", w.uniq.Add(1))
@@ -312,6 +325,11 @@ func (w *Workload) Run(ctx context.Context) (*Result, error) {
 	res := &Result{Contents: map[string][]byte{}}
 	for _, j := range w.jobs {
 		res.Jobs = append(res.Jobs, j.name)
+		if len(j.workers) > 0 {
+			st := j.workers[0].c.Stats() // the job's workers share it
+			res.AckBatches += st.AckBatches
+			res.AcksBatched += st.AcksBatched
+		}
 	}
 	w.contents.Range(func(k, v any) bool {
 		res.Contents[k.(string)] = v.([]byte)
