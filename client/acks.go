@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/metastore/metastore/wire"
 )
@@ -33,10 +34,19 @@ type ackQueue struct {
 	mu       sync.Mutex
 	queue    []*ackCall
 	inflight int
-	// alone: the cluster has no batch route (a member of an older
-	// release answered 404 or 405), every ack goes alone from now on.
-	alone bool
+	// aloneUntil: a member without the batch route (an older release,
+	// 404 or 405) answered a batch; every ack goes alone until then
+	// (aloneFor later), when batches are tried again: a rolling upgrade
+	// may have replaced it.
+	aloneUntil time.Time
 }
+
+// aloneFor is how long acks go alone after a member answered that it has
+// no batch route.
+const aloneFor = time.Minute
+
+// alone reports whether acks go alone now; the caller holds q.mu.
+func (q *ackQueue) alone() bool { return !q.aloneUntil.IsZero() && time.Now().Before(q.aloneUntil) }
 
 // ackCall is an ack waiting in the queue or sent in a batch.
 type ackCall struct {
@@ -63,7 +73,7 @@ func (q *ackQueue) ack(ctx context.Context, c *Client, it wire.AckBatchItem) (*w
 		return c.ackAlone(ctx, &it, false)
 	}
 	q.mu.Lock()
-	if q.alone || (len(q.queue) == 0 && q.inflight < limit) {
+	if q.alone() || (len(q.queue) == 0 && q.inflight < limit) {
 		q.inflight++
 		q.mu.Unlock()
 		res, err := c.ackAlone(ctx, &it, false)
@@ -123,7 +133,7 @@ func (q *ackQueue) startLocked(c *Client) {
 	if len(q.queue) == 0 {
 		return
 	}
-	if q.alone {
+	if q.alone() {
 		for _, a := range q.queue {
 			a.sent = true
 		}
@@ -179,7 +189,7 @@ func (c *Client) sendAcks(batch []*ackCall) {
 		var ae *APIError
 		if errors.As(err, &ae) && (ae.Code == wire.CodeRouteNotFound || ae.Status == http.StatusMethodNotAllowed) {
 			c.acks.mu.Lock()
-			c.acks.alone = true
+			c.acks.aloneUntil = time.Now().Add(aloneFor)
 			c.acks.mu.Unlock()
 		}
 		c.sendAlone(batch, errors.Is(err, ErrOutcomeUnknown))

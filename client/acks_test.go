@@ -148,7 +148,7 @@ func TestAckBatchRefusalsAreTheirOwn(t *testing.T) {
 
 // TestAckBatchWithoutTheRoute: against a member without the batch route
 // (404), the queued acks are sent alone and applied, and later acks no
-// longer try batches.
+// longer try batches for a while; after it, they do again.
 func TestAckBatchWithoutTheRoute(t *testing.T) {
 	m := startSingle(t)
 	p := newProxy(t, m.URL)
@@ -183,6 +183,22 @@ func TestAckBatchWithoutTheRoute(t *testing.T) {
 	wg.Wait()
 	if p.batches.Load() != 1 {
 		t.Errorf("%d batch requests after the route was found missing, want 1", p.batches.Load())
+	}
+	// Once that time is over (the member may have been upgraded), acks
+	// travel together again.
+	p.noBatchRoute.Store(false)
+	client.EndAlone(c)
+	if _, err := c.BeginEpoch(ctx, "old", gen, 3); err != nil {
+		t.Fatal(err)
+	}
+	gate = p.setGate()
+	for i, err := range queuedBehindOne(t, c, p, gate, "old", 3, gen, 5, nil) {
+		if err != nil {
+			t.Errorf("ack of s%d, epoch 3: %v", i, err)
+		}
+	}
+	if p.batches.Load() != 2 {
+		t.Errorf("%d batch requests once the member has the route again, want 2", p.batches.Load())
 	}
 }
 

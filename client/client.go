@@ -88,7 +88,8 @@ type Config struct {
 	// ack with nothing in flight ahead of it is sent alone at once, so
 	// nothing waits for a batch to fill. A worker process with many tasks
 	// then pays one request for the acks of many. -1 sends every ack
-	// alone, as does a cluster that has no batch route.
+	// alone; so does the client for a minute after a member answered
+	// that it has no batch route (an older release).
 	MaxAckRequests int
 
 	// TLS configures https to the members (LoadTLSConfig reads a CA file
