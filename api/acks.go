@@ -46,10 +46,9 @@ func (s *Server) acksBatch(r *http.Request) (any, uint64, error) {
 			continue
 		}
 		wg.Go(func() {
-			var v any
-			v, idx[i], err = s.ack(r.Context(), p)
+			v, at, err := s.ack(r.Context(), p)
 			res, _ := v.(*wire.AckResult)
-			out.Results[i] = batchResult(res, err)
+			idx[i], out.Results[i] = at, batchResult(res, err)
 		})
 	}
 	wg.Wait()
