@@ -23,8 +23,10 @@ var systemNames = []string{"metastore", "etcd", "etcd-cas", "zookeeper", "zookee
 // "metastore-alone" is the metastore with a client that sends every ack
 // alone (client.Config.MaxAckRequests -1), the way separate worker
 // processes of one task each would, for comparisons with what the
-// client's batching of acks gives.
-var extraSystemNames = []string{"metastore-alone"}
+// client's batching of acks gives; "etcd-batched" is the lean etcd design
+// with its acks batched the same way, in nested transactions
+// (etcdsut.NewBatched).
+var extraSystemNames = []string{"metastore-alone", "etcd-batched"}
 
 // systemOptions configure the systems the command builds.
 type systemOptions struct {
@@ -67,6 +69,12 @@ var systemSpecs = map[string]systemSpec{
 		find:          func() error { _, err := etcdsut.Find(); return err },
 		install:       etcdsut.Install,
 		build:         func(systemOptions) (sut.System, error) { return etcdsut.New(), nil },
+	},
+	"etcd-batched": {
+		debianPackage: etcdsut.DebianPackage,
+		find:          func() error { _, err := etcdsut.Find(); return err },
+		install:       etcdsut.Install,
+		build:         func(systemOptions) (sut.System, error) { return etcdsut.NewBatched(), nil },
 	},
 	"etcd-cas": {
 		debianPackage: etcdsut.DebianPackage,

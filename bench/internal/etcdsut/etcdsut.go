@@ -110,6 +110,9 @@ type System struct {
 	// compare-and-swap design (records.go).
 	name string
 	lean bool
+	// acks batches the acks of the batched lean design (batch.go); nil
+	// sends each alone.
+	acks *ackBatcher
 
 	keyPrefix string
 	keySeq    atomic.Uint64
@@ -155,6 +158,17 @@ var _ sut.System = (*System)(nil)
 // New returns the lean design ("etcd", lean.go), not started.
 func New() *System { return newSystem("etcd", true) }
 
+// NewBatched returns the lean design with its acks batched
+// ("etcd-batched", batch.go), not started.
+func NewBatched() *System { return newBatched(maxAckRequests) }
+
+// newBatched is NewBatched with at most limit ack requests in flight.
+func newBatched(limit int) *System {
+	s := newSystem("etcd-batched", true)
+	s.acks = &ackBatcher{limit: limit}
+	return s
+}
+
 // NewCAS returns the compare-and-swap design ("etcd-cas", records.go), not
 // started.
 func NewCAS() *System { return newSystem("etcd-cas", false) }
@@ -167,7 +181,7 @@ func newSystem(name string, lean bool) *System {
 	return &System{name: name, lean: lean, keyPrefix: hex.EncodeToString(b[:]), jobs: map[string][]string{}, coords: map[string]*coordinator{}}
 }
 
-// Name is "etcd" (lean design) or "etcd-cas".
+// Name is "etcd" (lean design), "etcd-batched" or "etcd-cas".
 func (s *System) Name() string { return s.name }
 
 // Retries returns how many ack and epoch-begin transactions were retried
