@@ -33,6 +33,8 @@ type ackBatcher struct {
 	limit int
 	// batches counts the batches sent (tests).
 	batches atomic.Int64
+	// gate, when set (tests), holds every ack sent alone until closed.
+	gate chan struct{}
 
 	mu       sync.Mutex
 	queue    []*queuedAck
@@ -54,8 +56,12 @@ func (b *ackBatcher) commit(ctx context.Context, cli *clientv3.Client, cmps []cl
 	b.mu.Lock()
 	if len(b.queue) == 0 && b.inflight < b.limit {
 		b.inflight++
+		gate := b.gate
 		b.mu.Unlock()
 		defer b.release(cli)
+		if gate != nil {
+			<-gate
+		}
 		return cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 	}
 	a := &queuedAck{cmps: cmps, then: then, els: els, done: make(chan struct{})}
