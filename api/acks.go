@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,7 +53,7 @@ func (s *Server) acksBatch(r *http.Request) (any, uint64, error) {
 		})
 	}
 	wg.Wait()
-	return out, max(s.fsm.AppliedIndex(), maxOf(idx)), nil
+	return out, max(s.fsm.AppliedIndex(), slices.Max(idx)), nil
 }
 
 // batchAck is one ack of a batch as its own route would build it: the
@@ -111,14 +112,6 @@ func (s *Server) chargeBatch(r *http.Request, n int) *Error {
 		return rateLimited(d)
 	}
 	return nil
-}
-
-func maxOf(v []uint64) uint64 {
-	var m uint64
-	for _, x := range v {
-		m = max(m, x)
-	}
-	return m
 }
 
 // chargeForwardedBatch counts a batch that this member forwards to the

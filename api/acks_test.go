@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/internal/testmember"
@@ -158,7 +159,8 @@ func TestAckBatchAuthorizesEachAck(t *testing.T) {
 }
 
 // TestAckBatchCountsAgainstRateLimit: a batch counts as many requests as
-// it holds acks, so batching does not lift a client's --rate-limit.
+// it holds acks, so batching does not lift a client's --rate-limit, also
+// when a follower forwards it.
 func TestAckBatchCountsAgainstRateLimit(t *testing.T) {
 	m := testmember.StartSingleWith(t, func(c *config.Config) {
 		c.RateLimit = 0.5 // one token per 2s: the bucket does not refill during the test
@@ -170,8 +172,8 @@ func TestAckBatchCountsAgainstRateLimit(t *testing.T) {
 		acks = append(acks, batchItem("nojob", 1, fmt.Sprintf("t%d", i), 1, nil))
 	}
 	body, _ := json.Marshal(map[string]any{"acks": acks})
-	post := func() int {
-		req, _ := http.NewRequest("POST", m.URL+"/v1/acks", bytes.NewReader(body))
+	post := func(base string) int {
+		req, _ := http.NewRequest("POST", base+"/v1/acks", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := c.Do(req)
 		if err != nil {
@@ -181,10 +183,31 @@ func TestAckBatchCountsAgainstRateLimit(t *testing.T) {
 		return resp.StatusCode
 	}
 	// 15 of the burst of 20, then 5 left: the second batch is refused.
-	if s := post(); s != http.StatusOK {
+	if s := post(m.URL); s != http.StatusOK {
 		t.Fatalf("first batch of 15: %d", s)
 	}
-	if s := post(); s != http.StatusTooManyRequests {
+	if s := post(m.URL); s != http.StatusTooManyRequests {
 		t.Fatalf("second batch of 15 with 5 tokens left: %d, want 429", s)
+	}
+
+	// Sent to a follower, which forwards it (the leader does not count
+	// what a member forwards): the follower counts the batch's acks.
+	ms := testmember.StartClusterWith(t, 3, func(c *config.Config) {
+		c.RateLimit = 0.5
+		c.RateBurst = 20
+	})
+	var follower *member
+	waitFor(t, 10*time.Second, "a leader", func() bool { return testmember.LeaderOf(ms) != nil })
+	for _, f := range ms {
+		if !f.Node.IsLeader() {
+			follower = f
+			break
+		}
+	}
+	if s := post(follower.URL); s != http.StatusOK {
+		t.Fatalf("first batch of 15 through a follower: %d", s)
+	}
+	if s := post(follower.URL); s != http.StatusTooManyRequests {
+		t.Fatalf("second batch of 15 through a follower with 5 tokens left: %d, want 429", s)
 	}
 }
