@@ -2,10 +2,13 @@
 // otherwise keep checkpoint metadata in, etcd and ZooKeeper: each started
 // in turn as a three-member cluster on loopback with durable writes, and
 // driven through the same checkpoint cycle (see internal/workload). Each
-// peer is driven in two designs: "etcd" and "zookeeper" the lean one (an
-// ack is one transaction fenced by the job's generation, no record shared
-// between a job's tasks, completion written by the coordinator watching
-// the acks), "etcd-cas" and "zookeeper-cas" a compare-and-swap on the
+// peer is driven in the designs its careful users would build: "etcd" and
+// "zookeeper" the lean one (an ack is one transaction fenced by the job's
+// generation, no record shared between a job's tasks, completion written
+// by the coordinator watching the acks), "etcd-batched" the lean one with
+// the acks made while others are in flight sent together in one
+// transaction of per-ack guarded transactions (as the metastore's client
+// batches them), "etcd-cas" and "zookeeper-cas" a compare-and-swap on the
 // epoch record the tasks share. The metastore is judged against the best
 // variant of each peer.
 //

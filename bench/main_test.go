@@ -21,7 +21,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(cfg.systems, []string{"metastore", "etcd", "etcd-cas", "zookeeper", "zookeeper-cas"}) || cfg.smoke || cfg.keep {
+	if !reflect.DeepEqual(cfg.systems, []string{"metastore", "etcd", "etcd-batched", "etcd-cas", "zookeeper", "zookeeper-cas"}) || cfg.smoke || cfg.keep {
 		t.Errorf("config %+v", cfg)
 	}
 	if !reflect.DeepEqual(cfg.params, workload.DefaultParams()) {

@@ -17,16 +17,14 @@ import (
 
 // systemNames are the systems the command measures by default, in run
 // order.
-var systemNames = []string{"metastore", "etcd", "etcd-cas", "zookeeper", "zookeeper-cas"}
+var systemNames = []string{"metastore", "etcd", "etcd-batched", "etcd-cas", "zookeeper", "zookeeper-cas"}
 
 // extraSystemNames are the systems the command knows beyond those:
 // "metastore-alone" is the metastore with a client that sends every ack
 // alone (client.Config.MaxAckRequests -1), the way separate worker
 // processes of one task each would, for comparisons with what the
-// client's batching of acks gives; "etcd-batched" is the lean etcd design
-// with its acks batched the same way, in nested transactions
-// (etcdsut.NewBatched).
-var extraSystemNames = []string{"metastore-alone", "etcd-batched"}
+// client's batching of acks gives.
+var extraSystemNames = []string{"metastore-alone"}
 
 // systemOptions configure the systems the command builds.
 type systemOptions struct {

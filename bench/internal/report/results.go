@@ -18,18 +18,23 @@ import (
 const SchemaVersion = 1
 
 // Names of the systems the comparisons are about. Each peer is measured
-// in two designs: lean (Etcd, ZooKeeper: one fenced transaction per ack)
-// and compare-and-swap (EtcdCAS, ZooKeeperCAS).
+// in the designs its careful users would build: lean (Etcd, ZooKeeper:
+// one fenced transaction per ack), lean with the acks made while others
+// are in flight batched into one transaction (EtcdBatched, as the
+// metastore's client batches them; ZooKeeper's multi is all-or-nothing,
+// so independent guards cannot share one) and compare-and-swap (EtcdCAS,
+// ZooKeeperCAS).
 const (
 	Metastore    = "metastore"
 	Etcd         = "etcd"
+	EtcdBatched  = "etcd-batched"
 	EtcdCAS      = "etcd-cas"
 	ZooKeeper    = "zookeeper"
 	ZooKeeperCAS = "zookeeper-cas"
 )
 
 // Peers are the systems the metastore is compared with, in table order.
-var Peers = []string{Etcd, EtcdCAS, ZooKeeper, ZooKeeperCAS}
+var Peers = []string{Etcd, EtcdBatched, EtcdCAS, ZooKeeper, ZooKeeperCAS}
 
 // PeerFamilies are the peer servers: a system belongs to a family when
 // it is named after it ("etcd", or "etcd-" and its design). The metastore
