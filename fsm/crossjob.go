@@ -184,14 +184,66 @@ func checkForeignBlobs(t *txn, job string, view func() (lineageView, error), c m
 // path); a refusal is confirmed on the latest applied state before it is
 // answered, so a reference made valid by an entry not yet committed (a pin
 // just applied) is not refused early.
+//
+// An ack that names only its own job (no base in another job, every blob
+// key under the job's prefix: what every ack of a worker that does not
+// fork names) is passed without a read. A blob under a job's prefix is
+// that job's: the leader makes every upload key under the prefix of the
+// job it is for (upload_batches.go, upload_slots.go, api/blobs.go), and
+// apply reads each record anyway (foreignKey), so the early check's read
+// of them, a read transaction and a seek per key on every ack, answered
+// nothing apply does not.
 func (f *FSM) CheckCrossJob(p *TaskAck) error {
-	if p.Manifest == nil {
+	if p.Manifest == nil || ownKeysOnly(p) {
 		return nil
 	}
 	if err := f.checkCrossJob(f.viewCommitted, p); err == nil {
 		return nil
 	}
 	return f.checkCrossJob(f.view, p)
+}
+
+// ownKeysOnly reports whether an ack's manifest names no base in another
+// job and no blob key outside its job's prefix.
+func ownKeysOnly(p *TaskAck) bool {
+	m := p.Manifest
+	if m.Base != nil && m.Base.Job != p.Job {
+		return false
+	}
+	prefix := p.Job + "/"
+	for _, b := range m.Blobs {
+		if !strings.HasPrefix(b.Key, prefix) {
+			return false
+		}
+	}
+	c := addedRefs(m)
+	for _, b := range c.AddBases {
+		if !strings.HasPrefix(b.Key, prefix) {
+			return false
+		}
+	}
+	for _, s := range c.AddSegments {
+		if !strings.HasPrefix(s.Key, prefix) {
+			return false
+		}
+	}
+	return true
+}
+
+// addedRefs is what an ack's manifest adds: its delta's segments and
+// materialized bases, or its full manifest.
+func addedRefs(m *ManifestAck) manifests.Change {
+	var c manifests.Change
+	if d := m.Delta; d != nil {
+		c.AddSegments = d.AddSegments
+		if d.Materialize != nil {
+			c.AddBases = d.Materialize.Bases
+		}
+	}
+	if full := m.Full; full != nil {
+		c.AddBases, c.AddSegments = full.Bases, full.Segments
+	}
+	return c
 }
 
 func (f *FSM) checkCrossJob(view func(func(t *txn) error) (uint64, error), p *TaskAck) error {
@@ -220,17 +272,7 @@ func (f *FSM) checkCrossJob(view func(func(t *txn) error) (uint64, error), p *Ta
 			}
 			return view, nil
 		}
-		var c manifests.Change
-		if d := m.Delta; d != nil {
-			c.AddSegments = d.AddSegments
-			if d.Materialize != nil {
-				c.AddBases = d.Materialize.Bases
-			}
-		}
-		if full := m.Full; full != nil {
-			c.AddBases, c.AddSegments = full.Bases, full.Segments
-		}
-		return checkForeignBlobs(t, p.Job, extends, c, m.Blobs)
+		return checkForeignBlobs(t, p.Job, extends, addedRefs(m), m.Blobs)
 	})
 	return err
 }

@@ -127,6 +127,49 @@ func TestCrossJobBlobReference(t *testing.T) {
 	h.fsck()
 }
 
+// TestCrossJobOwnPrefixReadAtApply: the early check passes an ack that
+// names only keys under its job's prefix without reading them; apply
+// reads each record, so a blob under job A's prefix that job B's intent
+// holds (the leader never makes one; an intent's keys are whatever its
+// entry names) is still refused to A, with the answer for B's blob.
+func TestCrossJobOwnPrefixReadAtApply(t *testing.T) {
+	h := crossJobWorld(t, true)
+	h.intents("jobB", 1, "jobA/agg-0/planted")
+	ack := fsm.TaskAck{Job: "jobA", Generation: 1, Epoch: 1, Task: "agg-0", Manifest: &fsm.ManifestAck{
+		Blobs: []fsm.BlobCommit{{Key: "jobA/agg-0/planted", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "jobA/agg-0/planted", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}}}}}
+	if pre := h.f.CheckCrossJob(&ack); pre != nil {
+		t.Fatalf("early check of keys under the job's prefix: %v", pre)
+	}
+	re := h.reject(wire.ErrNotFound, fsm.CmdTaskAck, ack)
+	if want := "blob \"jobA/agg-0/planted\" is not known to job \"jobA\""; len(re.Message) < len(want) || re.Message[:len(want)] != want {
+		t.Fatalf("apply of a blob B holds under A's prefix: %v", re)
+	}
+	// A key outside the prefix is still read early: B's own blob.
+	foreign := ack
+	foreign.Manifest = &fsm.ManifestAck{Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "jobB/agg-0/log", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}}}}
+	if pre := h.f.CheckCrossJob(&foreign); pre == nil {
+		t.Fatal("early check passed a key of another job")
+	}
+	// So is a commit of another job's key beside segments of the job's own.
+	foreign.Manifest = &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "jobB/agg-0/log", Size: 100}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "jobA/agg-0/own", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}}}}
+	if pre := h.f.CheckCrossJob(&foreign); pre == nil {
+		t.Fatal("early check passed a commit of another job's key")
+	}
+	// And a materialized base, or a full manifest, naming another job's key.
+	foreign.Manifest = &fsm.ManifestAck{Delta: &manifests.Delta{Materialize: &manifests.Materialization{TruncateBefore: 2,
+		Bases: []manifests.Base{{Key: "jobB/agg-0/log", Offset: 0, Length: 10}}}}}
+	if pre := h.f.CheckCrossJob(&foreign); pre == nil {
+		t.Fatal("early check passed a materialized base of another job's key")
+	}
+	foreign.Manifest = &fsm.ManifestAck{Full: &manifests.Manifest{Segments: []manifests.Segment{{Key: "jobB/agg-0/log", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}}}}
+	if pre := h.f.CheckCrossJob(&foreign); pre == nil {
+		t.Fatal("early check passed a full manifest naming another job's key")
+	}
+	h.fsck()
+}
+
 // TestSupersededUploadSlotRefused: an upload slot handed to a worker of
 // attempt 1 cannot be committed by an ack of attempt 2.
 func TestSupersededUploadSlotRefused(t *testing.T) {
