@@ -59,9 +59,11 @@ var systemSpecs = map[string]systemSpec{
 			return mssut.New(mssut.Options{ExtraFlags: o.MetastoreFlags, Name: "metastore-alone", MaxAckRequests: -1}), nil
 		},
 	},
-	// The peers, each in two designs: lean (one fenced transaction per
-	// ack, no record shared between the tasks of a job) and cas (a
-	// compare-and-swap on the epoch record the tasks share).
+	// The peers, each in the designs its careful users would build: lean
+	// (one fenced transaction per ack, no record shared between the tasks
+	// of a job), for etcd also lean with the acks batched into nested
+	// transactions, and cas (a compare-and-swap on the epoch record the
+	// tasks share).
 	"etcd": {
 		debianPackage: etcdsut.DebianPackage,
 		find:          func() error { _, err := etcdsut.Find(); return err },

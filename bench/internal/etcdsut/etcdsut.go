@@ -1,18 +1,21 @@
 // Package etcdsut is the etcd baseline of the benchmark: a three-member
 // etcd cluster (the Debian package etcd-server, etcd 3.4) on loopback,
 // driven through go.etcd.io/etcd/client/v3 the way a careful user keeps
-// checkpoint metadata in etcd, in one of two designs:
+// checkpoint metadata in etcd, in one of three designs:
 //
 //   - lean (New, "etcd"; lean.go): an ack is one transaction guarded by a
 //     compare on the job's generation key, putting the task's ack record
 //     and its segment records; no record is shared between the tasks of a
 //     job, and the coordinator learns that an epoch is complete by
 //     watching the epoch's ack prefix and writes the completion itself;
+//   - lean, batched (NewBatched, "etcd-batched"; batch.go): the lean
+//     design with the acks made while four transactions are in flight
+//     sent together, in one transaction of nested per-ack transactions;
 //   - compare-and-swap (NewCAS, "etcd-cas"; records.go, described below):
 //     an ack reads and rewrites the epoch record every task of the job
 //     shares, and retries when another task's ack came first.
 //
-// Both read a manifest the same way (ReadManifest, below).
+// All read a manifest the same way (ReadManifest, below).
 //
 // # Record layout (compare-and-swap design)
 //
