@@ -254,3 +254,26 @@ func BucketFill(f *FSM, name string) (float64, error) {
 	})
 	return fill, err
 }
+
+// PlanReadsRecords plans the manifest of ack as its apply would, on every
+// applied entry and writing nothing, and reports whether planning read a
+// record of the records bucket (a transaction's point-read cursor of a
+// bucket exists once a read used it), with planning's error.
+func PlanReadsRecords(f *FSM, ack TaskAck, now time.Time) (bool, error) {
+	var read bool
+	_, err := f.viewLatest(func(t *txn) error {
+		t.blobs, t.batches = blobCache{}, batchCache{}
+		j, err := mustJob(t, ack.Job)
+		if err != nil {
+			return err
+		}
+		tk, err := ackingTask(t, &ack)
+		if err != nil {
+			return err
+		}
+		_, err = planManifest(t, j, ack.Generation, ack.Epoch, tk, ack.Manifest, now, true)
+		read = t.cursors[string(bucketRecords)] != nil
+		return err
+	})
+	return read, err
+}

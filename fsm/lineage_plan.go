@@ -76,6 +76,9 @@ func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, m *Ma
 		}
 		d = manifests.Diff(*cur, *m.Full)
 	}
+	if err := view.noteUnreferenced(d); err != nil {
+		return nil, err
+	}
 	if p.change, err = manifests.Plan(view, d); err != nil {
 		return nil, manifestErr("manifest", err)
 	}

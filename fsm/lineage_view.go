@@ -43,6 +43,44 @@ func (v lineageView) record(kind byte, ref manifests.Ref) (*record, error) {
 	return r, err
 }
 
+// noteUnreferenced records as absent in read the records of the
+// segments and bases d adds whose blob holds no reference: a blob's Refs
+// counts the records naming it in every lineage (fsck checks the count;
+// the collector deletes by it), so no record names such a blob, and none
+// can be found without a seek. That is every segment of a blob the ack
+// commits: planning it seeks nothing in records. The blobs are read
+// anyway by the checks of the ack's ranges and commits, which read them
+// again from the command's blob cache. A reference to a blob that holds
+// references is read as before.
+func (v lineageView) noteUnreferenced(d manifests.Delta) error {
+	if v.lid == 0 || v.read == nil {
+		return nil
+	}
+	note := func(kind byte, ref manifests.Ref) error {
+		b, err := v.t.blob(ref.Key)
+		if err != nil {
+			return err
+		}
+		if b == nil || b.Refs == 0 {
+			v.read[recordID{kind, ref}] = nil
+		}
+		return nil
+	}
+	for _, s := range d.AddSegments {
+		if err := note(kindSegment, s.ID()); err != nil {
+			return err
+		}
+	}
+	if m := d.Materialize; m != nil {
+		for _, b := range m.Bases {
+			if err := note(kindBase, b.ID()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (v lineageView) present(r *record) bool {
 	if v.at == 0 {
 		return r.Dropped == 0

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -452,4 +453,56 @@ func oneIncrementalTask(t *testing.T, job string, retained int, keys ...string) 
 	h.start(job, "a1", task(t, "t", "state", "incremental"))
 	h.intents(job, 1, keys...)
 	return h
+}
+
+// TestPlanReadsNoRecordOfUnreferencedBlobs: planning segments of blobs
+// that hold no reference yet (the blobs an ack commits) reads no record,
+// as no record can name such a blob; a segment of a blob that holds one is
+// read, and is refused when the manifest has it already.
+func TestPlanReadsNoRecordOfUnreferencedBlobs(t *testing.T) {
+	h := oneIncrementalTask(t, "p", 2, "p/t/a", "p/t/b", "p/t/c")
+	seg := func(key string, off, seq uint64) manifests.Segment {
+		return manifests.Segment{Key: key, Offset: off, Length: 5, FirstSeq: seq, LastSeq: seq}
+	}
+	ack := func(epoch uint64, m *fsm.ManifestAck) fsm.TaskAck {
+		return fsm.TaskAck{Job: "p", Generation: 1, Epoch: epoch, Task: "t", Manifest: m}
+	}
+	h.begin("p", 1, 1)
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, ack(1, &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "p/t/a", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg("p/t/a", 0, 1)}}})))
+	h.begin("p", 1, 2)
+
+	fresh := ack(2, &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "p/t/b", Size: 10}, {Key: "p/t/c", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg("p/t/b", 0, 2), seg("p/t/c", 0, 3), seg("p/t/c", 5, 4)}}})
+	if read, err := fsm.PlanReadsRecords(h.f, fresh, h.now); err != nil || read {
+		t.Fatalf("planning segments of blobs the ack commits: read a record %v, error %v", read, err)
+	}
+	// p/t/a holds a reference: its segments are read.
+	same := ack(2, &fsm.ManifestAck{Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg("p/t/a", 0, 2)}}})
+	if read, err := fsm.PlanReadsRecords(h.f, same, h.now); !read || !isRule(err, wire.ErrManifestMismatch) {
+		t.Fatalf("planning a segment of a referenced blob: read a record %v, error %v", read, err)
+	}
+	re := h.reject(wire.ErrManifestMismatch, fsm.CmdTaskAck, same)
+	if !strings.Contains(re.Message, "already in the manifest") {
+		t.Fatalf("a segment added twice: %v", re)
+	}
+	other := ack(2, &fsm.ManifestAck{Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg("p/t/a", 5, 2)}}})
+	if read, err := fsm.PlanReadsRecords(h.f, other, h.now); !read || err != nil {
+		t.Fatalf("planning a new segment of a referenced blob: read a record %v, error %v", read, err)
+	}
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fresh))
+	h.fsck()
+
+	// A materialization's new base is not read either; its truncated
+	// segments are scanned, not read one by one.
+	h.intents("p", 1, "p/t/base")
+	h.begin("p", 1, 3)
+	mat := ack(3, &fsm.ManifestAck{Blobs: []fsm.BlobCommit{{Key: "p/t/base", Size: 10}},
+		Delta: &manifests.Delta{Materialize: &manifests.Materialization{
+			Bases: []manifests.Base{{Key: "p/t/base", Offset: 0, Length: 10}}, TruncateBefore: 4}}})
+	if read, err := fsm.PlanReadsRecords(h.f, mat, h.now); err != nil || read {
+		t.Fatalf("planning a materialization onto a new base: read a record %v, error %v", read, err)
+	}
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, mat))
+	h.fsck()
 }
