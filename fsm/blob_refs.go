@@ -88,14 +88,27 @@ func decodeBlob(v []byte) (*blobRecord, error) {
 		return nil, err
 	}
 	b.counted = blobUsage(b.State, b.Size)
+	b.countedAwaiting = b.AwaitingObservation
 	return &b, nil
 }
 
 // putBlob writes a blob record (at the end of the command, flushBlobs)
-// and collects the change of its job's usage (quota.go) from what the
-// record counted when it was read.
+// and collects the change of its job's usage (quota.go), and of its place
+// among the blobs awaiting observation (unobserved.go), from what the
+// record held when it was read. Only a live blob awaits observation: one
+// that leaves that state (the collector's mark) no longer does.
 func (t *txn) putBlob(b *blobRecord) error {
 	b.ModifyIndex = t.index
+	if b.State != blobLive {
+		b.AwaitingObservation = false
+	}
+	if b.AwaitingObservation != b.countedAwaiting {
+		if t.awaiting == nil {
+			t.awaiting = map[string]bool{}
+		}
+		t.awaiting[b.Key] = b.AwaitingObservation
+		b.countedAwaiting = b.AwaitingObservation
+	}
 	now := blobUsage(b.State, b.Size)
 	if d := usageDelta(b.counted, now); !d.zero() {
 		if t.usage == nil {
@@ -242,14 +255,4 @@ func errCorruptRef(key string, b *blobRecord) error {
 		state = string(b.State)
 	}
 	return &corruptError{"reference count of blob " + key + " moved while it is " + state}
-}
-
-// markUnobserved queues a blob that an ack just committed for the leader's
-// look at the object store. The value is not empty on purpose: bbolt's Get
-// answers nil for a key put with a nil value in the same transaction and
-// an empty value in later ones, so a test of Get against nil would depend
-// on how entries were batched into transactions, which differs between
-// members. Presence is tested with has all the same.
-func (t *txn) markUnobserved(key string) error {
-	return t.b(bucketBlobUnobserved).Put([]byte(key), []byte{1})
 }

@@ -180,6 +180,7 @@ func (f *FSM) commitLocked() error {
 	if err == nil {
 		f.committed.Store(last)
 		f.usage.apply(wt.usage, last)
+		f.unobserved.apply(wt.awaiting, last)
 		f.pending = f.pending[:0]
 		f.commitErr = nil
 		f.stats.Commits++

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/metastore/metastore/fsm"
@@ -272,4 +273,62 @@ func TestBlobObservation(t *testing.T) {
 	if b, _, _ := h.f.Blob("j/t/b"); !b.Flagged {
 		t.Fatalf("flag lost on reopen: %+v", b)
 	}
+	// An ack of version 1 (written before observations) commits a blob
+	// the leader does not look at.
+	h.intents("j", 1, "j/t/c")
+	h.begin("j", 1, 2)
+	data, err := fsm.EncodeVersion(fsm.CmdTaskAck, 1, h.now, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 2, Task: "t", Manifest: &fsm.ManifestAck{
+		Blobs: []fsm.BlobCommit{{Key: "j/t/c", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "j/t/c", Offset: 0, Length: 10, FirstSeq: 3, LastSeq: 3}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, h.f.Apply(h.nextLog(data)).(*fsm.Result))
+	if keys, _ := h.f.Unobserved(10); len(keys) != 0 {
+		t.Fatalf("unobserved after a version-1 ack: %v", keys)
+	}
+	if c, _, _ := h.f.Blob("j/t/c"); c.State != wire.BlobLive || c.AwaitingObservation {
+		t.Fatalf("blob of a version-1 ack: %+v", c)
+	}
+	h.fsck()
+}
+
+// TestFsckComparesUnobservedIndex: the keys awaiting observation kept in
+// memory are checked against the blob records, both ways.
+func TestFsckComparesUnobservedIndex(t *testing.T) {
+	h := newHarness(t)
+	h.putJob("j", wire.JobConfig{})
+	h.start("j", "a1", task(t, "t", "state", "incremental"))
+	h.intents("j", 1, "j/t/a")
+	h.begin("j", 1, 1)
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Manifest: &fsm.ManifestAck{
+		Blobs: []fsm.BlobCommit{{Key: "j/t/a", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "j/t/a", Offset: 0, Length: 10, FirstSeq: 1, LastSeq: 1}}}}}))
+	h.fsck()
+	problems := func(want string) {
+		t.Helper()
+		if err := h.f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := h.f.Fsck()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], want) {
+			t.Fatalf("fsck problems %q, want one saying %q", rep.Problems, want)
+		}
+	}
+	if err := h.f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsm.MarkAwaiting(h.f, "j/t/a", false); err != nil {
+		t.Fatal(err)
+	}
+	problems(`lists blob "j/t/a" as awaiting observation; its record does not`)
+	h.reopen()
+	h.fsck()
+	if err := fsm.MarkAwaiting(h.f, "j/t/a", true); err != nil {
+		t.Fatal(err)
+	}
+	problems(`blob "j/t/a" awaits observation and is missing from the index`)
 }

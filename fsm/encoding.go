@@ -174,6 +174,11 @@ func migrateRecords(db *bolt.DB) (int, uint64, error) {
 		}
 	}
 	return total, version, db.Update(func(tx *bolt.Tx) error {
+		// Version 6 keeps no blob_unobserved index: its live blobs say
+		// so in their records.
+		if err := moveUnobserved(tx); err != nil {
+			return fmt.Errorf("fsm: move bucket %s of schema version %d into the blob records: %w", bucketBlobUnobserved, version, err)
+		}
 		// Version 5 keeps no rec_seq index.
 		if tx.Bucket(bucketRecSeq) != nil {
 			if err := tx.DeleteBucket(bucketRecSeq); err != nil {
@@ -185,6 +190,49 @@ func migrateRecords(db *bolt.DB) (int, uint64, error) {
 		// rewritten it is of the current version.
 		return tx.Bucket(bucketMeta).Put(metaSchema, u64(SchemaVersion))
 	})
+}
+
+// moveUnobserved marks, in a file of a schema version before 6, the live
+// blobs listed in blob_unobserved as awaiting observation in their
+// records, and deletes the bucket. The records are otherwise unchanged
+// (their modify index too): the state is the same, stored once. An entry
+// of a blob no longer live awaited nothing (an observation of it changed
+// nothing).
+func moveUnobserved(tx *bolt.Tx) error {
+	old := tx.Bucket(bucketBlobUnobserved)
+	if old == nil {
+		return nil
+	}
+	blobs := tx.Bucket(bucketBlobs)
+	var keys [][]byte
+	if err := old.ForEach(func(k, _ []byte) error {
+		keys = append(keys, bytes.Clone(k))
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		raw := blobs.Get(k)
+		if raw == nil {
+			continue
+		}
+		var b blobRecord
+		if err := decodeRecord(raw, &b); err != nil {
+			return fmt.Errorf("blob %q: %w", k, err)
+		}
+		if b.State != blobLive || b.AwaitingObservation {
+			continue
+		}
+		b.AwaitingObservation = true
+		v, err := encodeRecord(&b)
+		if err != nil {
+			return fmt.Errorf("blob %q: %w", k, err)
+		}
+		if err := blobs.Put(k, v); err != nil {
+			return err
+		}
+	}
+	return tx.DeleteBucket(bucketBlobUnobserved)
 }
 
 // kindSizes is an ack's inline payload size per kind. Its MessagePack

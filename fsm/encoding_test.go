@@ -26,6 +26,13 @@ func TestJSONRecordsMigrated(t *testing.T) {
 				t.Fatal(err)
 			}
 			fillEverything(h)
+			// Before version 6 the blobs awaiting observation were keys
+			// of blob_unobserved, an entry of which could outlive its
+			// blob, or its blob's live state (inc/w/log-1-1 is gone,
+			// inc/w/log-1-2 deleting).
+			if n, err := fsm.PlantUnobservedBucket(h.f, "alpha/op/gone-long-ago", "inc/w/log-1-1", "inc/w/log-1-2"); err != nil || n == 0 {
+				t.Fatalf("planting blob_unobserved: %d records, %v", n, err)
+			}
 			restore()
 			if err := h.f.Flush(); err != nil {
 				t.Fatal(err)
@@ -78,8 +85,10 @@ func TestJSONRecordsMigrated(t *testing.T) {
 				t.Fatalf("schema version %d after the reopen, want %d", v, fsm.SchemaVersion)
 			}
 			h.rawView(func(tx *bolt.Tx) {
-				if tx.Bucket([]byte("rec_seq")) != nil {
-					t.Errorf("rec_seq is still there after the migration")
+				for _, gone := range []string{"rec_seq", "blob_unobserved"} {
+					if tx.Bucket([]byte(gone)) != nil {
+						t.Errorf("%s is still there after the migration", gone)
+					}
 				}
 				for name := range fsm.BinaryBuckets() {
 					_ = tx.Bucket([]byte(name)).ForEach(func(k, v []byte) error {

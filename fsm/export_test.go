@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -276,4 +277,71 @@ func PlanReadsRecords(f *FSM, ack TaskAck, now time.Time) (bool, error) {
 		return err
 	})
 	return read, err
+}
+
+// PlantUnobservedBucket stores f's blobs awaiting observation as a file of
+// schema version 5 held them, in the records' encoding of that version
+// (WriteSchema): listed in a blob_unobserved bucket, their records not
+// marked. The bucket also gets an entry for extra keys (a version-5 entry
+// can outlive its blob). It returns how many records it unmarked.
+func PlantUnobservedBucket(f *FSM, extra ...string) (int, error) {
+	n := 0
+	err := RawUpdate(f, func(tx *bolt.Tx) error {
+		old, err := tx.CreateBucketIfNotExists(bucketBlobUnobserved)
+		if err != nil {
+			return err
+		}
+		blobs := tx.Bucket(bucketBlobs)
+		var keys, vals [][]byte
+		err = blobs.ForEach(func(k, v []byte) error {
+			var b blobRecord
+			if err := decodeRecord(v, &b); err != nil {
+				return err
+			}
+			if !b.AwaitingObservation {
+				return nil
+			}
+			b.AwaitingObservation = false
+			raw, err := encodeRecord(&b)
+			keys, vals = append(keys, bytes.Clone(k)), append(vals, raw)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for i := range keys {
+			if err := blobs.Put(keys[i], vals[i]); err != nil {
+				return err
+			}
+			if err := old.Put(keys[i], []byte{1}); err != nil {
+				return err
+			}
+		}
+		for _, k := range extra {
+			if err := old.Put([]byte(k), []byte{1}); err != nil {
+				return err
+			}
+		}
+		n = len(keys)
+		return nil
+	})
+	return n, err
+}
+
+// MarkAwaiting sets the AwaitingObservation of key's blob record in f's
+// file, bypassing the commands and the index in memory.
+func MarkAwaiting(f *FSM, key string, awaiting bool) error {
+	return RawUpdate(f, func(tx *bolt.Tx) error {
+		blobs := tx.Bucket(bucketBlobs)
+		var b blobRecord
+		if err := decodeRecord(blobs.Get([]byte(key)), &b); err != nil {
+			return err
+		}
+		b.AwaitingObservation = awaiting
+		raw, err := encodeRecord(&b)
+		if err != nil {
+			return err
+		}
+		return blobs.Put([]byte(key), raw)
+	})
 }

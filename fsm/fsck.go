@@ -26,9 +26,10 @@ func (f *FSM) Fsck() (*FsckReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	// The jobs' usage counts (quota.go) against a scan, in a transaction
-	// that shows the state they count: tried a few times, since applies go
-	// on meanwhile.
+	// The jobs' usage counts (quota.go) and the index of the blobs
+	// awaiting observation (unobserved.go) against a scan, in a
+	// transaction that shows the state they count: tried a few times,
+	// since applies go on meanwhile.
 	for range 20 {
 		done := false
 		f.usage.mu.Lock()
@@ -38,6 +39,19 @@ func (f *FSM) Fsck() (*FsckReport, error) {
 			return err
 		})
 		f.usage.mu.Unlock()
+		if err != nil || done {
+			break
+		}
+	}
+	for range 20 {
+		done := false
+		f.unobserved.mu.Lock()
+		_, err = f.view(func(t *txn) error {
+			var err error
+			done, err = f.unobserved.check(t, rep)
+			return err
+		})
+		f.unobserved.mu.Unlock()
 		if err != nil || done {
 			break
 		}

@@ -61,6 +61,9 @@ type FSM struct {
 
 	// usage: every job's usage of the blob table (quota.go).
 	usage usageCounts
+	// unobserved: the blobs awaiting the leader's observation
+	// (unobserved.go).
+	unobserved unobservedIndex
 
 	// The open write transaction and its entries (commit.go), guarded by
 	// txMu; lock order f.mu, then txMu. committed is the applied index
@@ -131,7 +134,7 @@ func Open(path string, logger *slog.Logger) (*FSM, error) {
 			return nil, err
 		}
 	}
-	if err := f.usage.rebuild(db); err != nil {
+	if err := f.rebuildCounts(db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("fsm: %s: counting the jobs' blobs: %w", path, err)
 	}
@@ -623,7 +626,7 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 			}
 		}()
 	}
-	if err := f.usage.rebuild(db); err != nil {
+	if err := f.rebuildCounts(db); err != nil {
 		panic(fmt.Sprintf("fsm: restore: cannot read the restored state machine file %s: %v", f.path, err))
 	}
 	_ = db.View(func(tx *bolt.Tx) error { f.publishMembers(&txn{tx: tx}); return nil })

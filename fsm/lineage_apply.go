@@ -117,11 +117,8 @@ func commitBlob(t *txn, bc BlobCommit, now time.Time, strict bool) error {
 	if err := t.unreference(b, now); err != nil {
 		return err
 	}
-	if strict {
-		if err := t.markUnobserved(b.Key); err != nil {
-			return err
-		}
-	}
+	// The leader looks at the object next (observe.go).
+	b.AwaitingObservation = strict
 	return t.putBlob(b)
 }
 

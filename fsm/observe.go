@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"errors"
+
 	"github.com/metastore/metastore/wire"
 )
 
@@ -56,8 +58,8 @@ func (p *BlobsObserved) Validate() error {
 }
 
 // applyBlobsObserved records observations of live blobs still waiting for
-// one; a blob observed already, or no longer live, is left alone (a
-// repeated or late proposal changes nothing).
+// one (AwaitingObservation); a blob observed already, or no longer live,
+// is left alone (a repeated or late proposal changes nothing).
 func applyBlobsObserved(t *txn, c Command) (any, error) {
 	var p BlobsObserved
 	if err := decodePayload(c, &p); err != nil {
@@ -67,23 +69,15 @@ func applyBlobsObserved(t *txn, c Command) (any, error) {
 		return nil, err
 	}
 	out := &ObservedResult{Observed: []string{}, Flagged: []string{}, Declared: []uint64{}}
-	unobserved := t.b(bucketBlobUnobserved).Cursor()
 	for _, o := range p.Blobs {
-		// One seek finds the key and deletes it (has, then del, sought it
-		// twice: a tenth of applying an observation).
-		if k, _ := unobserved.Seek([]byte(o.Key)); k == nil || string(k) != o.Key {
-			continue
-		}
-		if err := unobserved.Delete(); err != nil {
-			return nil, err
-		}
 		b, err := t.blob(o.Key)
 		if err != nil {
 			return nil, err
 		}
-		if b == nil || b.State != blobLive {
-			continue
+		if b == nil || !b.AwaitingObservation {
+			continue // observed already, or no longer live
 		}
+		b.AwaitingObservation = false
 		b.Observed = &observation{Size: o.Size, ETag: o.ETag, Missing: o.Missing, At: c.Time}
 		b.Flagged = o.Missing || o.Size != b.Size
 		if err := t.putBlob(b); err != nil {
@@ -100,26 +94,33 @@ func applyBlobsObserved(t *txn, c Command) (any, error) {
 
 // UnobservedCount is the number of blobs waiting for the leader to look
 // at their objects (Unobserved lists them), as of the file's last
-// commit: it reads no open transaction, so it costs the apply nothing.
+// commit: it costs a lookup of the index in memory (unobserved.go).
 func (f *FSM) UnobservedCount() (int, error) {
-	n := 0
-	_, err := f.viewCommitted(func(t *txn) error {
-		n = t.b(bucketBlobUnobserved).Stats().KeyN
-		return nil
-	})
-	return n, err
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		return 0, errors.New("fsm: closed")
+	}
+	return f.unobserved.committed(), nil
 }
 
-// Unobserved lists up to max live blobs the leader has not observed yet.
+// Unobserved lists up to max live blobs the leader has not observed yet,
+// in key order, as of the latest applied entry: from the index in memory
+// (unobserved.go) and the changes of the open transaction, which it holds
+// still meanwhile.
 func (f *FSM) Unobserved(max int) ([]string, error) {
-	var out []string
-	_, err := f.viewLatest(func(t *txn) error {
-		return t.scan(bucketBlobUnobserved, nil, func(k, _ []byte) (bool, error) {
-			out = append(out, string(k))
-			return len(out) < max, nil
-		})
-	})
-	return out, err
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		return nil, errors.New("fsm: closed")
+	}
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	var open map[string]bool
+	if f.wt != nil {
+		open = f.wt.awaiting
+	}
+	return f.unobserved.list(max, open), nil
 }
 
 // flaggedIn lists the flagged blobs among keys, in the order given.

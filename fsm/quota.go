@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"sync"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // JobUsage is what one job holds in the blob table: its open upload
@@ -105,32 +103,19 @@ func (c *usageCounts) apply(d map[string]JobUsage, index uint64) {
 	}
 }
 
-// rebuild replaces the counts with a scan of db's blob table. A record
-// that cannot be decoded counts nothing: the file was accepted by its
-// checks, and fsck names such a record.
-func (c *usageCounts) rebuild(db *bolt.DB) error {
-	var jobs map[string]*JobUsage
-	var index uint64
-	err := db.View(func(tx *bolt.Tx) error {
-		t := &txn{tx: tx}
-		index = t.appliedIndex()
-		var err error
-		jobs, err = t.scanUsage(nil, false)
-		return err
-	})
-	if err != nil {
-		return err
-	}
+// reset replaces the counts with those of a scan at index (rebuildCounts,
+// unobserved.go). A record that cannot be decoded counts nothing: the file
+// was accepted by its checks, and fsck names such a record.
+func (c *usageCounts) reset(jobs map[string]*JobUsage, index uint64) {
 	c.mu.Lock()
 	c.jobs, c.index, c.open = jobs, index, nil
 	c.mu.Unlock()
-	return nil
 }
 
-// scanUsage counts the usage of every job owning a blob under prefix. A
-// record that cannot be decoded is an error when strict, else it counts
-// nothing.
-func (t *txn) scanUsage(prefix []byte, strict bool) (map[string]*JobUsage, error) {
+// scanUsage counts the usage of every job owning a blob under prefix,
+// calling each (when not nil) with every record it decoded. A record that
+// cannot be decoded is an error when strict, else it counts nothing.
+func (t *txn) scanUsage(prefix []byte, strict bool, each func(*blobRecord)) (map[string]*JobUsage, error) {
 	jobs := map[string]*JobUsage{}
 	err := t.scan(bucketBlobs, prefix, func(_, v []byte) (bool, error) {
 		var b blobRecord
@@ -139,6 +124,9 @@ func (t *txn) scanUsage(prefix []byte, strict bool) (map[string]*JobUsage, error
 				return false, err
 			}
 			return true, nil
+		}
+		if each != nil {
+			each(&b)
 		}
 		if u := blobUsage(b.State, b.Size); !u.zero() {
 			if jobs[b.Job] == nil {
@@ -171,7 +159,7 @@ func (c *usageCounts) check(t *txn, rep *FsckReport) (bool, error) {
 	if c.index != t.index {
 		return false, nil
 	}
-	scanned, err := t.scanUsage(nil, true)
+	scanned, err := t.scanUsage(nil, true, nil)
 	if err != nil {
 		return false, err
 	}
@@ -200,7 +188,7 @@ func (f *FSM) JobUsage(job string) JobUsage { return f.usage.get(job) }
 func (f *FSM) ScanJobUsage(job string) (JobUsage, uint64, error) {
 	var u JobUsage
 	idx, err := f.view(func(t *txn) error {
-		jobs, err := t.scanUsage([]byte(job+"/"), true)
+		jobs, err := t.scanUsage([]byte(job+"/"), true, nil)
 		if j := jobs[job]; j != nil {
 			u = *j
 		}

@@ -116,6 +116,10 @@ type blobRecord struct {
 	// Observed is what the object store reported for the blob when the
 	// leader looked right after its ack (observe.go); nil: not yet.
 	Observed *observation `json:"observed,omitempty"`
+	// AwaitingObservation: a live blob an ack committed (task-ack version
+	// 2) whose object the leader has not looked at yet (observe.go); the
+	// state machine keeps these keys in memory too (unobserved.go).
+	AwaitingObservation bool `json:"awaiting_observation,omitempty"`
 	// Flagged: the observed object did not match the declared size, or
 	// was missing. Restore plans list flagged blobs.
 	Flagged bool `json:"flagged,omitempty"`
@@ -133,6 +137,9 @@ type blobRecord struct {
 	// counted is what the record counts in its job's usage as stored
 	// (quota.go): set when it is read, moved when it is written.
 	counted JobUsage `json:"-"`
+	// countedAwaiting is AwaitingObservation as stored (unobserved.go):
+	// set when the record is read, moved when it is written.
+	countedAwaiting bool `json:"-"`
 	// batch and batchIndex name the upload batch and the key's index in
 	// it of an intent read from a batch (upload_batches.go), which has no
 	// record of its own until it is committed or expires.

@@ -301,8 +301,8 @@ func (z *attemptRecord) Msgsize() (s int) {
 func (z *blobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(16)
-	var zb0001Mask uint16 /* 16 bits */
+	zb0001Len := uint32(17)
+	var zb0001Mask uint32 /* 17 bits */
 	_ = zb0001Mask
 	if z.Task == "" {
 		zb0001Len--
@@ -320,25 +320,29 @@ func (z *blobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x80
 	}
-	if z.Flagged == false {
+	if z.AwaitingObservation == false {
 		zb0001Len--
 		zb0001Mask |= 0x100
 	}
+	if z.Flagged == false {
+		zb0001Len--
+		zb0001Mask |= 0x200
+	}
 	if z.LeaseUntil == nil {
 		zb0001Len--
-		zb0001Mask |= 0x400
+		zb0001Mask |= 0x800
 	}
 	if z.UnreferencedAt == nil {
 		zb0001Len--
-		zb0001Mask |= 0x1000
+		zb0001Mask |= 0x2000
 	}
 	if z.DeletingAt == nil {
 		zb0001Len--
-		zb0001Mask |= 0x2000
+		zb0001Mask |= 0x4000
 	}
 	if z.GoneAt == nil {
 		zb0001Len--
-		zb0001Mask |= 0x4000
+		zb0001Mask |= 0x8000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -386,6 +390,11 @@ func (z *blobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 			}
 		}
 		if (zb0001Mask & 0x100) == 0 { // if not omitted
+			// string "awaiting_observation"
+			o = append(o, 0xb4, 0x61, 0x77, 0x61, 0x69, 0x74, 0x69, 0x6e, 0x67, 0x5f, 0x6f, 0x62, 0x73, 0x65, 0x72, 0x76, 0x61, 0x74, 0x69, 0x6f, 0x6e)
+			o = msgp.AppendBool(o, z.AwaitingObservation)
+		}
+		if (zb0001Mask & 0x200) == 0 { // if not omitted
 			// string "flagged"
 			o = append(o, 0xa7, 0x66, 0x6c, 0x61, 0x67, 0x67, 0x65, 0x64)
 			o = msgp.AppendBool(o, z.Flagged)
@@ -393,7 +402,7 @@ func (z *blobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "refs"
 		o = append(o, 0xa4, 0x72, 0x65, 0x66, 0x73)
 		o = msgp.AppendUint64(o, z.Refs)
-		if (zb0001Mask & 0x400) == 0 { // if not omitted
+		if (zb0001Mask & 0x800) == 0 { // if not omitted
 			// string "lease_until"
 			o = append(o, 0xab, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x5f, 0x75, 0x6e, 0x74, 0x69, 0x6c)
 			if z.LeaseUntil == nil {
@@ -405,7 +414,7 @@ func (z *blobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "created_at"
 		o = append(o, 0xaa, 0x63, 0x72, 0x65, 0x61, 0x74, 0x65, 0x64, 0x5f, 0x61, 0x74)
 		o = msgp.AppendTime(o, z.CreatedAt)
-		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+		if (zb0001Mask & 0x2000) == 0 { // if not omitted
 			// string "unreferenced_at"
 			o = append(o, 0xaf, 0x75, 0x6e, 0x72, 0x65, 0x66, 0x65, 0x72, 0x65, 0x6e, 0x63, 0x65, 0x64, 0x5f, 0x61, 0x74)
 			if z.UnreferencedAt == nil {
@@ -414,7 +423,7 @@ func (z *blobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 				o = msgp.AppendTime(o, *z.UnreferencedAt)
 			}
 		}
-		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+		if (zb0001Mask & 0x4000) == 0 { // if not omitted
 			// string "deleting_at"
 			o = append(o, 0xab, 0x64, 0x65, 0x6c, 0x65, 0x74, 0x69, 0x6e, 0x67, 0x5f, 0x61, 0x74)
 			if z.DeletingAt == nil {
@@ -423,7 +432,7 @@ func (z *blobRecord) MarshalMsg(b []byte) (o []byte, err error) {
 				o = msgp.AppendTime(o, *z.DeletingAt)
 			}
 		}
-		if (zb0001Mask & 0x4000) == 0 { // if not omitted
+		if (zb0001Mask & 0x8000) == 0 { // if not omitted
 			// string "gone_at"
 			o = append(o, 0xa7, 0x67, 0x6f, 0x6e, 0x65, 0x5f, 0x61, 0x74)
 			if z.GoneAt == nil {
@@ -519,6 +528,12 @@ func (z *blobRecord) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					err = msgp.WrapError(err, "Observed")
 					return
 				}
+			}
+		case "awaiting_observation":
+			z.AwaitingObservation, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "AwaitingObservation")
+				return
 			}
 		case "flagged":
 			z.Flagged, bts, err = msgp.ReadBoolBytes(bts)
@@ -632,7 +647,7 @@ func (z *blobRecord) Msgsize() (s int) {
 	} else {
 		s += z.Observed.Msgsize()
 	}
-	s += 8 + msgp.BoolSize + 5 + msgp.Uint64Size + 12
+	s += 21 + msgp.BoolSize + 8 + msgp.BoolSize + 5 + msgp.Uint64Size + 12
 	if z.LeaseUntil == nil {
 		s += msgp.NilSize
 	} else {

@@ -25,7 +25,16 @@ import (
 //     materialization finds the segments it truncates among the
 //     lineage's present ones. The bucket of a file of an earlier version
 //     is deleted when it is opened.
-const SchemaVersion = noRecSeqVersion
+//   - 6: no blob_unobserved index: a blob awaiting the leader's
+//     observation says so in its record (AwaitingObservation), and the
+//     state machine keeps their keys in memory (unobserved.go). The
+//     entries of a file of an earlier version are moved into the records
+//     when it is opened, and the bucket deleted.
+const SchemaVersion = awaitingInRecordVersion
+
+// awaitingInRecordVersion is the schema version from which blob_unobserved
+// is gone.
+const awaitingInRecordVersion = 6
 
 // noRecSeqVersion is the schema version from which rec_seq is gone.
 const noRecSeqVersion = 5
@@ -92,9 +101,6 @@ var (
 	bucketGCDeleting = bucket("gc_deleting")
 	// gcGone: gone at(8) key -> empty: tombstones, purged after a while.
 	bucketGCGone = bucket("gc_gone")
-	// blobUnobserved: key -> empty: live blobs committed by an ack whose
-	// object the leader has not looked at yet.
-	bucketBlobUnobserved = bucket("blob_unobserved")
 	// uploadBatches: batch id -> uploadBatch: the intents of one
 	// upload-slot request, one record for all its keys
 	// (upload_batches.go). Its lease entry in blob_leases is under the
@@ -125,6 +131,12 @@ var (
 	// materialization truncates most of the present segments, so it reads
 	// about as many records without it.
 	bucketRecSeq = bucket("rec_seq")
+	// blobUnobserved (before version 6): key -> {1}: live blobs committed
+	// by an ack whose object the leader had not looked at yet. It cost
+	// every member a write per blob an ack committed and a delete per
+	// blob observed, beside the blob's own record, which says as much now
+	// (AwaitingObservation).
+	bucketBlobUnobserved = bucket("blob_unobserved")
 )
 
 // Deleted jobs (jobdelete.go).
@@ -162,7 +174,6 @@ var allBuckets = []bucket{
 	bucketHeads,
 	bucketRecords,
 	bucketRecChanges,
-	bucketBlobUnobserved,
 	bucketJobTombstones,
 	bucketUploadBatches,
 }
@@ -187,7 +198,6 @@ var appendedBuckets = []bucket{
 	bucketGCGone,
 	bucketRecords,
 	bucketRecChanges,
-	bucketBlobUnobserved,
 	bucketUploadBatches,
 }
 
@@ -207,9 +217,10 @@ func fillAppended(tx *bolt.Tx) {
 
 // optionalFrom is the index in allBuckets of the first bucket added after
 // the state hash's format was fixed: it and the ones after it are digested
-// only when not empty. (rec_seq, at index 20 before schema version 5, was
-// removed from the list.)
-const optionalFrom = 21
+// only when not empty. (rec_seq, at index 20 before schema version 5, and
+// blob_unobserved, at index 20 before version 6, were removed from the
+// list.)
+const optionalFrom = 20
 
 // Keys of the meta bucket.
 var (
@@ -260,6 +271,10 @@ type txn struct {
 	// (quota.go); the FSM adds them to its counts once the transaction
 	// commits.
 	usage map[string]JobUsage
+	// awaiting collects the blobs whose AwaitingObservation the writes
+	// changed (unobserved.go), with its new value; the FSM moves its index
+	// by them once the transaction commits.
+	awaiting map[string]bool
 	// members lists the member records commands wrote or removed: the
 	// FSM publishes them after the batch (members.go).
 	members []string

@@ -107,7 +107,7 @@ func wireBlob(b *blobRecord) *wire.Blob {
 	}
 	return &wire.Blob{
 		Key: b.Key, Job: b.Job, Task: b.Task, Generation: b.Generation, State: wire.BlobState(b.State),
-		Size: b.Size, Checksum: b.Checksum, Observed: wireObservation(b.Observed), Flagged: b.Flagged,
+		Size: b.Size, Checksum: b.Checksum, Observed: wireObservation(b.Observed), AwaitingObservation: b.AwaitingObservation, Flagged: b.Flagged,
 		Refs: b.Refs, LeaseUntil: b.LeaseUntil, CreatedAt: b.CreatedAt, UnreferencedAt: b.UnreferencedAt,
 		DeletingAt: b.DeletingAt, GoneAt: b.GoneAt, ModifyIndex: b.ModifyIndex,
 	}

@@ -361,6 +361,9 @@ type Blob struct {
 	// Observed is what the object store reported for the blob when the
 	// leader looked right after its ack; nil: not yet.
 	Observed *Observation `json:"observed,omitempty"`
+	// AwaitingObservation: an ack committed the blob and the leader has
+	// not looked at its object yet; Observed follows.
+	AwaitingObservation bool `json:"awaiting_observation,omitempty"`
 	// Flagged: the observed object did not match the declared size, or
 	// was missing.
 	Flagged bool `json:"flagged,omitempty"`
