@@ -296,10 +296,7 @@ func TestBlobObservation(t *testing.T) {
 // TestFsckComparesUnobservedIndex: the keys awaiting observation kept in
 // memory are checked against the blob records, both ways.
 func TestFsckComparesUnobservedIndex(t *testing.T) {
-	h := newHarness(t)
-	h.putJob("j", wire.JobConfig{})
-	h.start("j", "a1", task(t, "t", "state", "incremental"))
-	h.intents("j", 1, "j/t/a")
+	h := oneIncrementalTask(t, "j", 1, "j/t/a")
 	h.begin("j", 1, 1)
 	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t", Manifest: &fsm.ManifestAck{
 		Blobs: []fsm.BlobCommit{{Key: "j/t/a", Size: 10}},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/metastore/metastore/manifests"
 	"github.com/metastore/metastore/wire"
@@ -27,37 +28,32 @@ func (f *FSM) Fsck() (*FsckReport, error) {
 		return rep, err
 	}
 	// The jobs' usage counts (quota.go) and the index of the blobs
-	// awaiting observation (unobserved.go) against a scan, in a
-	// transaction that shows the state they count: tried a few times,
-	// since applies go on meanwhile.
-	for range 20 {
-		done := false
-		f.usage.mu.Lock()
-		_, err = f.view(func(t *txn) error {
-			var err error
-			done, err = f.usage.check(t, rep)
-			return err
-		})
-		f.usage.mu.Unlock()
-		if err != nil || done {
-			break
-		}
-	}
-	for range 20 {
-		done := false
-		f.unobserved.mu.Lock()
-		_, err = f.view(func(t *txn) error {
-			var err error
-			done, err = f.unobserved.check(t, rep)
-			return err
-		})
-		f.unobserved.mu.Unlock()
-		if err != nil || done {
-			break
-		}
+	// awaiting observation (unobserved.go) against a scan.
+	if err = f.checkDerived(&f.usage.mu, rep, f.usage.check); err == nil {
+		err = f.checkDerived(&f.unobserved.mu, rep, f.unobserved.check)
 	}
 	sort.Strings(rep.Problems)
 	return rep, err
+}
+
+// checkDerived runs check, a comparison of state kept in memory (guarded
+// by mu) with a scan, in a transaction that shows the state it holds:
+// tried a few times, since applies go on meanwhile.
+func (f *FSM) checkDerived(mu *sync.Mutex, rep *FsckReport, check func(*txn, *FsckReport) (bool, error)) error {
+	for range 20 {
+		done := false
+		mu.Lock()
+		_, err := f.view(func(t *txn) error {
+			var err error
+			done, err = check(t, rep)
+			return err
+		})
+		mu.Unlock()
+		if err != nil || done {
+			return err
+		}
+	}
+	return nil
 }
 
 // fsck fills rep with the check of the state visible in t, its findings
