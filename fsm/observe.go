@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"maps"
 
 	"github.com/metastore/metastore/wire"
 )
@@ -106,20 +107,22 @@ func (f *FSM) UnobservedCount() (int, error) {
 
 // Unobserved lists up to max live blobs the leader has not observed yet,
 // in key order, as of the latest applied entry: from the index in memory
-// (unobserved.go) and the changes of the open transaction, which it holds
-// still meanwhile.
+// (unobserved.go) and a copy of the changes of the open transaction. The
+// apply waits only for the copy. Should the transaction commit before
+// the index is read, its changes are counted twice, which changes
+// nothing.
 func (f *FSM) Unobserved(max int) ([]string, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.db == nil {
 		return nil, errors.New("fsm: closed")
 	}
-	f.txMu.Lock()
-	defer f.txMu.Unlock()
 	var open map[string]bool
+	f.txMu.Lock()
 	if f.wt != nil {
-		open = f.wt.awaiting
+		open = maps.Clone(f.wt.awaiting)
 	}
+	f.txMu.Unlock()
 	return f.unobserved.list(max, open), nil
 }
 

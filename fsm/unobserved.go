@@ -50,7 +50,7 @@ func (x *unobservedIndex) reset(keys map[string]struct{}, index uint64) {
 // list returns up to max keys awaiting observation, in key order (keys
 // of one directory and time window share an object-store listing: gc's
 // listGroups): those of the last commit, moved by open, the changes of the
-// open write transaction (nil: none), which the caller holds still.
+// open write transaction (nil: none) as they stood when it was copied.
 func (x *unobservedIndex) list(max int, open map[string]bool) []string {
 	x.mu.Lock()
 	all := make([]string, 0, len(x.keys)+len(open))
