@@ -173,11 +173,22 @@ func migrateRecords(db *bolt.DB) (int, uint64, error) {
 			from = next
 		}
 	}
+	// Version 6 keeps no blob_unobserved index: its live blobs say so in
+	// their records.
+	for more := true; more; {
+		if err := db.Update(func(tx *bolt.Tx) error {
+			var err error
+			more, err = moveUnobserved(tx, migrateChunk)
+			return err
+		}); err != nil {
+			return total, version, fmt.Errorf("fsm: move bucket %s of schema version %d into the blob records: %w", bucketBlobUnobserved, version, err)
+		}
+	}
 	return total, version, db.Update(func(tx *bolt.Tx) error {
-		// Version 6 keeps no blob_unobserved index: its live blobs say
-		// so in their records.
-		if err := moveUnobserved(tx); err != nil {
-			return fmt.Errorf("fsm: move bucket %s of schema version %d into the blob records: %w", bucketBlobUnobserved, version, err)
+		if tx.Bucket(bucketBlobUnobserved) != nil {
+			if err := tx.DeleteBucket(bucketBlobUnobserved); err != nil {
+				return fmt.Errorf("fsm: delete bucket %s of schema version %d: %w", bucketBlobUnobserved, version, err)
+			}
 		}
 		// Version 5 keeps no rec_seq index.
 		if tx.Bucket(bucketRecSeq) != nil {
@@ -192,33 +203,35 @@ func migrateRecords(db *bolt.DB) (int, uint64, error) {
 	})
 }
 
-// moveUnobserved marks, in a file of a schema version before 6, the live
-// blobs listed in blob_unobserved as awaiting observation in their
-// records, and deletes the bucket. The records are otherwise unchanged
-// (their modify index too): the state is the same, stored once. An entry
-// of a blob no longer live awaited nothing (an observation of it changed
-// nothing).
-func moveUnobserved(tx *bolt.Tx) error {
+// moveUnobserved moves up to n entries of blob_unobserved (a file of a
+// schema version before 6) into the records of their blobs, marked as
+// awaiting observation, and deletes them; it reports whether entries are
+// left. The records are otherwise unchanged (their modify index too): the
+// state is the same, stored once. An entry of a blob no longer live
+// awaited nothing (an observation of it changed nothing). A crash between
+// two calls leaves some entries moved, and the next open moves the rest.
+func moveUnobserved(tx *bolt.Tx, n int) (bool, error) {
 	old := tx.Bucket(bucketBlobUnobserved)
 	if old == nil {
-		return nil
+		return false, nil
 	}
 	blobs := tx.Bucket(bucketBlobs)
 	var keys [][]byte
-	if err := old.ForEach(func(k, _ []byte) error {
+	c := old.Cursor()
+	for k, _ := c.First(); k != nil && len(keys) < n; k, _ = c.Next() {
 		keys = append(keys, bytes.Clone(k))
-		return nil
-	}); err != nil {
-		return err
 	}
 	for _, k := range keys {
+		if err := old.Delete(k); err != nil {
+			return false, err
+		}
 		raw := blobs.Get(k)
 		if raw == nil {
 			continue
 		}
 		var b blobRecord
 		if err := decodeRecord(raw, &b); err != nil {
-			return fmt.Errorf("blob %q: %w", k, err)
+			return false, fmt.Errorf("blob %q: %w", k, err)
 		}
 		if b.State != blobLive || b.AwaitingObservation {
 			continue
@@ -226,13 +239,13 @@ func moveUnobserved(tx *bolt.Tx) error {
 		b.AwaitingObservation = true
 		v, err := encodeRecord(&b)
 		if err != nil {
-			return fmt.Errorf("blob %q: %w", k, err)
+			return false, fmt.Errorf("blob %q: %w", k, err)
 		}
 		if err := blobs.Put(k, v); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return tx.DeleteBucket(bucketBlobUnobserved)
+	return len(keys) == n, nil
 }
 
 // kindSizes is an ack's inline payload size per kind. Its MessagePack
