@@ -382,13 +382,11 @@ func (s *Server) tokensList(_ *http.Request) (any, uint64, error) {
 func (s *Server) tokensRevoke(r *http.Request) (any, uint64, error) {
 	acc := mux.Vars(r)["accessor"]
 	p := fsm.TokenRevoke{Accessor: acc}
-	if raw := r.URL.Query().Get("force"); raw != "" {
-		f, err := strconv.ParseBool(raw)
-		if err != nil {
-			return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "force", "%q is not true or false", raw)
-		}
-		p.Force = f
+	force, err := queryBool(r, "force")
+	if err != nil {
+		return nil, 0, err
 	}
+	p.Force = force
 	v, idx, err := s.apply(r.Context(), fsm.CmdTokenRevoke, &p)
 	if err != nil {
 		return nil, idx, err
@@ -420,10 +418,9 @@ func restoreSourceAllowed(r *http.Request, req fsm.RestoreRequest) error {
 		permJob, req.SourceJob, tok.Accessor, tok.Scope())
 }
 
-// restoreAnswer is a restore plan with, when auth is on, a signed read
+// grantReads answers a restore plan with, when auth is on, a signed read
 // URL query for every blob its manifests name: the plan authorizes reading
 // exactly what it lists, even blobs of another job (a fork's bases).
-
 func (s *Server) grantReads(plan *wire.RestorePlan) (*wire.RestoreAnswer, error) {
 	out := &wire.RestoreAnswer{RestorePlan: plan}
 	if !s.cfg.Auth || plan == nil {

@@ -23,9 +23,14 @@ import (
 // recorded through Raft (slotSigner says which), and answers where to
 // upload (a presigned URL for S3, this API's object endpoint for a local
 // store). A repeated request gets new keys; the unused ones expire with
-// their lease and are collected.
+// their lease and are collected. With ?shared=true the answer says what
+// the slots share once (wire.Uploads.Share).
 func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 	job, err := pathID(r, "job")
+	if err != nil {
+		return nil, 0, err
+	}
+	shared, err := queryBool(r, "shared")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -96,7 +101,13 @@ func (s *Server) uploadsCreate(r *http.Request) (any, uint64, error) {
 		}
 		out = append(out, u)
 	}
-	return wire.Uploads{LeaseUntil: p.LeaseUntil, Uploads: out}, index, nil
+	ans := wire.Uploads{LeaseUntil: p.LeaseUntil, Uploads: out}
+	if shared {
+		if sh, ok := ans.Share(); ok {
+			return sh, index, nil
+		}
+	}
+	return ans, index, nil
 }
 
 // slotSigner returns the signer of the upload slots p asks for when they

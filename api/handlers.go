@@ -122,6 +122,19 @@ func queryUint(r *http.Request, name string) (uint64, error) {
 	return v, nil
 }
 
+// queryBool reads a true-or-false query parameter, false when absent.
+func queryBool(r *http.Request, name string) (bool, error) {
+	raw := r.URL.Query().Get(name)
+	if raw == "" {
+		return false, nil
+	}
+	v, err := strconv.ParseBool(raw)
+	if err != nil {
+		return false, apiErr(http.StatusBadRequest, wire.CodeInvalid, name, "%q is not true or false", raw)
+	}
+	return v, nil
+}
+
 func queryID(r *http.Request, name string) (string, error) {
 	raw := r.URL.Query().Get(name)
 	if raw == "" {
@@ -247,11 +260,9 @@ func (s *Server) jobDelete(r *http.Request) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	force := false
-	if raw := r.URL.Query().Get("force"); raw != "" {
-		if force, err = strconv.ParseBool(raw); err != nil {
-			return nil, 0, apiErr(http.StatusBadRequest, wire.CodeInvalid, "force", "%q is not true or false", raw)
-		}
+	force, err := queryBool(r, "force")
+	if err != nil {
+		return nil, 0, err
 	}
 	p := &fsm.JobDelete{Job: t.Job, Force: force}
 	if err := p.Validate(); err != nil {

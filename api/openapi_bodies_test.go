@@ -105,8 +105,52 @@ func (r *bodyRecorder) call(id, target string, body []byte) response {
 		}
 		r.t.Errorf("%s (%s %s): the %d answer does not match the document: %v\nbody: %s", id, ref.method, target, resp.StatusCode, err, shown)
 	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		if rs := ref.op.Responses.Status(resp.StatusCode); rs != nil && rs.Value != nil {
+			if mt := rs.Value.Content.Get("application/json"); mt != nil && mt.Schema != nil {
+				var v any
+				if json.Unmarshal(raw, &v) == nil {
+					for _, path := range undocumented(mt.Schema, v, "") {
+						r.t.Errorf("%s (%s %s): the %d answer holds %s, which the document does not name", id, ref.method, target, resp.StatusCode, path)
+					}
+				}
+			}
+		}
+	}
 	r.seen[id] = append(r.seen[id], resp.StatusCode)
 	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// undocumented returns the members of v, a decoded JSON value, that s
+// does not name: kin-openapi accepts a member a schema does not list
+// unless the schema forbids more, so a field added to an answer and not
+// to the document would pass its validation. A schema that names no
+// properties (a map) or combines others is not looked into.
+func undocumented(s *openapi3.SchemaRef, v any, at string) []string {
+	if s == nil || s.Value == nil {
+		return nil
+	}
+	var out []string
+	switch v := v.(type) {
+	case map[string]any:
+		props := s.Value.Properties
+		if len(props) == 0 {
+			return nil
+		}
+		for k, sub := range v {
+			p, ok := props[k]
+			if !ok {
+				out = append(out, at+"."+k)
+				continue
+			}
+			out = append(out, undocumented(p, sub, at+"."+k)...)
+		}
+	case []any:
+		for i, sub := range v {
+			out = append(out, undocumented(s.Value.Items, sub, fmt.Sprintf("%s[%d]", at, i))...)
+		}
+	}
+	return out
 }
 
 // ok is call expecting 200, decoding the body into out when not nil.
@@ -184,6 +228,11 @@ func TestOpenAPIResponseBodies(t *testing.T) {
 	r.ok("uploads.create", jb+"/uploads", map[string]any{"generation": 1, "task": "agg", "count": 1}, &slots)
 	if len(slots.Uploads) != 1 {
 		t.Fatalf("uploads: %+v", slots)
+	}
+	var shared wire.Uploads
+	r.ok("uploads.create", jb+"/uploads?shared=true", map[string]any{"generation": 1, "task": "agg", "count": 2}, &shared)
+	if shared.Shared == nil || len(shared.Uploads) != 2 {
+		t.Fatalf("uploads in the shared form: %+v", shared)
 	}
 	key := slots.Uploads[0].Key
 	// The slot's URL is this API's object endpoint, signed.

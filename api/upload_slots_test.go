@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -142,4 +143,86 @@ func apiErrorOf(t *testing.T, r response) apiError {
 	var e apiError
 	r.decode(t, &e)
 	return e
+}
+
+// sharedSlots asks for n upload slots of job's task with ?shared=true and
+// checks the answer is in the shared form: each slot holds its key and
+// the end of its URL, nothing else. It returns the answer's size and its
+// slots expanded.
+func sharedSlots(t *testing.T, base, job, token, task string, gen uint64, n int) (int, []wire.Upload) {
+	t.Helper()
+	body := []byte(`{"generation":` + strconv.FormatUint(gen, 10) + `,"task":"` + task + `","count":` + strconv.Itoa(n) + `}`)
+	r := doTok(t, "POST", base+"/v1/jobs/"+job+"/uploads?shared=true", token, body)
+	if r.status != http.StatusOK {
+		t.Fatalf("shared slots: %d %s", r.status, r.body)
+	}
+	var ans wire.Uploads
+	r.decode(t, &ans)
+	if ans.Shared == nil || len(ans.Uploads) != n {
+		t.Fatalf("?shared=true answered %s", r.body)
+	}
+	for _, u := range ans.Uploads {
+		if u.URL != "" || u.Method != "" || u.Header != nil || !u.ExpiresAt.IsZero() || u.URLSuffix == "" {
+			t.Fatalf("a slot of the shared form holds more than its key and URL suffix: %+v", u)
+		}
+	}
+	ans.Expand()
+	return len(r.body), ans.Uploads
+}
+
+// TestUploadSlotsShared: ?shared=true answers what the slots share once,
+// and the slots it expands to upload, with the presigned S3 URLs and with
+// the signed URLs of this API's object endpoint; the shared form is
+// smaller than the full one.
+func TestUploadSlotsShared(t *testing.T) {
+	m, store := s3Member(t)
+	ok(t, "PUT", m.URL+"/v1/jobs/j", `{}`, nil)
+	ok(t, "POST", m.URL+"/v1/jobs/j/attempts", `{"attempt_id":"a1","tasks":[{"id":"t","capabilities":["state","incremental"]}]}`, nil)
+
+	full := ok(t, "POST", m.URL+"/v1/jobs/j/uploads", map[string]any{"generation": 1, "task": "t", "count": 100}, nil)
+	size, ups := sharedSlots(t, m.URL, "j", "", "t", 1, 100)
+	if size*2 > len(full.body) {
+		t.Fatalf("100 slots: shared form %d bytes, full form %d", size, len(full.body))
+	}
+	for i, u := range ups {
+		if u.Method != http.MethodPut || u.Header.Get("If-None-Match") != "*" || u.ExpiresAt.IsZero() {
+			t.Fatalf("expanded slot %+v", u)
+		}
+		if i >= 2 {
+			continue
+		}
+		if code := putSlot(t, u, "state", true); code != http.StatusOK {
+			t.Fatalf("upload to the expanded URL of %s answered %d", u.Key, code)
+		}
+		if got := readObject(t, store, u.Key); got != "state" {
+			t.Fatalf("%s holds %q", u.Key, got)
+		}
+	}
+	// The suffix is what is signed for the slot: another slot's URL end
+	// does not upload to this one's key.
+	swapped := ups[2]
+	swapped.URL = strings.Replace(ups[2].URL, keyName(ups[2].Key), keyName(ups[3].Key), 1)
+	swapped.Key = ups[3].Key
+	if code := putSlot(t, swapped, "state", true); code != http.StatusForbidden {
+		t.Fatalf("an upload with another slot's signature answered %d", code)
+	}
+
+	r := do(t, "POST", m.URL+"/v1/jobs/j/uploads?shared=perhaps", `{"generation":1,"task":"t"}`)
+	expectError(t, r, http.StatusBadRequest, wire.CodeInvalid, "shared")
+
+	// The local store, its object URLs signed.
+	am, op := startAuthSingle(t, nil)
+	okTok(t, "PUT", am.URL+"/v1/jobs/ja", op, []byte("{}"), nil)
+	worker, _ := createToken(t, am.URL, op, `{"role":"worker","job":"ja"}`)
+	okTok(t, "POST", am.URL+"/v1/jobs/ja/attempts", worker,
+		[]byte(`{"attempt_id":"a1","tasks":[{"id":"t1","capabilities":["state","incremental"]}]}`), nil)
+	_, lups := sharedSlots(t, am.URL, "ja", worker, "t1", 1, 3)
+	for _, u := range lups {
+		if !strings.Contains(u.URL, "/v1/objects/"+u.Key+"?") {
+			t.Fatalf("expanded local slot URL %s", u.URL)
+		}
+		if code := putSlot(t, u, "state", false); code != http.StatusOK {
+			t.Fatalf("upload to the expanded URL of %s answered %d", u.Key, code)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,13 +26,21 @@ type UploadSlot = wire.Upload
 // call of the API that is not idempotent by content; retrying it (as the
 // client does on a failure whose outcome is unknown) is still harmless: a
 // slot nothing commits expires with its lease and the garbage collector
-// deletes whatever was uploaded to it.
+// deletes whatever was uploaded to it. The answer is asked for in its
+// shared form (?shared=true: what the slots share said once), which a
+// member of an earlier release ignores; both forms are read.
 func (c *Client) UploadSlots(ctx context.Context, job string, gen uint64, task string, count int) ([]UploadSlot, error) {
 	var out wire.Uploads
-	body := wire.UploadsRequest{Generation: gen, Task: task, Count: count}
-	if err := c.mutate(ctx, http.MethodPost, jobPath(job)+"/uploads", body, &out); err != nil {
+	raw, err := json.Marshal(wire.UploadsRequest{Generation: gen, Task: task, Count: count})
+	if err != nil {
+		return nil, fmt.Errorf("metastore: POST %s/uploads: encoding the request: %w", jobPath(job), err)
+	}
+	req := &request{method: http.MethodPost, path: jobPath(job) + "/uploads", query: url.Values{"shared": {"true"}},
+		body: raw, class: classMutation}
+	if _, err := c.do(ctx, req, &out); err != nil {
 		return nil, err
 	}
+	out.Expand()
 	if len(out.Uploads) == 0 {
 		return nil, fmt.Errorf("metastore: POST %s/uploads: the answer holds no upload slot", jobPath(job))
 	}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -181,7 +182,7 @@ func AppendJSONString(b []byte, s string) []byte {
 // wrote through reflection). It reports false, and appends nothing, for a
 // time json.Marshal refuses.
 func (u Uploads) AppendJSON(b []byte) ([]byte, bool) {
-	if !jsonYear(u.LeaseUntil) {
+	if !jsonYear(u.LeaseUntil) || (u.Shared != nil && !jsonYear(u.Shared.ExpiresAt)) {
 		return b, false
 	}
 	for i := range u.Uploads {
@@ -191,6 +192,18 @@ func (u Uploads) AppendJSON(b []byte) ([]byte, bool) {
 	}
 	b = append(b, `{"lease_until":`...)
 	b = appendJSONTime(b, u.LeaseUntil)
+	if sh := u.Shared; sh != nil {
+		b = append(b, `,"shared":{"method":`...)
+		b = AppendJSONString(b, sh.Method)
+		b = append(b, `,"url_prefix":`...)
+		b = AppendJSONString(b, sh.URLPrefix)
+		b = append(b, `,"url_infix":`...)
+		b = AppendJSONString(b, sh.URLInfix)
+		b = appendJSONHeader(b, sh.Header)
+		b = append(b, `,"expires_at":`...)
+		b = appendJSONTime(b, sh.ExpiresAt)
+		b = append(b, '}')
+	}
 	b = append(b, `,"uploads":`...)
 	if u.Uploads == nil {
 		b = append(b, "null"...)
@@ -210,40 +223,57 @@ func (u Uploads) AppendJSON(b []byte) ([]byte, bool) {
 func (u *Upload) appendJSON(b []byte) []byte {
 	b = append(b, `{"key":`...)
 	b = AppendJSONString(b, u.Key)
-	b = append(b, `,"method":`...)
-	b = AppendJSONString(b, u.Method)
-	b = append(b, `,"url":`...)
-	b = AppendJSONString(b, u.URL)
-	if len(u.Header) > 0 {
-		b = append(b, `,"header":{`...)
-		names := make([]string, 0, len(u.Header))
-		for name := range u.Header {
-			names = append(names, name)
+	if u.Method != "" {
+		b = append(b, `,"method":`...)
+		b = AppendJSONString(b, u.Method)
+	}
+	if u.URL != "" {
+		b = append(b, `,"url":`...)
+		b = AppendJSONString(b, u.URL)
+	}
+	if u.URLSuffix != "" {
+		b = append(b, `,"url_suffix":`...)
+		b = AppendJSONString(b, u.URLSuffix)
+	}
+	b = appendJSONHeader(b, u.Header)
+	if !u.ExpiresAt.IsZero() {
+		b = append(b, `,"expires_at":`...)
+		b = appendJSONTime(b, u.ExpiresAt)
+	}
+	return append(b, '}')
+}
+
+// appendJSONHeader appends a `,"header":{...}` member for h, nothing for
+// an empty h (omitempty), its names in order as json.Marshal sorts them.
+func appendJSONHeader(b []byte, h http.Header) []byte {
+	if len(h) == 0 {
+		return b
+	}
+	b = append(b, `,"header":{`...)
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		slices.Sort(names)
-		for i, name := range names {
-			if i > 0 {
+		b = append(AppendJSONString(b, name), ':')
+		vals := h[name]
+		if vals == nil {
+			b = append(b, "null"...)
+			continue
+		}
+		b = append(b, '[')
+		for j, v := range vals {
+			if j > 0 {
 				b = append(b, ',')
 			}
-			b = append(AppendJSONString(b, name), ':')
-			vals := u.Header[name]
-			if vals == nil {
-				b = append(b, "null"...)
-				continue
-			}
-			b = append(b, '[')
-			for j, v := range vals {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = AppendJSONString(b, v)
-			}
-			b = append(b, ']')
+			b = AppendJSONString(b, v)
 		}
-		b = append(b, '}')
+		b = append(b, ']')
 	}
-	b = append(b, `,"expires_at":`...)
-	b = appendJSONTime(b, u.ExpiresAt)
 	return append(b, '}')
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -105,28 +106,38 @@ func TestUploadsJSONMatchesMarshal(t *testing.T) {
 	strs := []string{"", "PUT", url, "a&b<c>d", "t<1>&\"q\"", "tab\there", "µs", "\u2028", "back\\slash", "\xff"}
 	str := func() string { return strs[r.IntN(len(strs))] }
 	tm := func() time.Time { return randTime(r) }
+	header := func() http.Header {
+		switch r.IntN(4) {
+		case 0:
+			return nil
+		case 1:
+			return http.Header{}
+		}
+		h := http.Header{}
+		for range 1 + r.IntN(3) {
+			var vals []string
+			switch r.IntN(3) {
+			case 1:
+				vals = []string{}
+			case 2:
+				vals = []string{str(), str()}
+			}
+			h[str()] = vals
+		}
+		return h
+	}
 	for range 2000 {
 		u := Uploads{LeaseUntil: tm()}
 		if r.IntN(6) > 0 {
 			u.Uploads = []Upload{}
 		}
+		if r.IntN(3) == 0 {
+			u.Shared = &UploadsShared{Method: str(), URLPrefix: str(), URLInfix: str(), Header: header(), ExpiresAt: tm()}
+		}
 		for range r.IntN(4) {
-			up := Upload{Key: str(), Method: str(), URL: str(), ExpiresAt: tm()}
-			switch r.IntN(4) {
-			case 1:
-				up.Header = map[string][]string{}
-			case 2, 3:
-				up.Header = map[string][]string{}
-				for range 1 + r.IntN(3) {
-					var vals []string
-					switch r.IntN(3) {
-					case 1:
-						vals = []string{}
-					case 2:
-						vals = []string{str(), str()}
-					}
-					up.Header[str()] = vals
-				}
+			up := Upload{Key: str(), Method: str(), URL: str(), URLSuffix: str(), Header: header(), ExpiresAt: tm()}
+			if r.IntN(4) == 0 {
+				up.ExpiresAt = time.Time{}
 			}
 			u.Uploads = append(u.Uploads, up)
 		}
@@ -136,7 +147,8 @@ func TestUploadsJSONMatchesMarshal(t *testing.T) {
 
 	// A year json.Marshal refuses is left to it.
 	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, u := range []Uploads{{LeaseUntil: far}, {LeaseUntil: at, Uploads: []Upload{{ExpiresAt: far}}}} {
+	for _, u := range []Uploads{{LeaseUntil: far}, {LeaseUntil: at, Uploads: []Upload{{ExpiresAt: far}}},
+		{LeaseUntil: at, Shared: &UploadsShared{ExpiresAt: far}}} {
 		if b, ok := u.AppendJSON([]byte("x")); ok || string(b) != "x" {
 			t.Fatalf("year 10000: %q, %v", b, ok)
 		}

@@ -59,10 +59,13 @@ type TokenRevoked struct {
 }
 
 // Uploads is POST /v1/jobs/{job}/uploads: the slots and the end of their
-// lease.
+// lease. In the shared form (?shared=true, uploads.go) Shared holds what
+// the slots have in common, said once, and each slot its key and the end
+// of its URL.
 type Uploads struct {
-	LeaseUntil time.Time `json:"lease_until"`
-	Uploads    []Upload  `json:"uploads"`
+	LeaseUntil time.Time      `json:"lease_until"`
+	Shared     *UploadsShared `json:"shared,omitempty"`
+	Uploads    []Upload       `json:"uploads"`
 }
 
 // ObjectPut is PUT /v1/objects/{key}.

@@ -111,13 +111,16 @@ type UploadsRequest struct {
 	Count      int    `json:"count"`
 }
 
-// Upload is one upload slot: where to put one blob.
+// Upload is one upload slot: where to put one blob. A slot of an answer
+// in the shared form has only Key and URLSuffix (Uploads.Expand fills in
+// the rest).
 type Upload struct {
 	Key       string      `json:"key"`
-	Method    string      `json:"method"`
-	URL       string      `json:"url"`
+	Method    string      `json:"method,omitempty"`
+	URL       string      `json:"url,omitempty"`
+	URLSuffix string      `json:"url_suffix,omitempty"`
 	Header    http.Header `json:"header,omitempty"`
-	ExpiresAt time.Time   `json:"expires_at"`
+	ExpiresAt time.Time   `json:"expires_at,omitzero"`
 }
 
 // MemberRequest is POST /v1/members: a member to add.
