@@ -40,9 +40,20 @@ func (u Uploads) Share() (Uploads, bool) {
 	}
 	prefix := first.URL[:at]
 	infix := ""
+	names := slices.Collect(maps.Keys(first.Header))
+	sameHeader := func(h http.Header) bool {
+		if len(h) != len(names) {
+			return false
+		}
+		for _, name := range names { // every name of first's, and as many: the same names
+			if v, ok := h[name]; !ok || !slices.Equal(v, first.Header[name]) {
+				return false
+			}
+		}
+		return true
+	}
 	for i, s := range u.Uploads {
-		if s.Method != first.Method || !s.ExpiresAt.Equal(first.ExpiresAt) || s.URLSuffix != "" ||
-			!maps.EqualFunc(s.Header, first.Header, slices.Equal) ||
+		if s.Method != first.Method || !s.ExpiresAt.Equal(first.ExpiresAt) || s.URLSuffix != "" || !sameHeader(s.Header) ||
 			!strings.HasPrefix(s.URL, prefix) || !strings.HasPrefix(s.URL[len(prefix):], s.Key) {
 			return u, false
 		}
@@ -51,11 +62,13 @@ func (u Uploads) Share() (Uploads, bool) {
 			infix = rest
 			continue
 		}
-		n := 0
-		for n < len(infix) && n < len(rest) && infix[n] == rest[n] {
-			n++
+		if !strings.HasPrefix(rest, infix) {
+			n := 0
+			for n < len(infix) && n < len(rest) && infix[n] == rest[n] {
+				n++
+			}
+			infix = infix[:n]
 		}
-		infix = infix[:n]
 	}
 	out := Uploads{
 		LeaseUntil: u.LeaseUntil,

@@ -92,6 +92,7 @@ func TestUploadsShareRefused(t *testing.T) {
 		"header value": func(u *Uploads) { u.Uploads[1].Header = http.Header{"If-None-Match": {"x"}} },
 		"header name":  func(u *Uploads) { u.Uploads[1].Header = http.Header{"If-Match": {"*"}} },
 		"no header":    func(u *Uploads) { u.Uploads[1].Header = nil },
+		"more headers": func(u *Uploads) { u.Uploads[1].Header = http.Header{"If-None-Match": {"*"}, "X-Other": {"1"}} },
 		"lease":        func(u *Uploads) { u.Uploads[1].ExpiresAt = u.Uploads[1].ExpiresAt.Add(time.Second) },
 		"host": func(u *Uploads) {
 			u.Uploads[1].URL = "http://127.0.0.2:9000/b/" + u.Uploads[1].URL[len("http://127.0.0.1:9000/b/"):]
