@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,13 +30,8 @@ type UploadSlot = wire.Upload
 // member of an earlier release ignores; both forms are read.
 func (c *Client) UploadSlots(ctx context.Context, job string, gen uint64, task string, count int) ([]UploadSlot, error) {
 	var out wire.Uploads
-	raw, err := json.Marshal(wire.UploadsRequest{Generation: gen, Task: task, Count: count})
-	if err != nil {
-		return nil, fmt.Errorf("metastore: POST %s/uploads: encoding the request: %w", jobPath(job), err)
-	}
-	req := &request{method: http.MethodPost, path: jobPath(job) + "/uploads", query: url.Values{"shared": {"true"}},
-		body: raw, class: classMutation}
-	if _, err := c.do(ctx, req, &out); err != nil {
+	body := wire.UploadsRequest{Generation: gen, Task: task, Count: count}
+	if err := c.mutateQuery(ctx, http.MethodPost, jobPath(job)+"/uploads", url.Values{"shared": {"true"}}, body, &out); err != nil {
 		return nil, err
 	}
 	out.Expand()

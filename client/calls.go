@@ -19,6 +19,11 @@ func epochPath(job string, epoch uint64) string {
 }
 
 func (c *Client) mutate(ctx context.Context, method, path string, body any, out any) error {
+	return c.mutateQuery(ctx, method, path, nil, body, out)
+}
+
+// mutateQuery is mutate with a query.
+func (c *Client) mutateQuery(ctx context.Context, method, path string, query url.Values, body any, out any) error {
 	var raw []byte
 	if body != nil {
 		var err error
@@ -26,7 +31,7 @@ func (c *Client) mutate(ctx context.Context, method, path string, body any, out 
 			return fmt.Errorf("metastore: %s %s: encoding the request: %w", method, path, err)
 		}
 	}
-	_, err := c.do(ctx, &request{method: method, path: path, body: raw, class: classMutation}, out)
+	_, err := c.do(ctx, &request{method: method, path: path, query: query, body: raw, class: classMutation}, out)
 	return err
 }
 
