@@ -153,7 +153,7 @@ func (t *txn) writeBlob(b *blobRecord, stored []byte, known bool) error {
 			}
 		}
 		if want != nil {
-			if err := t.b(bucketGCCandidates).Put(want, nil); err != nil {
+			if err := t.put(bucketGCCandidates, want, nil); err != nil {
 				return err
 			}
 		}

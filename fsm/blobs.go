@@ -152,7 +152,7 @@ func applyIntentCreate(t *txn, c Command) (any, error) {
 			if err := t.putBlob(b); err != nil {
 				return nil, err
 			}
-			if err := t.b(bucketBlobLeases).Put(timeKey(lease, k), nil); err != nil {
+			if err := t.put(bucketBlobLeases, timeKey(lease, k), nil); err != nil {
 				return nil, err
 			}
 		}
@@ -245,7 +245,7 @@ func applyBlobsDeleting(t *txn, c Command) (any, error) {
 		if err := t.putBlob(b); err != nil {
 			return nil, err
 		}
-		if err := t.b(bucketGCDeleting).Put([]byte(k), nil); err != nil {
+		if err := t.put(bucketGCDeleting, []byte(k), nil); err != nil {
 			return nil, err
 		}
 		marked = append(marked, k)
@@ -276,7 +276,7 @@ func applyBlobsGone(t *txn, c Command) (any, error) {
 		if err := t.del(bucketGCDeleting, []byte(k)); err != nil {
 			return nil, err
 		}
-		if err := t.b(bucketGCGone).Put(timeKey(c.Time, k), nil); err != nil {
+		if err := t.put(bucketGCGone, timeKey(c.Time, k), nil); err != nil {
 			return nil, err
 		}
 		gone = append(gone, k)

@@ -211,7 +211,7 @@ func applyEpochBegin(t *txn, c Command) (any, error) {
 		}
 	} else {
 		j.Pending = append(j.Pending, p.Epoch)
-		if err := t.b(bucketDeadlines).Put(deadlineKey(e.Deadline.UnixNano(), p.Job, p.Epoch), nil); err != nil {
+		if err := t.put(bucketDeadlines, deadlineKey(e.Deadline.UnixNano(), p.Job, p.Epoch), nil); err != nil {
 			return nil, err
 		}
 		if err := t.putEpoch(e); err != nil {

@@ -273,7 +273,7 @@ func applyAttemptStart(t *txn, c Command) (any, error) {
 	if err := t.putRecord(bucketAttempts, jobNumKey(p.Job, gen), a); err != nil {
 		return nil, err
 	}
-	if err := t.b(bucketAttemptIDs).Put(append(jobPrefix(p.Job), p.AttemptID...), u64(gen)); err != nil {
+	if err := t.put(bucketAttemptIDs, append(jobPrefix(p.Job), p.AttemptID...), u64(gen)); err != nil {
 		return nil, err
 	}
 	for _, n := range append([]uint64(nil), j.Pending...) {

@@ -103,6 +103,8 @@ type CommitStats struct {
 	Commits uint64 // transactions committed
 	Entries uint64 // Raft entries in them
 	Failed  uint64 // commits that failed and were applied again
+	// Ops counts the file operations of the entries committed.
+	Ops FileOps
 }
 
 // CommittedIndex is the applied index of the file's last commit: what a
@@ -185,6 +187,7 @@ func (f *FSM) commitLocked() error {
 		f.commitErr = nil
 		f.stats.Commits++
 		f.stats.Entries += uint64(n)
+		f.stats.Ops.add(wt.ops)
 		return nil
 	}
 	f.stats.Failed++

@@ -174,7 +174,7 @@ func (op *ackOp) write(t *txn) (*ackResult, error) {
 	for k, v := range p.Payloads {
 		ack.Sizes[k] = len(v)
 		e.PayloadBytes += int64(len(v))
-		if err := t.b(bucketPayloads).Put(payloadKey(p.Job, p.Epoch, p.Task, k), v); err != nil {
+		if err := t.put(bucketPayloads, payloadKey(p.Job, p.Epoch, p.Task, k), v); err != nil {
 			return nil, err
 		}
 	}

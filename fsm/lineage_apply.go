@@ -139,7 +139,7 @@ func addRecord(t *txn, lid uint64, kind byte, ref manifests.Ref, r *record, epoc
 		return err
 	}
 	if epoch > 0 {
-		if err := t.b(bucketRecChanges).Put(changeKey(lid, epoch, opAdd, kind, ref), nil); err != nil {
+		if err := t.put(bucketRecChanges, changeKey(lid, epoch, opAdd, kind, ref), nil); err != nil {
 			return err
 		}
 	}
@@ -163,7 +163,7 @@ func dropRecord(t *txn, l *lineageRecord, kind byte, ref manifests.Ref, epoch ui
 	if err := t.putRecord(bucketRecords, recKey(l.ID, kind, ref), r); err != nil {
 		return err
 	}
-	return t.b(bucketRecChanges).Put(changeKey(l.ID, epoch, opDrop, kind, ref), nil)
+	return t.put(bucketRecChanges, changeKey(l.ID, epoch, opDrop, kind, ref), nil)
 }
 
 // copyManifest copies the manifest of src at epoch at into dst, as present

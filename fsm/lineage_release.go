@@ -52,6 +52,7 @@ type change struct {
 func changesAfter(t *txn, lid, from, to uint64) ([]change, error) {
 	var out []change
 	c := t.b(bucketRecChanges).Cursor()
+	t.ops.Seeks++
 	prefix := u64(lid)
 	for k, _ := c.Seek(append(u64(lid), u64(from+1)...)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 		if len(k) < 18 {

@@ -135,7 +135,7 @@ func flaggedIn(t *txn, keys []string) ([]wire.FlaggedBlob, error) {
 			continue
 		}
 		seen[k] = true
-		raw := t.b(bucketBlobs).Get([]byte(k))
+		raw := t.get(bucketBlobs, []byte(k))
 		if raw == nil {
 			continue
 		}

@@ -295,6 +295,27 @@ type txn struct {
 	// the keys of cachedBuckets it read or wrote (nil: absent), by
 	// bucket and key (recKeyOf); nil in other transactions.
 	recs map[string][]byte
+	// ops counts the file operations made through the accessors below.
+	ops FileOps
+}
+
+// FileOps counts operations on the state machine file's buckets: Seeks
+// (a point read, a membership test, the start of a scan or of a prefix
+// delete), Puts and Deletes. bbolt finds the key of each from the
+// bucket's root, comparing keys down the tree; a follower spends most of
+// its apply doing it. Reads answered by the write transaction's cache
+// (recs) are not counted.
+type FileOps struct {
+	Seeks   uint64
+	Puts    uint64
+	Deletes uint64
+}
+
+// add adds o's counts to f's.
+func (f *FileOps) add(o FileOps) {
+	f.Seeks += o.Seeks
+	f.Puts += o.Puts
+	f.Deletes += o.Deletes
 }
 
 // cachedBuckets are the buckets whose point reads the write transaction
@@ -348,6 +369,7 @@ func (t *txn) get(name bucket, key []byte) []byte {
 
 // seek is get from the file.
 func (t *txn) seek(name bucket, key []byte) []byte {
+	t.ops.Seeks++
 	k, v := t.cursor(name).Seek(key)
 	if k == nil || !bytes.Equal(k, key) {
 		return nil
@@ -391,6 +413,7 @@ func (t *txn) putRecord(name bucket, key []byte, v any) error {
 // put is bbolt's Put, which keeps value until the transaction ends: the
 // caller does not change it after.
 func (t *txn) put(name bucket, key, value []byte) error {
+	t.ops.Puts++
 	if err := t.b(name).Put(key, value); err != nil {
 		return err
 	}
@@ -401,6 +424,7 @@ func (t *txn) put(name bucket, key, value []byte) error {
 }
 
 func (t *txn) del(name bucket, key []byte) error {
+	t.ops.Deletes++
 	if err := t.b(name).Delete(key); err != nil {
 		return err
 	}
@@ -415,6 +439,7 @@ func (t *txn) del(name bucket, key []byte) error {
 // answers nil within the transaction that put it and an empty slice in
 // later ones, so the answer would depend on how entries were batched.)
 func (t *txn) has(name bucket, key []byte) bool {
+	t.ops.Seeks++
 	k, _ := t.cursor(name).Seek(key)
 	return k != nil && bytes.Equal(k, key)
 }
@@ -430,10 +455,12 @@ func (t *txn) deletePrefix(name bucket, prefix []byte) error {
 		}
 	}
 	c := t.b(name).Cursor()
+	t.ops.Seeks++
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
 		if err := c.Delete(); err != nil {
 			return err
 		}
+		t.ops.Deletes++
 	}
 	return nil
 }
@@ -442,6 +469,7 @@ func (t *txn) deletePrefix(name bucket, prefix []byte) error {
 // order, until fn returns false or an error.
 func (t *txn) scan(name bucket, prefix []byte, fn func(k, v []byte) (bool, error)) error {
 	c := t.b(name).Cursor()
+	t.ops.Seeks++
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		more, err := fn(k, v)
 		if err != nil || !more {

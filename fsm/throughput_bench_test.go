@@ -84,103 +84,132 @@ func BenchmarkAckState(b *testing.B) {
 }
 
 func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey func(dir string, n int) string, signed bool) {
-	{
-		p := struct{ policy fsm.CommitPolicy }{policy}
-		b.Run(name, func(b *testing.B) {
-			h := newHarness(b)
-			h.f.SetCommitPolicy(p.policy)
-			const jobs, tasks = 16, 4
-			keys := map[string][]string{}
-			seq := uint64(0)
-			issued := 0
-			epoch := make([]uint64, jobs)
-			for j := range jobs {
-				job := fmt.Sprintf("j%d", j)
-				h.putJob(job, wire.JobConfig{Retained: 1})
-				var specs []wire.Task
-				for t := range tasks {
-					specs = append(specs, task(b, fmt.Sprintf("t%d", t), "state", "incremental"))
-				}
-				h.start(job, "a1", specs...)
-			}
-			signer := fsm.NewSlotSigner(testSlotKey)
-			if signed {
-				mustOK(b, h.mustApply(fsm.CmdSlotKeyInit, fsm.SlotKeyInit{Key: testSlotKey}))
-			}
-			var batch []*raft.Log
-			flush := func() {
-				if len(batch) == 0 {
-					return
-				}
-				for i, r := range h.f.ApplyBatch(batch) {
-					if res, ok := r.(*fsm.Result); !ok || res.Err != nil {
-						b.Fatalf("entry %d: %v", batch[i].Index, r)
-					}
-				}
-				batch = batch[:0]
-			}
-			add := func(typ fsm.CommandType, payload any) {
-				batch = append(batch, h.nextLog(h.encode(typ, payload)))
-				if len(batch) == 16 {
-					flush()
-				}
-			}
-			b.ResetTimer()
-			w0 := wchar()
-			start := time.Now()
-			acks := 0
-			for acks < b.N {
-				for j := range jobs {
-					job := fmt.Sprintf("j%d", j)
-					epoch[j]++
-					add(fsm.CmdEpochBegin, fsm.EpochBegin{Job: job, Generation: 1, Epoch: epoch[j]})
-					for t := range tasks {
-						tk := fmt.Sprintf("t%d", t)
-						slot := job + "/" + tk
-						if len(keys[slot]) < 3 && signed {
-							keys[slot] = signer.Keys(job, tk, 1, h.now.Add(time.Hour+time.Duration(issued)), uint16(issued), 300)
-							issued += 300
-						} else if len(keys[slot]) < 3 {
-							p := fsm.IntentCreate{Job: job, Generation: 1, Task: tk, LeaseUntil: h.now.Add(time.Hour)}
-							if newKey == nil {
-								p.Batch, p.Count = blobstore.NewBatchID(h.now.Add(time.Duration(issued)*time.Microsecond)), 300
-								issued += 300
-							} else {
-								for range 300 {
-									p.Keys = append(p.Keys, newKey(slot, issued))
-									issued++
-								}
-							}
-							add(fsm.CmdIntentCreate, p)
-							keys[slot] = p.UploadKeys()
-						}
-						var m fsm.ManifestAck
-						d := &manifests.Delta{}
-						for _, k := range keys[slot][:3] {
-							seq++
-							m.Blobs = append(m.Blobs, fsm.BlobCommit{Key: k, Size: 100})
-							d.AddSegments = append(d.AddSegments, manifests.Segment{Key: k, Offset: 0, Length: 100, FirstSeq: seq, LastSeq: seq})
-						}
-						keys[slot] = keys[slot][3:]
-						m.Delta = d
-						add(fsm.CmdTaskAck, fsm.TaskAck{Job: job, Generation: 1, Epoch: epoch[j], Task: tk, Manifest: &m})
-						acks++
-					}
-				}
-			}
-			flush()
-			if err := h.f.Flush(); err != nil {
-				b.Fatal(err)
-			}
-			took := time.Since(start)
-			w1 := wchar()
-			b.StopTimer()
-			b.ReportMetric(float64(took.Nanoseconds())/float64(acks), "ns/ack")
-			if w0 >= 0 && w1 >= 0 {
-				b.ReportMetric(float64(w1-w0)/float64(acks), "pwriteB/ack")
-			}
-			st := h.f.CommitStats()
-			b.ReportMetric(float64(st.Entries)/float64(max(1, st.Commits)), "entries/commit")
-		})
+	b.Run(name, func(b *testing.B) {
+		l := newAckLoad(b, policy, newKey, signed)
+		b.ResetTimer()
+		w0 := wchar()
+		ops0 := l.h.f.CommitStats().Ops
+		start := time.Now()
+		acks := l.run(b, b.N)
+		took := time.Since(start)
+		w1 := wchar()
+		b.StopTimer()
+		b.ReportMetric(float64(took.Nanoseconds())/float64(acks), "ns/ack")
+		if w0 >= 0 && w1 >= 0 {
+			b.ReportMetric(float64(w1-w0)/float64(acks), "pwriteB/ack")
+		}
+		st := l.h.f.CommitStats()
+		b.ReportMetric(float64(st.Entries)/float64(max(1, st.Commits)), "entries/commit")
+		ops := st.Ops
+		b.ReportMetric(float64(ops.Seeks+ops.Puts+ops.Deletes-ops0.Seeks-ops0.Puts-ops0.Deletes)/float64(acks), "fileops/ack")
+	})
+}
+
+// ackLoad drives a state machine as the ack-throughput benchmark drives
+// the cluster: 16 jobs of 4 tasks (state, incremental, one checkpoint
+// retained), every ack adding 3 segments in 3 newly committed blobs, the
+// entries applied 16 a batch.
+type ackLoad struct {
+	h      *harness
+	newKey func(dir string, n int) string
+	signed bool
+	signer *fsm.SlotSigner
+	keys   map[string][]string
+	seq    uint64
+	issued int
+	epoch  []uint64
+	batch  []*raft.Log
+}
+
+const ackLoadJobs, ackLoadTasks = 16, 4
+
+// newAckLoad starts the jobs. newKey makes single intents' keys; nil:
+// upload batches (intent-create version 4), or signed slots with signed
+// set.
+func newAckLoad(tb testing.TB, policy fsm.CommitPolicy, newKey func(dir string, n int) string, signed bool) *ackLoad {
+	h := newHarness(tb)
+	h.f.SetCommitPolicy(policy)
+	l := &ackLoad{h: h, newKey: newKey, signed: signed, keys: map[string][]string{}, epoch: make([]uint64, ackLoadJobs)}
+	for j := range ackLoadJobs {
+		job := fmt.Sprintf("j%d", j)
+		h.putJob(job, wire.JobConfig{Retained: 1})
+		var specs []wire.Task
+		for t := range ackLoadTasks {
+			specs = append(specs, task(tb, fmt.Sprintf("t%d", t), "state", "incremental"))
+		}
+		h.start(job, "a1", specs...)
 	}
+	l.signer = fsm.NewSlotSigner(testSlotKey)
+	if signed {
+		mustOK(tb, h.mustApply(fsm.CmdSlotKeyInit, fsm.SlotKeyInit{Key: testSlotKey}))
+	}
+	return l
+}
+
+// run applies whole epochs of every job until at least n acks were
+// applied, and commits them; it returns the acks applied.
+func (l *ackLoad) run(tb testing.TB, n int) int {
+	h := l.h
+	flush := func() {
+		if len(l.batch) == 0 {
+			return
+		}
+		for i, r := range h.f.ApplyBatch(l.batch) {
+			if res, ok := r.(*fsm.Result); !ok || res.Err != nil {
+				tb.Fatalf("entry %d: %v", l.batch[i].Index, r)
+			}
+		}
+		l.batch = l.batch[:0]
+	}
+	add := func(typ fsm.CommandType, payload any) {
+		l.batch = append(l.batch, h.nextLog(h.encode(typ, payload)))
+		if len(l.batch) == 16 {
+			flush()
+		}
+	}
+	acks := 0
+	for acks < n {
+		for j := range ackLoadJobs {
+			job := fmt.Sprintf("j%d", j)
+			l.epoch[j]++
+			add(fsm.CmdEpochBegin, fsm.EpochBegin{Job: job, Generation: 1, Epoch: l.epoch[j]})
+			for t := range ackLoadTasks {
+				tk := fmt.Sprintf("t%d", t)
+				slot := job + "/" + tk
+				if len(l.keys[slot]) < 3 && l.signed {
+					l.keys[slot] = l.signer.Keys(job, tk, 1, h.now.Add(time.Hour+time.Duration(l.issued)), uint16(l.issued), 300)
+					l.issued += 300
+				} else if len(l.keys[slot]) < 3 {
+					p := fsm.IntentCreate{Job: job, Generation: 1, Task: tk, LeaseUntil: h.now.Add(time.Hour)}
+					if l.newKey == nil {
+						p.Batch, p.Count = blobstore.NewBatchID(h.now.Add(time.Duration(l.issued)*time.Microsecond)), 300
+						l.issued += 300
+					} else {
+						for range 300 {
+							p.Keys = append(p.Keys, l.newKey(slot, l.issued))
+							l.issued++
+						}
+					}
+					add(fsm.CmdIntentCreate, p)
+					l.keys[slot] = p.UploadKeys()
+				}
+				var m fsm.ManifestAck
+				d := &manifests.Delta{}
+				for _, k := range l.keys[slot][:3] {
+					l.seq++
+					m.Blobs = append(m.Blobs, fsm.BlobCommit{Key: k, Size: 100})
+					d.AddSegments = append(d.AddSegments, manifests.Segment{Key: k, Offset: 0, Length: 100, FirstSeq: l.seq, LastSeq: l.seq})
+				}
+				l.keys[slot] = l.keys[slot][3:]
+				m.Delta = d
+				add(fsm.CmdTaskAck, fsm.TaskAck{Job: job, Generation: 1, Epoch: l.epoch[j], Task: tk, Manifest: &m})
+				acks++
+			}
+		}
+	}
+	flush()
+	if err := h.f.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	return acks
 }

@@ -258,7 +258,7 @@ func createBatch(t *txn, c Command, p *IntentCreate) (any, error) {
 	if err := t.putUploadBatch(ub); err != nil {
 		return nil, err
 	}
-	if err := t.b(bucketBlobLeases).Put(ub.leaseKey(), nil); err != nil {
+	if err := t.put(bucketBlobLeases, ub.leaseKey(), nil); err != nil {
 		return nil, err
 	}
 	t.addUsage(ub.Job, JobUsage{Intents: ub.Count})

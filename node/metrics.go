@@ -9,6 +9,8 @@ import (
 	metricscompat "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metastore/metastore/fsm"
 )
 
 // raftMetricsOnce guards the process-wide go-metrics sink. hashicorp/raft
@@ -87,6 +89,13 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 			Help: "Changes of the known leader observed by this node.",
 		}),
 	}
+	fileOps := func(op string, f func(fsm.FileOps) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "metastore_node_fsm_file_ops_total",
+			Help:        "Operations of the committed transactions on the state machine file's buckets, by kind: seek (a point read, or the start of a scan), put, delete. bbolt searches its tree from the root for each; divided by the acks applied, the cost of an ack in the file.",
+			ConstLabels: prometheus.Labels{"op": op},
+		}, func() float64 { return float64(f(n.fsm.CommitStats().Ops)) })
+	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
@@ -138,6 +147,9 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 			Name: "metastore_node_fsm_committed_entries_total",
 			Help: "Raft entries in the committed transactions of the state machine file (divided by metastore_node_fsm_commits_total: entries per commit).",
 		}, func() float64 { return float64(n.fsm.CommitStats().Entries) }),
+		fileOps("seek", func(o fsm.FileOps) uint64 { return o.Seeks }),
+		fileOps("put", func(o fsm.FileOps) uint64 { return o.Puts }),
+		fileOps("delete", func(o fsm.FileOps) uint64 { return o.Deletes }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "metastore_node_fsm_commit_failures_total",
 			Help: "Commits of the state machine file that failed (a full file system); their entries are applied again and the commit retried.",

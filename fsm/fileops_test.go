@@ -1,0 +1,47 @@
+package fsm_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/fsm"
+)
+
+// TestAckFileOps: an ack of three new blobs costs at most its budget of
+// file operations (fsm.FileOps), counted over whole epochs of the
+// ack-throughput load (ackLoad) in steady state, one checkpoint retained
+// so that every completion releases the one before. Each operation is a
+// search of the file's tree from its root, and a follower's apply is
+// mostly those searches: an operation added per ack, or per blob, fails
+// here before it shows in a benchmark. Commits come every 160 entries,
+// not by time, so the counts are the same on any machine.
+//
+// Where the budget goes, per ack: each of the three blobs is sought (the
+// commit's check that no record has its key) and put, and gets a lineage
+// record and its rec_changes entry (12); the ack record and the retry
+// check (2); the epoch's record, put at its begin, at each of its four
+// acks and when retention releases it (1.5); the task's lineage, put at
+// the ack and when its previous epoch leaves (2), and scanned for the
+// records that epoch alone held (1); the job at the begin and the
+// completion (0.5); the epoch's deadline, put and deleted (0.5); the
+// completion's scans of payloads, attempts and the released epoch's acks
+// (0.75); the rest are reads the write transaction's cache (160 entries
+// long here) misses.
+func TestAckFileOps(t *testing.T) {
+	l := newAckLoad(t, fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 160}, nil, true)
+	l.run(t, 4*ackLoadJobs*ackLoadTasks) // past the first epochs and their slots
+	before := l.h.f.CommitStats().Ops
+	acks := l.run(t, 50*ackLoadJobs*ackLoadTasks)
+	after := l.h.f.CommitStats().Ops
+	per := func(a, b uint64) float64 { return float64(a-b) / float64(acks) }
+	seeks, puts, deletes := per(after.Seeks, before.Seeks), per(after.Puts, before.Puts), per(after.Deletes, before.Deletes)
+	t.Logf("per ack over %d acks: %.2f seeks, %.2f puts, %.2f deletes", acks, seeks, puts, deletes)
+	const maxSeeks, maxPuts, maxDeletes = 8, 14.25, 0.25
+	if seeks > maxSeeks || puts > maxPuts || deletes > maxDeletes {
+		t.Fatalf("an ack costs %.2f seeks, %.2f puts and %.2f deletes of the file; the budget is %v, %v and %v",
+			seeks, puts, deletes, float64(maxSeeks), maxPuts, maxDeletes)
+	}
+	if seeks == 0 || puts == 0 {
+		t.Fatal("no file operation counted")
+	}
+}
