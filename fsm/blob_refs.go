@@ -73,20 +73,22 @@ func (t *txn) storedBlob(key string) (*blobRecord, error) {
 	if v == nil {
 		return nil, nil
 	}
-	b, err := decodeBlob(v)
+	b, err := decodeBlob([]byte(key), v)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: decode %s/%q: %w", bucketBlobs, key, err)
 	}
 	return b, nil
 }
 
-// decodeBlob decodes a blob record as stored, with what it counts in its
-// job's usage (putBlob moves the usage by the difference).
-func decodeBlob(v []byte) (*blobRecord, error) {
+// decodeBlob decodes the record v of blob key as stored, with what it
+// counts in its job's usage (putBlob moves the usage by the difference).
+// The record does not hold its key since schema version 7.
+func decodeBlob(key, v []byte) (*blobRecord, error) {
 	var b blobRecord
 	if err := decodeRecord(v, &b); err != nil {
 		return nil, err
 	}
+	b.Key = string(key)
 	b.counted = blobUsage(b.State, b.Size)
 	b.countedAwaiting = b.AwaitingObservation
 	return &b, nil

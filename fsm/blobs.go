@@ -395,9 +395,9 @@ type (
 func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
 	s := &BlobStats{Count: map[wire.BlobState]int{}, Bytes: map[wire.BlobState]uint64{}, LiveByJob: map[string]JobBlobs{}}
 	idx, err := f.view(func(t *txn) error {
-		if err := t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
-			var b blobRecord
-			if err := decodeRecord(v, &b); err != nil {
+		if err := t.scan(bucketBlobs, nil, func(k, v []byte) (bool, error) {
+			b, err := decodeBlob(k, v)
+			if err != nil {
 				return false, err
 			}
 			s.Count[wire.BlobState(b.State)]++

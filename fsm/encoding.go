@@ -36,6 +36,12 @@ var writeSchema uint64
 
 // encodeRecord returns the stored form of v.
 func encodeRecord(v any) ([]byte, error) {
+	if b, ok := v.(*blobRecord); ok && b.Key != "" && (writeSchema == 0 || writeSchema >= keylessBlobsVersion) {
+		// The bucket's key is the blob's (decodeBlob).
+		cp := *b
+		cp.Key = ""
+		v = &cp
+	}
 	if m, ok := v.(msgp.Marshaler); ok && (writeSchema == 0 || writeSchema >= binarySince(v)) {
 		return m.MarshalMsg(nil)
 	}
@@ -184,6 +190,20 @@ func migrateRecords(db *bolt.DB) (int, uint64, error) {
 			return total, version, fmt.Errorf("fsm: move bucket %s of schema version %d into the blob records: %w", bucketBlobUnobserved, version, err)
 		}
 	}
+	// Version 7's blob records leave their key out.
+	if version < keylessBlobsVersion {
+		for from := []byte{}; from != nil; {
+			var n int
+			if err := db.Update(func(tx *bolt.Tx) error {
+				var err error
+				from, n, err = dropBlobKeys(tx, from, migrateChunk)
+				return err
+			}); err != nil {
+				return total, version, fmt.Errorf("fsm: rewrite the blob records of schema version %d without their keys: %w", version, err)
+			}
+			total += n
+		}
+	}
 	return total, version, db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketBlobUnobserved) != nil {
 			if err := tx.DeleteBucket(bucketBlobUnobserved); err != nil {
@@ -246,6 +266,44 @@ func moveUnobserved(tx *bolt.Tx, n int) (bool, error) {
 		}
 	}
 	return len(keys) == n, nil
+}
+
+// dropBlobKeys rewrites, from key from on, up to n blob records that
+// repeat their key (a file of a schema version before 7) without it, and
+// returns the key to go on from (nil: none left) and how many it
+// rewrote. Nothing else of a record changes. A crash between two calls
+// leaves some records rewritten, which every reader accepts, and the
+// next open goes over them again.
+func dropBlobKeys(tx *bolt.Tx, from []byte, n int) ([]byte, int, error) {
+	blobs := tx.Bucket(bucketBlobs)
+	var keys, vals [][]byte
+	c := blobs.Cursor()
+	k, v := c.Seek(from)
+	for seen := 0; k != nil && seen < n; k, v = c.Next() {
+		seen++
+		var b blobRecord
+		if err := decodeRecord(v, &b); err != nil {
+			return nil, 0, fmt.Errorf("blob %q: %w", k, err)
+		}
+		if b.Key == "" && v[0] != '{' {
+			continue // written without it
+		}
+		raw, err := encodeRecord(&b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("blob %q: %w", k, err)
+		}
+		keys, vals = append(keys, bytes.Clone(k)), append(vals, raw)
+	}
+	var next []byte
+	if k != nil {
+		next = bytes.Clone(k)
+	}
+	for i := range keys {
+		if err := blobs.Put(keys[i], vals[i]); err != nil {
+			return nil, 0, err
+		}
+	}
+	return next, len(keys), nil
 }
 
 // kindSizes is an ack's inline payload size per kind. Its MessagePack

@@ -91,9 +91,9 @@ func (t *txn) fsck(rep *FsckReport) error {
 	}); err != nil {
 		return err
 	}
-	err = t.scan(bucketBlobs, nil, func(_, v []byte) (bool, error) {
-		var b blobRecord
-		if err := decodeRecord(v, &b); err != nil {
+	err = t.scan(bucketBlobs, nil, func(k, v []byte) (bool, error) {
+		b, err := decodeBlob(k, v)
+		if err != nil {
 			return false, err
 		}
 		rep.Blobs++

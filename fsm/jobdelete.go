@@ -222,8 +222,8 @@ func expireJobIntents(t *txn, job string, now time.Time) (int, error) {
 	if err := t.flushBlobs(); err != nil {
 		return 0, err
 	}
-	err := t.scan(bucketBlobs, []byte(job+"/"), func(_, v []byte) (bool, error) {
-		b, err := decodeBlob(v)
+	err := t.scan(bucketBlobs, []byte(job+"/"), func(k, v []byte) (bool, error) {
+		b, err := decodeBlob(k, v)
 		if err != nil {
 			return false, err
 		}

@@ -139,8 +139,8 @@ func flaggedIn(t *txn, keys []string) ([]wire.FlaggedBlob, error) {
 		if raw == nil {
 			continue
 		}
-		var b blobRecord
-		if err := decodeRecord(raw, &b); err != nil {
+		b, err := decodeBlob([]byte(k), raw)
+		if err != nil {
 			return nil, err
 		}
 		if b.Flagged {

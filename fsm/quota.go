@@ -117,16 +117,16 @@ func (c *usageCounts) reset(jobs map[string]*JobUsage, index uint64) {
 // cannot be decoded is an error when strict, else it counts nothing.
 func (t *txn) scanUsage(prefix []byte, strict bool, each func(*blobRecord)) (map[string]*JobUsage, error) {
 	jobs := map[string]*JobUsage{}
-	err := t.scan(bucketBlobs, prefix, func(_, v []byte) (bool, error) {
-		var b blobRecord
-		if err := decodeRecord(v, &b); err != nil {
+	err := t.scan(bucketBlobs, prefix, func(k, v []byte) (bool, error) {
+		b, err := decodeBlob(k, v)
+		if err != nil {
 			if strict {
 				return false, err
 			}
 			return true, nil
 		}
 		if each != nil {
-			each(&b)
+			each(b)
 		}
 		if u := blobUsage(b.State, b.Size); !u.zero() {
 			if jobs[b.Job] == nil {

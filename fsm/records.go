@@ -102,6 +102,9 @@ type epochRecord struct {
 
 // blobRecord is an object in the object store, as the metastore knows it.
 type blobRecord struct {
+	// Key is the blob's key. The stored value leaves it empty since
+	// schema version 7: it is the bucket's key (encodeRecord empties it,
+	// decodeBlob sets it).
 	Key  string `json:"key"`
 	Job  string `json:"job"`
 	Task string `json:"task,omitempty"`

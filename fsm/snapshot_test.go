@@ -173,7 +173,7 @@ func fillEverythingAndDelete(h *harness) {
 }
 
 // fillEverythingAndDeleteHash is the state hash of fillEverythingAndDelete.
-const fillEverythingAndDeleteHash = "e030c4938bf6781b857f5748c0276baa7051528501a110d1ed13411cdc490fb0"
+const fillEverythingAndDeleteHash = "4740c5edae8617ebb45d574a26e5d23617a3ba50d2279a47eed958519e6c2adb"
 
 func TestStateHashWithTombstoneIsStable(t *testing.T) {
 	h := newHarness(t)
@@ -498,10 +498,11 @@ func TestRestoreWhileSnapshotHeld(t *testing.T) {
 // buckets is arranged. Schema version 2 changed it (records.go's records
 // became MessagePack), and so did version 3 (the version is a record of
 // the meta bucket, which the hash digests), version 4 (attempts, tasks
-// and acks MessagePack), version 5 (no rec_seq) and version 6 (no
-// blob_unobserved: the blob records say it); a file of an earlier version
-// hashes to it once opened (TestJSONRecordsMigrated).
-const fillEverythingHash = "c6440b4c894a5dcce1d22e90aebe1024afe02e6418ee451c34b4778df0d33ae9"
+// and acks MessagePack), version 5 (no rec_seq), version 6 (no
+// blob_unobserved: the blob records say it) and version 7 (the blob
+// records without their keys); a file of an earlier version hashes to it
+// once opened (TestJSONRecordsMigrated, TestBlobRecordsWithoutKeys).
+const fillEverythingHash = "4c5ae03e0b9e4fd5fbbfdaf32b3724a6b4193feec1df7de259327d36d2ea8273"
 
 func TestStateHashIsStable(t *testing.T) {
 	h := newHarness(t)

@@ -86,8 +86,8 @@ func (x *unobservedIndex) check(t *txn, rep *FsckReport) (bool, error) {
 	}
 	scanned := map[string]struct{}{}
 	err := t.scan(bucketBlobs, nil, func(k, v []byte) (bool, error) {
-		var b blobRecord
-		if err := decodeRecord(v, &b); err != nil {
+		b, err := decodeBlob(k, v)
+		if err != nil {
 			return false, err
 		}
 		if b.AwaitingObservation {
