@@ -113,12 +113,16 @@ type ackLoad struct {
 	h      *harness
 	newKey func(dir string, n int) string
 	signed bool
-	signer *fsm.SlotSigner
-	keys   map[string][]string
-	seq    uint64
-	issued int
-	epoch  []uint64
-	batch  []*raft.Log
+	// observe: after each round of epochs, one blobs-observed entry
+	// reports the blobs the round's acks committed, as the leader's
+	// observer does (gc.Collector.Observe).
+	observe bool
+	signer  *fsm.SlotSigner
+	keys    map[string][]string
+	seq     uint64
+	issued  int
+	epoch   []uint64
+	batch   []*raft.Log
 }
 
 const ackLoadJobs, ackLoadTasks = 16, 4
@@ -169,6 +173,7 @@ func (l *ackLoad) run(tb testing.TB, n int) int {
 	}
 	acks := 0
 	for acks < n {
+		var committed []fsm.BlobObservation
 		for j := range ackLoadJobs {
 			job := fmt.Sprintf("j%d", j)
 			l.epoch[j]++
@@ -198,6 +203,7 @@ func (l *ackLoad) run(tb testing.TB, n int) int {
 				for _, k := range l.keys[slot][:3] {
 					l.seq++
 					m.Blobs = append(m.Blobs, fsm.BlobCommit{Key: k, Size: 100})
+					committed = append(committed, fsm.BlobObservation{Key: k, Size: 100, ETag: "etag"})
 					d.AddSegments = append(d.AddSegments, manifests.Segment{Key: k, Offset: 0, Length: 100, FirstSeq: l.seq, LastSeq: l.seq})
 				}
 				l.keys[slot] = l.keys[slot][3:]
@@ -205,6 +211,9 @@ func (l *ackLoad) run(tb testing.TB, n int) int {
 				add(fsm.CmdTaskAck, fsm.TaskAck{Job: job, Generation: 1, Epoch: l.epoch[j], Task: tk, Manifest: &m})
 				acks++
 			}
+		}
+		if l.observe {
+			add(fsm.CmdBlobsObserved, fsm.BlobsObserved{Blobs: committed})
 		}
 	}
 	flush()
