@@ -37,10 +37,12 @@ var writeSchema uint64
 // encodeRecord returns the stored form of v.
 func encodeRecord(v any) ([]byte, error) {
 	if b, ok := v.(*blobRecord); ok && b.Key != "" && (writeSchema == 0 || writeSchema >= keylessBlobsVersion) {
-		// The bucket's key is the blob's (decodeBlob).
-		cp := *b
-		cp.Key = ""
-		v = &cp
+		// The bucket's key is the blob's (decodeBlob). Emptied for the
+		// encoding and set again, rather than copied: this runs for
+		// every blob an ack commits.
+		key := b.Key
+		b.Key = ""
+		defer func() { b.Key = key }()
 	}
 	if m, ok := v.(msgp.Marshaler); ok && (writeSchema == 0 || writeSchema >= binarySince(v)) {
 		return m.MarshalMsg(nil)
