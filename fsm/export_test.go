@@ -192,6 +192,20 @@ func RawView(f *FSM, fn func(tx *bolt.Tx) error) error {
 	return err
 }
 
+// DropBlobKeys rewrites up to n blob records without their key, as one
+// transaction of the migration to schema version 7 does, leaving the
+// file's version as it is: a migration a crash stopped after it. It
+// returns how many it rewrote.
+func DropBlobKeys(f *FSM, n int) (int, error) {
+	var done int
+	err := RawUpdate(f, func(tx *bolt.Tx) error {
+		var err error
+		_, done, err = dropBlobKeys(tx, []byte{}, n)
+		return err
+	})
+	return done, err
+}
+
 // SetMigrateChunk sets how many records a transaction of the migration of
 // an older schema version's records rewrites, until the test ends.
 func SetMigrateChunk(t interface{ Cleanup(func()) }, n int) {
