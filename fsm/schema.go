@@ -469,6 +469,7 @@ func (t *txn) deletePrefix(name bucket, prefix []byte) error {
 			return err
 		}
 		t.ops.Deletes++
+		t.ops.Seeks++ // the next Seek
 	}
 	return nil
 }
