@@ -431,9 +431,8 @@ func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
 func (f *FSM) Known(keys []string) (map[string]bool, error) {
 	out := make(map[string]bool, len(keys))
 	_, err := f.view(func(t *txn) error {
-		b := t.b(bucketBlobs)
 		for _, k := range keys {
-			out[k] = b.Get([]byte(k)) != nil
+			out[k] = t.has(bucketBlobs, []byte(k))
 			if !out[k] {
 				// An unused key of an upload batch has no record.
 				intent, err := t.batchIntent(k)

@@ -23,7 +23,7 @@ func TestWriteTxnCacheMatchesFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	names := []bucket{bucketJobs, bucketTasks, bucketEpochs, bucketHeads, bucketLineages, bucketAcks}
+	names := []bucket{bucketJobs, bucketTasks, bucketEpochs, bucketHeads, bucketLineages, bucketBlobs, bucketAcks}
 	tx, err := db.Begin(true)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func TestCachedBucketsWrittenThroughHelpers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	consts := map[string]bucket{"bucketJobs": bucketJobs, "bucketTasks": bucketTasks, "bucketEpochs": bucketEpochs, "bucketHeads": bucketHeads, "bucketLineages": bucketLineages}
+	consts := map[string]bucket{"bucketJobs": bucketJobs, "bucketTasks": bucketTasks, "bucketEpochs": bucketEpochs, "bucketHeads": bucketHeads, "bucketLineages": bucketLineages, "bucketBlobs": bucketBlobs}
 	for name, b := range consts {
 		if !cachedBuckets[string(b)] {
 			t.Fatalf("%s is not in cachedBuckets", name)
@@ -89,7 +89,10 @@ func TestCachedBucketsWrittenThroughHelpers(t *testing.T) {
 		t.Fatalf("cachedBuckets has %d buckets, the test knows %d", len(cachedBuckets), len(consts))
 	}
 	for _, p := range paths {
-		if strings.HasSuffix(p, "_test.go") {
+		// encoding.go's migrations rewrite records in transactions of
+		// their own, at open, before the state machine's write
+		// transaction (and its cache) exists.
+		if strings.HasSuffix(p, "_test.go") || p == "encoding.go" {
 			continue
 		}
 		src, err := os.ReadFile(p)

@@ -328,12 +328,14 @@ func (f *FileOps) add(o FileOps) {
 
 // cachedBuckets are the buckets whose point reads the write transaction
 // keeps (txn.recs): the records an ack reads that the acks of the same
-// group commit read again (its job, task, epoch, head and lineage). Every
-// write to them goes through putRecord, put, del or deletePrefix, which
-// keep recs the same as the file.
+// group commit read again (its job, task, epoch, head and lineage), and
+// the blobs, whose records the leader's observation reads again soon
+// after the ack that committed them (within a follower's longer group
+// commit, often). Every write to them goes through putRecord, put, del
+// or deletePrefix, which keep recs the same as the file.
 var cachedBuckets = map[string]bool{
 	string(bucketJobs): true, string(bucketTasks): true, string(bucketEpochs): true,
-	string(bucketHeads): true, string(bucketLineages): true,
+	string(bucketHeads): true, string(bucketLineages): true, string(bucketBlobs): true,
 }
 
 // recKeyOf is the key of recs for key in bucket name (bucket names hold
