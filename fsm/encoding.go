@@ -155,7 +155,9 @@ func migrateRecords(db *bolt.DB) (int, uint64, error) {
 					if err := json.Unmarshal(v, z); err != nil {
 						return fmt.Errorf("fsm: migrate %s/%q: %w", b.name, k, err)
 					}
-					raw, err := z.MarshalMsg(nil)
+					// encodeRecord: a blob's record is written without its
+					// key already, so the step below leaves it alone.
+					raw, err := encodeRecord(z)
 					if err != nil {
 						return fmt.Errorf("fsm: migrate %s/%q: %w", b.name, k, err)
 					}
@@ -287,7 +289,7 @@ func dropBlobKeys(tx *bolt.Tx, from []byte, n int) ([]byte, int, error) {
 		if err := decodeRecord(v, &b); err != nil {
 			return nil, 0, fmt.Errorf("blob %q: %w", k, err)
 		}
-		if b.Key == "" && v[0] != '{' {
+		if b.Key == "" {
 			continue // written without it
 		}
 		raw, err := encodeRecord(&b)
