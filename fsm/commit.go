@@ -155,7 +155,7 @@ func (f *FSM) begin() error {
 		return fmt.Errorf("fsm: begin a write transaction: %w", err)
 	}
 	fillAppended(tx)
-	f.wt = &txn{tx: tx, recs: map[string][]byte{}}
+	f.wt = &txn{tx: tx, recs: recCache{}, recHints: f.recHints}
 	f.openedAt = time.Now()
 	return nil
 }
@@ -179,6 +179,7 @@ func (f *FSM) commitLocked() error {
 	last := f.pendingLast
 	f.wt = nil
 	err := wt.tx.Commit()
+	f.recHints = wt.recs.sizes()
 	if err == nil {
 		f.committed.Store(last)
 		f.usage.apply(wt.usage, last)

@@ -68,8 +68,10 @@ type FSM struct {
 	// The open write transaction and its entries (commit.go), guarded by
 	// txMu; lock order f.mu, then txMu. committed is the applied index
 	// of the last commit.
-	txMu        sync.Mutex
-	wt          *txn
+	txMu sync.Mutex
+	wt   *txn
+	// recHints sizes the next write transaction's caches (txn.recHints).
+	recHints    map[string]int
 	pending     []*raft.Log
 	pendingLast uint64
 	openedAt    time.Time

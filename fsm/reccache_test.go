@@ -34,7 +34,7 @@ func TestWriteTxnCacheMatchesFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cached, file := &txn{tx: tx, recs: map[string][]byte{}}, &txn{tx: tx}
+	cached, file := &txn{tx: tx, recs: recCache{}}, &txn{tx: tx}
 	r := rand.New(rand.NewPCG(3, 4))
 	keys := []string{"a", "a\x00", "a\x001", "a\x002", "ab", "ab\x001", "b", "b\x001"}
 	for i := range 20_000 {

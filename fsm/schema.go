@@ -301,10 +301,13 @@ type txn struct {
 	cursors map[string]*bolt.Cursor
 	// recs holds, in the state machine's write transaction, the values of
 	// the keys of cachedBuckets it read or wrote (nil: absent), by
-	// bucket and key (recKeyOf); nil in other transactions.
-	recs map[string][]byte
+	// bucket and key; nil in other transactions.
+	recs recCache
 	// ops counts the file operations made through the accessors below.
 	ops FileOps
+	// recHints sizes the caches of recs (recCache.sizes of the previous
+	// write transaction).
+	recHints map[string]int
 }
 
 // FileOps counts operations on the state machine file's buckets: Seeks
@@ -338,15 +341,42 @@ var cachedBuckets = map[string]bool{
 	string(bucketHeads): true, string(bucketLineages): true, string(bucketBlobs): true,
 }
 
-// recKeyOf is the key of recs for key in bucket name (bucket names hold
-// no zero byte).
-func recKeyOf(name bucket, key []byte) string {
-	b := make([]byte, 0, len(name)+1+len(key))
-	return string(append(append(append(b, name...), 0), key...))
+// recCache is the write transaction's cache of values (txn.recs): a map
+// of keys to values per bucket, so that a read looks a key up as it is
+// (a map index of string(key) copies nothing) instead of building a key
+// of bucket and key for every read and write, which was a tenth of the
+// objects applying an ack allocated.
+type recCache map[string]map[string][]byte
+
+// of is the cache of bucket name, made on first use with room for hint
+// keys.
+func (c recCache) of(name bucket, hint int) map[string][]byte {
+	m, ok := c[string(name)]
+	if !ok {
+		m = make(map[string][]byte, hint)
+		c[string(name)] = m
+	}
+	return m
+}
+
+// sizes is how many keys each bucket's cache holds: the next
+// transaction's caches are made that large (growing a map rehashes what
+// it holds; a follower's transaction caches thousands of keys).
+func (c recCache) sizes() map[string]int {
+	out := make(map[string]int, len(c))
+	for n, m := range c {
+		out[n] = len(m)
+	}
+	return out
 }
 
 // cached reports whether t keeps the values of bucket name.
 func (t *txn) cached(name bucket) bool { return t.recs != nil && cachedBuckets[string(name)] }
+
+// recsOf is t's cache of bucket name, which cached(name) says it keeps.
+func (t *txn) recsOf(name bucket) map[string][]byte {
+	return t.recs.of(name, t.recHints[string(name)])
+}
 
 func (t *txn) b(name bucket) *bolt.Bucket {
 	b := t.tx.Bucket(name)
@@ -366,12 +396,12 @@ func (t *txn) b(name bucket) *bolt.Bucket {
 // nil for a key that is absent.
 func (t *txn) get(name bucket, key []byte) []byte {
 	if t.cached(name) {
-		rk := recKeyOf(name, key)
-		if v, ok := t.recs[rk]; ok {
+		m := t.recsOf(name)
+		if v, ok := m[string(key)]; ok {
 			return v
 		}
 		v := t.seek(name, key)
-		t.recs[rk] = v
+		m[string(key)] = v
 		return v
 	}
 	return t.seek(name, key)
@@ -428,7 +458,7 @@ func (t *txn) put(name bucket, key, value []byte) error {
 		return err
 	}
 	if t.cached(name) {
-		t.recs[recKeyOf(name, key)] = value
+		t.recsOf(name)[string(key)] = value
 	}
 	return nil
 }
@@ -439,7 +469,7 @@ func (t *txn) del(name bucket, key []byte) error {
 		return err
 	}
 	if t.cached(name) {
-		t.recs[recKeyOf(name, key)] = nil
+		t.recsOf(name)[string(key)] = nil
 	}
 	return nil
 }
@@ -457,10 +487,10 @@ func (t *txn) has(name bucket, key []byte) bool {
 // deletePrefix removes every key of a bucket starting with prefix.
 func (t *txn) deletePrefix(name bucket, prefix []byte) error {
 	if t.cached(name) {
-		rp := recKeyOf(name, prefix)
-		for k := range t.recs {
-			if strings.HasPrefix(k, rp) {
-				delete(t.recs, k)
+		m := t.recsOf(name)
+		for k := range m {
+			if strings.HasPrefix(k, string(prefix)) {
+				delete(m, k)
 			}
 		}
 	}
