@@ -155,7 +155,17 @@ func (f *FSM) begin() error {
 		return fmt.Errorf("fsm: begin a write transaction: %w", err)
 	}
 	fillAppended(tx)
-	f.wt = &txn{tx: tx, recs: recCache{}, recHints: f.recHints}
+	t := &txn{tx: tx, recs: recCache{}, recHints: f.recHints}
+	if f.blobKeys == nil || f.blobKeys.full() {
+		keys, err := buildBlobFilter(&txn{tx: tx})
+		if err != nil {
+			tx.Rollback()
+			return fmt.Errorf("fsm: reading the keys of the blobs: %w", err)
+		}
+		f.blobKeys = keys
+	}
+	t.blobKeys = f.blobKeys
+	f.wt = t
 	f.openedAt = time.Now()
 	return nil
 }

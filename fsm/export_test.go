@@ -44,7 +44,29 @@ func DumpBuckets(f *FSM) (Dump, error) {
 func RawUpdate(f *FSM, fn func(tx *bolt.Tx) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.db.Update(fn)
+	err := f.db.Update(fn)
+	// What fn planted is read like what commands wrote: the filter of
+	// blob keys is built again from the file.
+	f.txMu.Lock()
+	f.blobKeys = nil
+	f.txMu.Unlock()
+	return err
+}
+
+// WriteTxnHasBlob reports whether the state machine's write transaction
+// (begun when none is open) reads a record of blob key, through the filter
+// of blob keys as an apply does.
+func WriteTxnHasBlob(f *FSM, key string) (bool, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	if f.wt == nil {
+		if err := f.begin(); err != nil {
+			return false, err
+		}
+	}
+	return f.wt.get(bucketBlobs, []byte(key)) != nil, nil
 }
 
 // BucketNames lists the buckets the schema declares.

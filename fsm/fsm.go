@@ -71,7 +71,10 @@ type FSM struct {
 	txMu sync.Mutex
 	wt   *txn
 	// recHints sizes the next write transaction's caches (txn.recHints).
-	recHints    map[string]int
+	recHints map[string]int
+	// blobKeys is the filter of blob keys (blob_filter.go) that the write
+	// transactions use.
+	blobKeys    *blobFilter
 	pending     []*raft.Log
 	pendingLast uint64
 	openedAt    time.Time

@@ -308,6 +308,10 @@ type txn struct {
 	// recHints sizes the caches of recs (recCache.sizes of the previous
 	// write transaction).
 	recHints map[string]int
+	// blobKeys, in the state machine's write transaction, filters the
+	// searches of the blobs bucket for absent keys (blob_filter.go); nil
+	// in other transactions.
+	blobKeys *blobFilter
 }
 
 // FileOps counts operations on the state machine file's buckets: Seeks
@@ -370,6 +374,12 @@ func (c recCache) sizes() map[string]int {
 	return out
 }
 
+// filteredOut reports whether the filter of blob keys says that bucket
+// name does not hold key: a search would find nothing.
+func (t *txn) filteredOut(name bucket, key []byte) bool {
+	return t.blobKeys != nil && string(name) == string(bucketBlobs) && !t.blobKeys.mayHold(key)
+}
+
 // cached reports whether t keeps the values of bucket name.
 func (t *txn) cached(name bucket) bool { return t.recs != nil && cachedBuckets[string(name)] }
 
@@ -409,6 +419,9 @@ func (t *txn) get(name bucket, key []byte) []byte {
 
 // seek is get from the file.
 func (t *txn) seek(name bucket, key []byte) []byte {
+	if t.filteredOut(name, key) {
+		return nil
+	}
 	t.ops.Seeks++
 	k, v := t.cursor(name).Seek(key)
 	if k == nil || !bytes.Equal(k, key) {
@@ -453,6 +466,9 @@ func (t *txn) putRecord(name bucket, key []byte, v any) error {
 // put is bbolt's Put, which keeps value until the transaction ends: the
 // caller does not change it after.
 func (t *txn) put(name bucket, key, value []byte) error {
+	if t.blobKeys != nil && string(name) == string(bucketBlobs) {
+		t.blobKeys.add(key) // before the record exists
+	}
 	t.ops.Puts++
 	if err := t.b(name).Put(key, value); err != nil {
 		return err
@@ -479,6 +495,9 @@ func (t *txn) del(name bucket, key []byte) error {
 // answers nil within the transaction that put it and an empty slice in
 // later ones, so the answer would depend on how entries were batched.)
 func (t *txn) has(name bucket, key []byte) bool {
+	if t.filteredOut(name, key) {
+		return false
+	}
 	t.ops.Seeks++
 	k, _ := t.cursor(name).Seek(key)
 	return k != nil && bytes.Equal(k, key)

@@ -115,15 +115,20 @@ func (x *unobservedIndex) check(t *txn, rep *FsckReport) (bool, error) {
 }
 
 // rebuildCounts replaces the jobs' usage (quota.go) and the index of the
-// blobs awaiting observation with one scan of db's blob table.
+// blobs awaiting observation with one scan of db's blob table, and the
+// filter of blob keys (blob_filter.go) with one of its keys.
 func (f *FSM) rebuildCounts(db *bolt.DB) error {
 	var jobs map[string]*JobUsage
 	awaiting := map[string]struct{}{}
 	var index uint64
+	var keys *blobFilter
 	err := db.View(func(tx *bolt.Tx) error {
 		t := &txn{tx: tx}
 		index = t.appliedIndex()
 		var err error
+		if keys, err = buildBlobFilter(t); err != nil {
+			return err
+		}
 		jobs, err = t.scanUsage(nil, false, func(b *blobRecord) {
 			if b.AwaitingObservation {
 				awaiting[b.Key] = struct{}{}
@@ -136,5 +141,6 @@ func (f *FSM) rebuildCounts(db *bolt.DB) error {
 	}
 	f.usage.reset(jobs, index)
 	f.unobserved.reset(awaiting, index)
+	f.blobKeys = keys
 	return nil
 }
