@@ -71,10 +71,11 @@ func buildBlobFilter(t *txn) (*blobFilter, error) {
 // does not.
 func (f *blobFilter) mayHold(key []byte) bool { return f.bf.Test(key) }
 
-// add notes a key written to the bucket.
+// add notes a key written to the bucket. A key it holds already (a
+// record written again: its observation, a reference added or dropped)
+// takes no room.
 func (f *blobFilter) add(key []byte) {
-	f.bf.Add(key)
-	if f.room > 0 {
+	if !f.bf.TestAndAdd(key) && f.room > 0 {
 		f.room--
 	}
 }
