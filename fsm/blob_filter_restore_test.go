@@ -28,15 +28,7 @@ func TestBlobFilterFollowsTheFile(t *testing.T) {
 	if len(refs) == 0 {
 		t.Fatal("fillEverything wrote no blob")
 	}
-	snap, err := src.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
+	snapshot := snapshotOf(t, src.f)
 
 	sees := func(h *harness, when string, want bool) {
 		t.Helper()
@@ -53,7 +45,7 @@ func TestBlobFilterFollowsTheFile(t *testing.T) {
 	dst := newHarness(t)
 	dst.putJob("unrelated", wire.JobConfig{})
 	sees(dst, "before the restore", false) // its filter is of its own file
-	if err := dst.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+	if err := dst.f.Restore(io.NopCloser(bytes.NewReader(snapshot))); err != nil {
 		t.Fatal(err)
 	}
 	sees(dst, "after the restore", true)
