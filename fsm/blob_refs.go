@@ -197,15 +197,27 @@ func (t *txn) deleteBlob(key string) error {
 // writes held decoded, and writes those it changed when it returns
 // (whether it succeeded or not: a handler writes nothing before its
 // checks pass). A write error is returned as the handler's: it is fatal.
+//
+// The two maps are kept for the transaction's next command, emptied: a
+// batch of acks holds tens of blobs, and a map grown again from empty for
+// every command rehashed what it held at each doubling.
 func applyCommand(t *txn, c Command) (any, error) {
 	outerBlobs, outerBatches := t.blobs, t.batches
-	t.blobs, t.batches = blobCache{}, batchCache{}
+	blobs, batches := t.spareBlobs, t.spareBatches
+	t.spareBlobs, t.spareBatches = nil, nil
+	if blobs == nil {
+		blobs, batches = blobCache{}, batchCache{}
+	}
+	t.blobs, t.batches = blobs, batches
 	v, err := handlers[c.Type].apply(t, c)
 	if ferr := t.flushBlobs(); ferr != nil {
 		v, err = nil, ferr
 	} else if ferr := t.flushBatches(); ferr != nil {
 		v, err = nil, ferr
 	}
+	clear(blobs)
+	clear(batches)
+	t.spareBlobs, t.spareBatches = blobs, batches
 	t.blobs, t.batches = outerBlobs, outerBatches
 	return v, err
 }

@@ -292,6 +292,10 @@ type txn struct {
 	// batches holds the upload batches of the command being applied
 	// (upload_batches.go); nil outside commands.
 	batches batchCache
+	// spareBlobs and spareBatches are the emptied maps of the last command
+	// applied, which the next one takes (applyCommand).
+	spareBlobs   blobCache
+	spareBatches batchCache
 	// slots checks the MACs of signed upload slots (upload_slots.go);
 	// made at the first one the transaction reads.
 	slots *SlotSigner
@@ -372,6 +376,17 @@ func (c recCache) sizes() map[string]int {
 		out[n] = len(m)
 	}
 	return out
+}
+
+// holds reports whether the write transaction's cache knows bucket name
+// to hold key (a record read or written before): false when it does not
+// know.
+func (t *txn) holds(name bucket, key []byte) bool {
+	if !t.cached(name) {
+		return false
+	}
+	v, ok := t.recsOf(name)[string(key)]
+	return ok && v != nil
 }
 
 // filteredOut reports whether the filter of blob keys says that bucket
@@ -466,7 +481,7 @@ func (t *txn) putRecord(name bucket, key []byte, v any) error {
 // put is bbolt's Put, which keeps value until the transaction ends: the
 // caller does not change it after.
 func (t *txn) put(name bucket, key, value []byte) error {
-	if t.blobKeys != nil && string(name) == string(bucketBlobs) {
+	if t.blobKeys != nil && string(name) == string(bucketBlobs) && !t.holds(name, key) {
 		t.blobKeys.add(key) // before the record exists
 	}
 	t.ops.Puts++
