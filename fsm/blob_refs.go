@@ -106,7 +106,7 @@ func (t *txn) putBlob(b *blobRecord) error {
 	}
 	if b.AwaitingObservation != b.countedAwaiting {
 		if t.awaiting == nil {
-			t.awaiting = map[string]bool{}
+			t.awaiting = make(map[string]bool, t.awaitingHint)
 		}
 		t.awaiting[b.Key] = b.AwaitingObservation
 		b.countedAwaiting = b.AwaitingObservation

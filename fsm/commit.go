@@ -155,7 +155,7 @@ func (f *FSM) begin() error {
 		return fmt.Errorf("fsm: begin a write transaction: %w", err)
 	}
 	fillAppended(tx)
-	t := &txn{tx: tx, recs: recCache{}, recHints: f.recHints}
+	t := &txn{tx: tx, recs: recCache{}, recHints: f.recHints, awaitingHint: f.awaitingHint}
 	if f.blobKeys == nil || f.blobKeys.full() {
 		keys, err := buildBlobFilter(&txn{tx: tx})
 		if err != nil {
@@ -189,7 +189,7 @@ func (f *FSM) commitLocked() error {
 	last := f.pendingLast
 	f.wt = nil
 	err := wt.tx.Commit()
-	f.recHints = wt.recs.sizes()
+	f.recHints, f.awaitingHint = wt.recs.sizes(), len(wt.awaiting)
 	if err == nil {
 		f.committed.Store(last)
 		f.usage.apply(wt.usage, last)

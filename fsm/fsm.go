@@ -70,8 +70,10 @@ type FSM struct {
 	// of the last commit.
 	txMu sync.Mutex
 	wt   *txn
-	// recHints sizes the next write transaction's caches (txn.recHints).
-	recHints map[string]int
+	// recHints and awaitingHint size the next write transaction's caches
+	// (txn.recHints, txn.awaitingHint).
+	recHints     map[string]int
+	awaitingHint int
 	// blobKeys is the filter of blob keys (blob_filter.go) that the write
 	// transactions use.
 	blobKeys    *blobFilter

@@ -283,6 +283,9 @@ type txn struct {
 	// changed (unobserved.go), with its new value; the FSM moves its index
 	// by them once the transaction commits.
 	awaiting map[string]bool
+	// awaitingHint sizes awaiting when it is made: as many as the previous
+	// write transaction's held (a follower's holds thousands).
+	awaitingHint int
 	// members lists the member records commands wrote or removed: the
 	// FSM publishes them after the batch (members.go).
 	members []string
