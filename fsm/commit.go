@@ -155,7 +155,7 @@ func (f *FSM) begin() error {
 		return fmt.Errorf("fsm: begin a write transaction: %w", err)
 	}
 	fillAppended(tx)
-	t := &txn{tx: tx, recs: recCache{}, recHints: f.recHints, awaitingHint: f.awaitingHint}
+	t := &txn{tx: tx, recs: recCache{}, recHints: f.recHints, awaitingHint: f.awaitingHint, dirty: map[string]map[string]struct{}{}}
 	if f.blobKeys == nil || f.blobKeys.full() {
 		keys, err := buildBlobFilter(&txn{tx: tx})
 		if err != nil {
@@ -188,7 +188,12 @@ func (f *FSM) commitLocked() error {
 	wt, n := f.wt, len(f.pending)
 	last := f.pendingLast
 	f.wt = nil
-	err := wt.tx.Commit()
+	err := wt.flushAll()
+	if err == nil {
+		err = wt.tx.Commit()
+	} else {
+		_ = wt.tx.Rollback()
+	}
 	f.recHints, f.awaitingHint = wt.recs.sizes(), len(wt.awaiting)
 	if err == nil {
 		f.committed.Store(last)
@@ -320,7 +325,9 @@ func (f *FSM) readOpen(fn func(t *txn) error) (uint64, bool, error) {
 	if f.wt == nil {
 		return 0, false, nil
 	}
-	t := &txn{tx: f.wt.tx}
+	// The reader sees the deferred puts through the write transaction's
+	// cache, or makes them before it scans a bucket (txn.b).
+	t := &txn{tx: f.wt.tx, recs: f.wt.recs, recHints: f.wt.recHints, dirty: f.wt.dirty}
 	idx := t.appliedIndex()
 	t.index = idx
 	return idx, true, fn(t)

@@ -13,60 +13,103 @@ import (
 )
 
 // TestWriteTxnCacheMatchesFile: the write transaction's cache of point
-// reads (txn.recs) answers what the file answers, through random puts,
-// deletes, prefix deletes and reads of the cached buckets and of one that
-// is not cached, read through the cache and read from the file by a
-// transaction without one.
+// reads (txn.recs), and the puts it defers to its commit (txn.dirty, the
+// deferredBuckets), answer what a file written directly answers, through
+// random puts, deletes, prefix deletes, reads, membership tests and scans
+// of the cached buckets and of one that is not cached. The same
+// operations go to a transaction with the cache on one file and to one
+// without it on another; after the deferred puts are made, both files
+// hold the same.
 func TestWriteTxnCacheMatchesFile(t *testing.T) {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "c.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	names := []bucket{bucketJobs, bucketTasks, bucketEpochs, bucketHeads, bucketLineages, bucketBlobs, bucketAcks}
-	tx, err := db.Begin(true)
-	if err != nil {
-		t.Fatal(err)
+	open := func(name string) *bolt.Tx {
+		db, err := bolt.Open(filepath.Join(t.TempDir(), name), 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		tx, err := db.Begin(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback() })
+		for _, n := range names {
+			if _, err := tx.CreateBucket(n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return tx
 	}
-	defer tx.Rollback()
-	for _, n := range names {
-		if _, err := tx.CreateBucket(n); err != nil {
+	cached := &txn{tx: open("cached.db"), recs: recCache{}, dirty: map[string]map[string]struct{}{}}
+	file := &txn{tx: open("file.db")}
+	both := func(fn func(t *txn) error) {
+		t.Helper()
+		if err := fn(cached); err != nil {
+			t.Fatal(err)
+		}
+		if err := fn(file); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cached, file := &txn{tx: tx, recs: recCache{}}, &txn{tx: tx}
+	scanned := func(tx *txn, name bucket, prefix []byte) string {
+		var out []string
+		err := tx.scan(name, prefix, func(k, v []byte) (bool, error) {
+			out = append(out, fmt.Sprintf("%q=%q", k, v))
+			return true, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(out, " ")
+	}
 	r := rand.New(rand.NewPCG(3, 4))
 	keys := []string{"a", "a\x00", "a\x001", "a\x002", "ab", "ab\x001", "b", "b\x001"}
+	deferred := 0
 	for i := range 20_000 {
 		name := names[r.IntN(len(names))]
 		key := []byte(keys[r.IntN(len(keys))])
-		switch op := r.IntN(10); {
-		case op < 3:
-			v := fmt.Appendf(nil, "v%d", i)
-			if err := cached.put(name, key, v); err != nil {
-				t.Fatal(err)
-			}
-		case op < 5:
-			if err := cached.del(name, key); err != nil {
-				t.Fatal(err)
-			}
+		switch op := r.IntN(20); {
 		case op < 6:
-			if err := cached.deletePrefix(name, key[:1+r.IntN(len(key))]); err != nil {
-				t.Fatal(err)
+			v := fmt.Appendf(nil, "v%d", i)
+			both(func(t *txn) error { return t.put(name, key, v) })
+		case op < 10:
+			both(func(t *txn) error { return t.del(name, key) })
+		case op < 12:
+			prefix := key[:1+r.IntN(len(key))]
+			both(func(t *txn) error { return t.deletePrefix(name, prefix) })
+		case op < 13:
+			prefix := key[:r.IntN(len(key)+1)]
+			if got, want := scanned(cached, name, prefix), scanned(file, name, prefix); got != want {
+				t.Fatalf("op %d: scan of %s/%q: the cached transaction reads %s, the file %s", i, name, prefix, got, want)
 			}
 		default:
 			cached.get(name, key)
+		}
+		for _, d := range cached.dirty {
+			deferred += len(d)
 		}
 		for _, n := range names {
 			for _, k := range keys {
 				if got, want := cached.get(n, []byte(k)), file.get(n, []byte(k)); !bytes.Equal(got, want) || (got == nil) != (want == nil) {
 					t.Fatalf("op %d: %s/%q: the cache answers %q, the file %q", i, n, k, got, want)
 				}
+				if got, want := cached.has(n, []byte(k)), file.has(n, []byte(k)); got != want {
+					t.Fatalf("op %d: %s/%q: the cached transaction says present=%v, the file %v", i, n, k, got, want)
+				}
 			}
 		}
 	}
-	if len(cached.recs) == 0 {
-		t.Fatal("nothing was cached")
+	if len(cached.recs) == 0 || deferred == 0 {
+		t.Fatalf("nothing was cached (%d buckets) or deferred (%d puts waiting, summed over the operations)", len(cached.recs), deferred)
+	}
+	if err := cached.flushAll(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		cached.recs, cached.dirty = nil, nil // read the file itself
+		if got, want := scanned(cached, n, nil), scanned(file, n, nil); got != want {
+			t.Fatalf("after the deferred puts, bucket %s holds %s; written directly, %s", n, got, want)
+		}
 	}
 }
 

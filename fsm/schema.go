@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -315,6 +316,10 @@ type txn struct {
 	// recHints sizes the caches of recs (recCache.sizes of the previous
 	// write transaction).
 	recHints map[string]int
+	// dirty holds, in the state machine's write transaction, the keys of
+	// deferredBuckets put and not yet written to the file, by bucket
+	// (their values are in recs); nil in other transactions.
+	dirty map[string]map[string]struct{}
 	// blobKeys, in the state machine's write transaction, filters the
 	// searches of the blobs bucket for absent keys (blob_filter.go); nil
 	// in other transactions.
@@ -406,7 +411,20 @@ func (t *txn) recsOf(name bucket) map[string][]byte {
 	return t.recs.of(name, t.recHints[string(name)])
 }
 
+// b is a handle of bucket name, holding every put the transaction made
+// to it: the deferred puts of the bucket are made first (flush).
 func (t *txn) b(name bucket) *bolt.Bucket {
+	if err := t.flush(name); err != nil {
+		// Deferred puts were checked as bbolt checks them when they were
+		// made (checkPut); a write transaction takes them.
+		panic(fmt.Sprintf("fsm: writing the deferred puts of bucket %s: %v", name, err))
+	}
+	return t.raw(name)
+}
+
+// raw is a handle of bucket name without the deferred puts: for writes,
+// and for reads that look at the transaction's cache first.
+func (t *txn) raw(name bucket) *bolt.Bucket {
 	b := t.tx.Bucket(name)
 	if b == nil {
 		// Buckets are created when the file is opened; a missing one is a
@@ -414,6 +432,69 @@ func (t *txn) b(name bucket) *bolt.Bucket {
 		panic(fmt.Sprintf("fsm: bucket %s missing", name))
 	}
 	return b
+}
+
+// deferredBuckets are the cached buckets whose puts the state machine's
+// write transaction keeps in its cache (txn.recs) and makes in the file
+// once, in key order, when it commits (or before anything reads the
+// bucket other than through the cache: scan, a bucket handle). Their
+// records are written again and again within one transaction: a job's
+// epoch at its begin, at each ack and when it leaves; a task's lineage at
+// each ack and when an epoch leaves; the job at each begin and
+// completion. With 160 acks a transaction, 4 puts per ack were 1.
+var deferredBuckets = map[string]bool{
+	string(bucketJobs): true, string(bucketEpochs): true, string(bucketLineages): true,
+}
+
+// deferred reports whether t defers the puts of bucket name.
+func (t *txn) deferred(name bucket) bool {
+	return t.dirty != nil && deferredBuckets[string(name)]
+}
+
+// checkPut refuses what bbolt's Put refuses, so that a deferred put fails
+// where it is made, not at the commit.
+func checkPut(key, value []byte) error {
+	switch {
+	case len(key) == 0:
+		return bolt.ErrKeyRequired
+	case len(key) > bolt.MaxKeySize:
+		return bolt.ErrKeyTooLarge
+	case int64(len(value)) > bolt.MaxValueSize:
+		return bolt.ErrValueTooLarge
+	}
+	return nil
+}
+
+// flush makes the deferred puts of bucket name in the file, in key order.
+func (t *txn) flush(name bucket) error {
+	d := t.dirty[string(name)]
+	if len(d) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(d))
+	for k := range d {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b, m := t.raw(name), t.recsOf(name)
+	for _, k := range keys {
+		t.ops.Puts++
+		if err := b.Put([]byte(k), m[k]); err != nil {
+			return err
+		}
+	}
+	clear(d)
+	return nil
+}
+
+// flushAll makes every deferred put in the file (before a commit).
+func (t *txn) flushAll() error {
+	for name := range t.dirty {
+		if err := t.flush(bucket(name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // get is bbolt's Bucket.Get through a cursor the transaction keeps per
@@ -487,8 +568,21 @@ func (t *txn) put(name bucket, key, value []byte) error {
 	if t.blobKeys != nil && string(name) == string(bucketBlobs) && !t.holds(name, key) {
 		t.blobKeys.add(key) // before the record exists
 	}
+	if t.deferred(name) {
+		if err := checkPut(key, value); err != nil {
+			return err
+		}
+		t.recsOf(name)[string(key)] = value
+		d := t.dirty[string(name)]
+		if d == nil {
+			d = map[string]struct{}{}
+			t.dirty[string(name)] = d
+		}
+		d[string(key)] = struct{}{}
+		return nil
+	}
 	t.ops.Puts++
-	if err := t.b(name).Put(key, value); err != nil {
+	if err := t.raw(name).Put(key, value); err != nil {
 		return err
 	}
 	if t.cached(name) {
@@ -499,7 +593,10 @@ func (t *txn) put(name bucket, key, value []byte) error {
 
 func (t *txn) del(name bucket, key []byte) error {
 	t.ops.Deletes++
-	if err := t.b(name).Delete(key); err != nil {
+	if t.deferred(name) {
+		delete(t.dirty[string(name)], string(key))
+	}
+	if err := t.raw(name).Delete(key); err != nil {
 		return err
 	}
 	if t.cached(name) {
@@ -516,6 +613,13 @@ func (t *txn) has(name bucket, key []byte) bool {
 	if t.filteredOut(name, key) {
 		return false
 	}
+	if t.deferred(name) {
+		// A deferred put is only in the cache. (Their values are records,
+		// never empty.)
+		if v, ok := t.recsOf(name)[string(key)]; ok {
+			return v != nil
+		}
+	}
 	t.ops.Seeks++
 	k, _ := t.cursor(name).Seek(key)
 	return k != nil && bytes.Equal(k, key)
@@ -531,7 +635,15 @@ func (t *txn) deletePrefix(name bucket, prefix []byte) error {
 			}
 		}
 	}
-	c := t.b(name).Cursor()
+	if t.deferred(name) {
+		d := t.dirty[string(name)]
+		for k := range d {
+			if strings.HasPrefix(k, string(prefix)) {
+				delete(d, k)
+			}
+		}
+	}
+	c := t.raw(name).Cursor()
 	t.ops.Seeks++
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
 		if err := c.Delete(); err != nil {
