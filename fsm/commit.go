@@ -105,6 +105,10 @@ type CommitStats struct {
 	Failed  uint64 // commits that failed and were applied again
 	// Ops counts the file operations of the entries committed.
 	Ops FileOps
+	// FilterBuilds counts the builds of the filter of blob keys from the
+	// file (blob_filter.go): at open, at each restore, and each time the
+	// keys added filled it.
+	FilterBuilds uint64
 }
 
 // CommittedIndex is the applied index of the file's last commit: what a
@@ -115,7 +119,9 @@ func (f *FSM) CommittedIndex() uint64 { return f.committed.Load() }
 func (f *FSM) CommitStats() CommitStats {
 	f.txMu.Lock()
 	defer f.txMu.Unlock()
-	return f.stats
+	s := f.stats
+	s.FilterBuilds = f.filterBuilds.Load()
+	return s
 }
 
 // applyPending applies logs to the open transaction (beginning one), the
@@ -163,6 +169,7 @@ func (f *FSM) begin() error {
 			return fmt.Errorf("fsm: reading the keys of the blobs: %w", err)
 		}
 		f.blobKeys = keys
+		f.filterBuilds.Add(1)
 	}
 	t.blobKeys = f.blobKeys
 	f.wt = t

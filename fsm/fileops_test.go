@@ -53,7 +53,13 @@ func TestAckFileOps(t *testing.T) {
 			after := l.h.f.CommitStats().Ops
 			per := func(a, b uint64) float64 { return float64(a-b) / float64(acks) }
 			seeks, puts, deletes := per(after.Seeks, before.Seeks), per(after.Puts, before.Puts), per(after.Deletes, before.Deletes)
-			t.Logf("per ack over %d acks: %.2f seeks, %.2f puts, %.2f deletes", acks, seeks, puts, deletes)
+			spared := per(after.Spared, before.Spared)
+			t.Logf("per ack over %d acks: %.2f seeks, %.2f puts, %.2f deletes; %.2f searches spared by the filter of blob keys", acks, seeks, puts, deletes, spared)
+			if spared < 2.9 {
+				// Each of the three new blobs' commit checks is answered
+				// by the filter (1% of them may not be).
+				t.Fatalf("the filter of blob keys spared %.2f searches per ack of three new blobs", spared)
+			}
 			if seeks > c.maxSeeks || puts > c.maxPuts || deletes > c.maxDeletes {
 				t.Fatalf("an ack costs %.2f seeks, %.2f puts and %.2f deletes of the file; the budget is %v, %v and %v",
 					seeks, puts, deletes, c.maxSeeks, c.maxPuts, c.maxDeletes)

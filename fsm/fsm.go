@@ -75,18 +75,19 @@ type FSM struct {
 	recHints     map[string]int
 	awaitingHint int
 	// blobKeys is the filter of blob keys (blob_filter.go) that the write
-	// transactions use.
-	blobKeys    *blobFilter
-	pending     []*raft.Log
-	pendingLast uint64
-	openedAt    time.Time
-	policy      CommitPolicy
-	leading     atomic.Bool // SetLeading
-	commitErr   error
-	timer       *time.Timer
-	timerAt     time.Time // when timer fires; zero: not armed
-	stats       CommitStats
-	committed   atomic.Uint64
+	// transactions use; filterBuilds counts its builds.
+	blobKeys     *blobFilter
+	filterBuilds atomic.Uint64
+	pending      []*raft.Log
+	pendingLast  uint64
+	openedAt     time.Time
+	policy       CommitPolicy
+	leading      atomic.Bool // SetLeading
+	commitErr    error
+	timer        *time.Timer
+	timerAt      time.Time // when timer fires; zero: not armed
+	stats        CommitStats
+	committed    atomic.Uint64
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)

@@ -142,5 +142,6 @@ func (f *FSM) rebuildCounts(db *bolt.DB) error {
 	f.usage.reset(jobs, index)
 	f.unobserved.reset(awaiting, index)
 	f.blobKeys = keys
+	f.filterBuilds.Add(1)
 	return nil
 }

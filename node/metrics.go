@@ -151,6 +151,14 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 		fileOps("put", func(o fsm.FileOps) uint64 { return o.Puts }),
 		fileOps("delete", func(o fsm.FileOps) uint64 { return o.Deletes }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metastore_node_fsm_blob_filter_spared_total",
+			Help: "Searches of the state machine file's blobs bucket that the filter of blob keys answered without reading the file (a new blob's commit checks that no record has its key); not in metastore_node_fsm_file_ops_total.",
+		}, func() float64 { return float64(n.fsm.CommitStats().Ops.Spared) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "metastore_node_fsm_blob_filter_builds_total",
+			Help: "Builds of the filter of blob keys from the state machine file: at start, at each snapshot restore, and each time the new keys filled it (each reads every blob key twice).",
+		}, func() float64 { return float64(n.fsm.CommitStats().FilterBuilds) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "metastore_node_fsm_commit_failures_total",
 			Help: "Commits of the state machine file that failed (a full file system); their entries are applied again and the commit retried.",
 		}, func() float64 { return float64(n.fsm.CommitStats().Failed) }),
