@@ -171,7 +171,9 @@ func (f *FSM) begin() error {
 		f.blobKeys = keys
 		f.filterBuilds.Add(1)
 	}
-	t.blobKeys = f.blobKeys
+	if !f.blobFilterOff {
+		t.blobKeys = f.blobKeys
+	}
 	f.wt = t
 	f.openedAt = time.Now()
 	return nil

@@ -53,6 +53,17 @@ func RawUpdate(f *FSM, fn func(tx *bolt.Tx) error) error {
 	return err
 }
 
+// DisableBlobFilter stops the write transactions of f from using the
+// filter of blob keys: every read of a blob record searches the file.
+func DisableBlobFilter(f *FSM) {
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	f.blobFilterOff = true
+	if f.wt != nil {
+		f.wt.blobKeys = nil
+	}
+}
+
 // WriteTxnHasBlob reports whether the state machine's write transaction
 // (begun when none is open) reads a record of blob key, through the filter
 // of blob keys as an apply does.

@@ -78,16 +78,19 @@ type FSM struct {
 	// transactions use; filterBuilds counts its builds.
 	blobKeys     *blobFilter
 	filterBuilds atomic.Uint64
-	pending      []*raft.Log
-	pendingLast  uint64
-	openedAt     time.Time
-	policy       CommitPolicy
-	leading      atomic.Bool // SetLeading
-	commitErr    error
-	timer        *time.Timer
-	timerAt      time.Time // when timer fires; zero: not armed
-	stats        CommitStats
-	committed    atomic.Uint64
+	// blobFilterOff: the write transactions search the file for every
+	// blob key (a benchmark's comparison; DisableBlobFilter).
+	blobFilterOff bool
+	pending       []*raft.Log
+	pendingLast   uint64
+	openedAt      time.Time
+	policy        CommitPolicy
+	leading       atomic.Bool // SetLeading
+	commitErr     error
+	timer         *time.Timer
+	timerAt       time.Time // when timer fires; zero: not armed
+	stats         CommitStats
+	committed     atomic.Uint64
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)

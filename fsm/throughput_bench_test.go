@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
@@ -221,4 +223,59 @@ func (l *ackLoad) run(tb testing.TB, n int) int {
 		tb.Fatal(err)
 	}
 	return acks
+}
+
+// BenchmarkAckStateManyBlobs: the ack load of BenchmarkAckState
+// (group-commit-100ms, signed keys) on a file that holds a million blob
+// records besides, under the load's own job and task prefixes, with the
+// filter of blob keys (fsm/blob_filter.go) and without it: the commit's
+// check of each new blob either is answered by the filter or searches the
+// bucket of a million keys.
+func BenchmarkAckStateManyBlobs(b *testing.B) {
+	const planted = 1_000_000
+	for _, filter := range []bool{true, false} {
+		b.Run(fmt.Sprintf("filter=%v", filter), func(b *testing.B) {
+			l := newAckLoad(b, fsm.DefaultCommitPolicy, nil, true)
+			l.run(b, ackLoadJobs*ackLoadTasks)
+			var value []byte
+			err := fsm.RawView(l.h.f, func(tx *bolt.Tx) error {
+				_, v := tx.Bucket([]byte("blobs")).Cursor().First()
+				value = bytes.Clone(v)
+				return nil
+			})
+			if err != nil || value == nil {
+				b.Fatalf("no blob record to copy (%v)", err)
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			for done := 0; done < planted; {
+				err := fsm.RawUpdate(l.h.f, func(tx *bolt.Tx) error {
+					bk := tx.Bucket([]byte("blobs"))
+					for i := 0; i < 100_000 && done < planted; i++ {
+						k := fmt.Sprintf("j%d/t%d/%016x%016x%016x", r.IntN(ackLoadJobs), r.IntN(ackLoadTasks), r.Uint64(), r.Uint64(), r.Uint64())
+						if err := bk.Put([]byte(k), value); err != nil {
+							return err
+						}
+						done++
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			if !filter {
+				fsm.DisableBlobFilter(l.h.f)
+			}
+			l.run(b, ackLoadJobs*ackLoadTasks) // the filter is built here
+			b.ResetTimer()
+			ops0 := l.h.f.CommitStats().Ops
+			start := time.Now()
+			acks := l.run(b, b.N)
+			took := time.Since(start)
+			b.StopTimer()
+			ops := l.h.f.CommitStats().Ops
+			b.ReportMetric(float64(took.Nanoseconds())/float64(acks), "ns/ack")
+			b.ReportMetric(float64(ops.Seeks-ops0.Seeks)/float64(acks), "seeks/ack")
+		})
+	}
 }
