@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -149,5 +150,43 @@ func TestCachedBucketsWrittenThroughHelpers(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDeferredPutRefusedWhereMade: a put the write transaction defers
+// (deferredBuckets) is refused at the put when bbolt would refuse it, as
+// an undeferred put is, not at the commit, where the refusal would fail
+// every retry of the commit.
+func TestDeferredPutRefusedWhereMade(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "d.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.CreateBucket(bucketEpochs); err != nil {
+		t.Fatal(err)
+	}
+	w := &txn{tx: tx, recs: recCache{}, dirty: map[string]map[string]struct{}{}}
+	if !w.deferred(bucketEpochs) {
+		t.Fatal("epochs are not deferred")
+	}
+	for _, c := range []struct {
+		key, value []byte
+		want       error
+	}{
+		{nil, []byte("v"), bolt.ErrKeyRequired},
+		{make([]byte, bolt.MaxKeySize+1), []byte("v"), bolt.ErrKeyTooLarge},
+	} {
+		if err := w.put(bucketEpochs, c.key, c.value); !errors.Is(err, c.want) {
+			t.Errorf("deferred put of a %d-byte key: %v, want %v", len(c.key), err, c.want)
+		}
+	}
+	if err := w.flushAll(); err != nil {
+		t.Fatalf("the refused puts were kept for the commit: %v", err)
 	}
 }

@@ -369,12 +369,12 @@ var cachedBuckets = map[string]bool{
 // objects applying an ack allocated.
 type recCache map[string]map[string][]byte
 
-// of is the cache of bucket name, made on first use with room for hint
-// keys.
-func (c recCache) of(name bucket, hint int) map[string][]byte {
+// of is the cache of bucket name, made on first use with room for the
+// keys hints gives the bucket.
+func (c recCache) of(name bucket, hints map[string]int) map[string][]byte {
 	m, ok := c[string(name)]
 	if !ok {
-		m = make(map[string][]byte, hint)
+		m = make(map[string][]byte, hints[string(name)])
 		c[string(name)] = m
 	}
 	return m
@@ -417,7 +417,7 @@ func (t *txn) cached(name bucket) bool { return t.recs != nil && cachedBuckets[s
 
 // recsOf is t's cache of bucket name, which cached(name) says it keeps.
 func (t *txn) recsOf(name bucket) map[string][]byte {
-	return t.recs.of(name, t.recHints[string(name)])
+	return t.recs.of(name, t.recHints)
 }
 
 // b is a handle of bucket name, holding every put the transaction made
