@@ -12,6 +12,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	segjson "github.com/segmentio/encoding/json"
+
 	"github.com/metastore/metastore/node"
 	"github.com/metastore/metastore/wire"
 )
@@ -107,6 +109,36 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 	if err := checkJSONShape(raw); err != nil {
 		return err
 	}
+	return decodeJSON(raw, v)
+}
+
+// decodeJSON decodes the one JSON value of raw into v as encoding/json
+// does with unknown fields disallowed. github.com/segmentio/encoding's
+// decoder, made to be encoding/json's drop-in, decodes it first (an ack
+// batch in a third of the time: decoding the ack batches with encoding/json
+// was the largest cost of the leader's HTTP server); encoding/json decodes
+// whatever it does not take whole, so encoding/json words every error and
+// decides every body the faster one refuses. TestDecodeJSONAgrees and
+// FuzzDecodeJSON hold the two to the same answers.
+func decodeJSON(raw []byte, v any) error {
+	rv := reflect.ValueOf(v)
+	var saved reflect.Value
+	if rv.Kind() == reflect.Pointer && !rv.IsNil() {
+		saved = reflect.New(rv.Elem().Type()).Elem()
+		saved.Set(rv.Elem())
+	}
+	rest, err := segjson.Parse(raw, v, segjson.DisallowUnknownFields)
+	if err == nil && len(rest) == 0 {
+		return nil
+	}
+	if saved.IsValid() {
+		rv.Elem().Set(saved) // what v held before, as encoding/json would find it
+	}
+	return decodeStd(raw, v)
+}
+
+// decodeStd is decodeJSON with encoding/json alone.
+func decodeStd(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

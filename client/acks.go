@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -81,7 +80,7 @@ func (q *ackQueue) ack(ctx context.Context, c *Client, it wire.AckBatchItem) (*w
 		return res, err
 	}
 	q.mu.Unlock()
-	raw, err := json.Marshal(&it)
+	raw, err := marshal(&it)
 	if err != nil {
 		return nil, fmt.Errorf("metastore: ack: encoding the request: %w", err)
 	}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -27,7 +26,7 @@ func (c *Client) mutateQuery(ctx context.Context, method, path string, query url
 	var raw []byte
 	if body != nil {
 		var err error
-		if raw, err = json.Marshal(body); err != nil {
+		if raw, err = marshal(body); err != nil {
 			return fmt.Errorf("metastore: %s %s: encoding the request: %w", method, path, err)
 		}
 	}
@@ -170,7 +169,7 @@ func (c *Client) Ack(ctx context.Context, job string, gen, epoch uint64, task st
 // ackAlone sends one ack on its own route. maybeLanded: a batch that held
 // it may have applied it.
 func (c *Client) ackAlone(ctx context.Context, it *wire.AckBatchItem, maybeLanded bool) (*wire.AckResult, error) {
-	raw, err := json.Marshal(wire.TaskAckRequest{Generation: it.Generation, Payloads: it.Payloads, Manifest: it.Manifest})
+	raw, err := marshal(wire.TaskAckRequest{Generation: it.Generation, Payloads: it.Payloads, Manifest: it.Manifest})
 	if err != nil {
 		return nil, fmt.Errorf("metastore: ack: encoding the request: %w", err)
 	}

@@ -409,7 +409,7 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 				*dst = append((*dst)[:0], res.body...)
 			}
 			if out != nil && !r.stream {
-				if err := json.Unmarshal(res.body, out); err != nil {
+				if err := unmarshal(res.body, out); err != nil {
 					return nil, fmt.Errorf("metastore: %s %s: decoding the answer: %w", r.method, r.path, err)
 				}
 			}
