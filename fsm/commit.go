@@ -161,7 +161,8 @@ func (f *FSM) begin() error {
 		return fmt.Errorf("fsm: begin a write transaction: %w", err)
 	}
 	fillAppended(tx)
-	t := &txn{tx: tx, recs: recCache{}, recHints: f.recHints, awaitingHint: f.awaitingHint, dirty: map[string]map[string]struct{}{}}
+	t := &txn{tx: tx, recs: recCache{}, recHints: f.recHints, awaitingHint: f.awaitingHint, dirty: map[string]map[string]struct{}{},
+		objs: map[string]map[string]msgRecord{}}
 	if f.blobKeys == nil || f.blobKeys.full() {
 		keys, err := buildBlobFilter(&txn{tx: tx})
 		if err != nil {
@@ -336,7 +337,7 @@ func (f *FSM) readOpen(fn func(t *txn) error) (uint64, bool, error) {
 	}
 	// The reader sees the deferred puts through the write transaction's
 	// cache, or makes them before it scans a bucket (txn.b).
-	t := &txn{tx: f.wt.tx, recs: f.wt.recs, recHints: f.wt.recHints, dirty: f.wt.dirty}
+	t := &txn{tx: f.wt.tx, recs: f.wt.recs, recHints: f.wt.recHints, dirty: f.wt.dirty, objs: f.wt.objs}
 	idx := t.appliedIndex()
 	t.index = idx
 	return idx, true, fn(t)

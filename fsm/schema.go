@@ -320,6 +320,12 @@ type txn struct {
 	// deferredBuckets put and not yet written to the file, by bucket
 	// (their values are in recs); nil in other transactions.
 	dirty map[string]map[string]struct{}
+	// objs holds, in the state machine's write transaction, the records
+	// of deferredBuckets it read or wrote, decoded, by bucket and key: its
+	// own copies (record_copy.go), which a read copies and a flush
+	// encodes. A key there is as objs says, whatever recs holds for it.
+	// nil in other transactions.
+	objs map[string]map[string]msgRecord
 	// blobKeys, in the state machine's write transaction, filters the
 	// searches of the blobs bucket for absent keys (blob_filter.go); nil
 	// in other transactions.
@@ -455,6 +461,32 @@ var deferredBuckets = map[string]bool{
 	string(bucketJobs): true, string(bucketEpochs): true, string(bucketLineages): true,
 }
 
+// objsOf is t's map of decoded records of bucket name (txn.objs), nil
+// when t keeps none for it: outside the write transaction, for other
+// buckets, and while encodeRecord writes the format of an earlier release
+// (writeSchema), whose records would not read back as the copies do.
+func (t *txn) objsOf(name bucket) map[string]msgRecord {
+	if t.objs == nil || !t.deferred(name) || writeSchema != 0 {
+		return nil
+	}
+	m := t.objs[string(name)]
+	if m == nil {
+		m = make(map[string]msgRecord, t.recHints[string(name)])
+		t.objs[string(name)] = m
+	}
+	return m
+}
+
+// markDirty records a deferred put of key in bucket name.
+func (t *txn) markDirty(name bucket, key []byte) {
+	d := t.dirty[string(name)]
+	if d == nil {
+		d = map[string]struct{}{}
+		t.dirty[string(name)] = d
+	}
+	d[string(key)] = struct{}{}
+}
+
 // deferred reports whether t defers the puts of bucket name.
 func (t *txn) deferred(name bucket) bool {
 	return t.dirty != nil && deferredBuckets[string(name)]
@@ -485,10 +517,22 @@ func (t *txn) flush(name bucket) error {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	b, m := t.raw(name), t.recsOf(name)
+	b, m, objs := t.raw(name), t.recsOf(name), t.objs[string(name)]
 	for _, k := range keys {
+		v := m[k]
+		if o, ok := objs[k]; ok {
+			raw, err := encodeRecord(o)
+			if err != nil {
+				return fmt.Errorf("fsm: encode %s/%q: %w", name, k, err)
+			}
+			if err := checkPut([]byte(k), raw); err != nil {
+				return err
+			}
+			v = raw
+			m[k] = raw // what the file holds now
+		}
 		t.ops.Puts++
-		if err := b.Put([]byte(k), m[k]); err != nil {
+		if err := b.Put([]byte(k), v); err != nil {
 			return err
 		}
 	}
@@ -513,6 +557,15 @@ func (t *txn) flushAll() error {
 // does), so writes between reads do not disturb it. Like Get, it answers
 // nil for a key that is absent.
 func (t *txn) get(name bucket, key []byte) []byte {
+	if o, ok := t.objsOf(name)[string(key)]; ok {
+		// A record put decoded: its bytes are made at the flush. (The
+		// accessors read it through getRecord; this is for raw reads.)
+		raw, err := encodeRecord(o)
+		if err != nil {
+			panic(fmt.Sprintf("fsm: encoding the record of %s/%q the transaction holds: %v", name, key, err))
+		}
+		return raw
+	}
 	if t.cached(name) {
 		m := t.recsOf(name)
 		if v, ok := m[string(key)]; ok {
@@ -553,6 +606,10 @@ func (t *txn) cursor(name bucket) *bolt.Cursor {
 }
 
 func (t *txn) getRecord(name bucket, key []byte, v any) (bool, error) {
+	objs := t.objsOf(name)
+	if o, ok := objs[string(key)]; ok && readRecord(v, o) {
+		return true, nil
+	}
 	raw := t.get(name, key)
 	if raw == nil {
 		return false, nil
@@ -560,10 +617,25 @@ func (t *txn) getRecord(name bucket, key []byte, v any) (bool, error) {
 	if err := decodeRecord(raw, v); err != nil {
 		return false, fmt.Errorf("fsm: decode %s/%q: %w", name, key, err)
 	}
+	if objs != nil {
+		if o, ok := copyOfRecord(v); ok {
+			objs[string(key)] = o
+		}
+	}
 	return true, nil
 }
 
 func (t *txn) putRecord(name bucket, key []byte, v any) error {
+	if objs := t.objsOf(name); objs != nil {
+		if o, ok := copyOfRecord(v); ok {
+			if err := checkPut(key, nil); err != nil {
+				return err
+			}
+			objs[string(key)] = o
+			t.markDirty(name, key)
+			return nil
+		}
+	}
 	raw, err := encodeRecord(v)
 	if err != nil {
 		return fmt.Errorf("fsm: encode %s/%q: %w", name, key, err)
@@ -581,13 +653,9 @@ func (t *txn) put(name bucket, key, value []byte) error {
 		if err := checkPut(key, value); err != nil {
 			return err
 		}
+		delete(t.objs[string(name)], string(key)) // these bytes replace it
 		t.recsOf(name)[string(key)] = value
-		d := t.dirty[string(name)]
-		if d == nil {
-			d = map[string]struct{}{}
-			t.dirty[string(name)] = d
-		}
-		d[string(key)] = struct{}{}
+		t.markDirty(name, key)
 		return nil
 	}
 	t.ops.Puts++
@@ -604,6 +672,7 @@ func (t *txn) del(name bucket, key []byte) error {
 	t.ops.Deletes++
 	if t.deferred(name) {
 		delete(t.dirty[string(name)], string(key))
+		delete(t.objs[string(name)], string(key)) // recs says it is gone
 	}
 	if err := t.raw(name).Delete(key); err != nil {
 		return err
@@ -625,6 +694,9 @@ func (t *txn) has(name bucket, key []byte) bool {
 	if t.deferred(name) {
 		// A deferred put is only in the cache. (Their values are records,
 		// never empty.)
+		if o, ok := t.objs[string(name)][string(key)]; ok {
+			return o != nil
+		}
 		if v, ok := t.recsOf(name)[string(key)]; ok {
 			return v != nil
 		}
@@ -649,6 +721,12 @@ func (t *txn) deletePrefix(name bucket, prefix []byte) error {
 		for k := range d {
 			if strings.HasPrefix(k, string(prefix)) {
 				delete(d, k)
+			}
+		}
+		objs := t.objs[string(name)]
+		for k := range objs {
+			if strings.HasPrefix(k, string(prefix)) {
+				delete(objs, k)
 			}
 		}
 	}
