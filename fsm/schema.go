@@ -478,13 +478,13 @@ func (t *txn) objsOf(name bucket) map[string]msgRecord {
 }
 
 // markDirty records a deferred put of key in bucket name.
-func (t *txn) markDirty(name bucket, key []byte) {
+func (t *txn) markDirty(name bucket, key string) {
 	d := t.dirty[string(name)]
 	if d == nil {
 		d = map[string]struct{}{}
 		t.dirty[string(name)] = d
 	}
-	d[string(key)] = struct{}{}
+	d[key] = struct{}{}
 }
 
 // deferred reports whether t defers the puts of bucket name.
@@ -631,8 +631,9 @@ func (t *txn) putRecord(name bucket, key []byte, v any) error {
 			if err := checkPut(key, nil); err != nil {
 				return err
 			}
-			objs[string(key)] = o
-			t.markDirty(name, key)
+			k := string(key)
+			objs[k] = o
+			t.markDirty(name, k)
 			return nil
 		}
 	}
@@ -654,8 +655,9 @@ func (t *txn) put(name bucket, key, value []byte) error {
 			return err
 		}
 		delete(t.objs[string(name)], string(key)) // these bytes replace it
-		t.recsOf(name)[string(key)] = value
-		t.markDirty(name, key)
+		k := string(key)
+		t.recsOf(name)[k] = value
+		t.markDirty(name, k)
 		return nil
 	}
 	t.ops.Puts++
