@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +39,11 @@ func TestJSONAsEncodingJSON(t *testing.T) {
 		wire.EpochBeginRequest{Generation: 2, Epoch: 1<<63 - 1},
 		wire.UploadsRequest{Generation: 2, Task: odd, Count: 3},
 		wire.JobPutRequest{Config: wire.JobConfig{Retained: 2}},
+	}
+	// Every body the client sends, at its zero value: a field the two
+	// encoders treat differently when zero shows here.
+	for _, v := range marshaledRequests {
+		requests = append(requests, reflect.New(reflect.TypeOf(v)).Elem().Interface())
 	}
 	for _, v := range requests {
 		want, err := json.Marshal(v)
@@ -109,5 +116,45 @@ func TestJSONAsEncodingJSON(t *testing.T) {
 		if errA == nil || errA.Error() != errB.Error() {
 			t.Errorf("%s: unmarshal answered %v, encoding/json %v", raw, errA, errB)
 		}
+	}
+}
+
+// marshaledRequests are the request bodies the client encodes with
+// marshal (mutate, mutateQuery, the acks).
+var marshaledRequests = []any{
+	wire.AckBatchItem{}, wire.TaskAckRequest{}, wire.JobPutRequest{}, wire.AttemptStartRequest{},
+	wire.EpochBeginRequest{}, wire.EpochAbortRequest{}, wire.PinRequest{}, wire.UploadsRequest{},
+	wire.MemberRequest{},
+}
+
+// TestMarshaledRequestsHaveNoOmitzero: github.com/segmentio/encoding's
+// encoder ignores the omitzero option (a zero field is written, where
+// json.Marshal leaves it out), so no field of a body the client encodes
+// with it may carry the option; one that needs it is encoded with
+// encoding/json instead.
+func TestMarshaledRequestsHaveNoOmitzero(t *testing.T) {
+	seen := map[reflect.Type]bool{}
+	var walk func(typ reflect.Type, path string)
+	walk = func(typ reflect.Type, path string) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array || typ.Kind() == reflect.Map {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct || seen[typ] {
+			return
+		}
+		seen[typ] = true
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			if slices.Contains(strings.Split(f.Tag.Get("json"), ",")[1:], "omitzero") {
+				t.Errorf("%s.%s (%s) has the omitzero option, which marshal ignores", path, f.Name, typ)
+			}
+			walk(f.Type, path+"."+f.Name)
+		}
+	}
+	for _, v := range marshaledRequests {
+		walk(reflect.TypeOf(v), reflect.TypeOf(v).String())
+	}
+	if len(seen) < len(marshaledRequests) {
+		t.Fatalf("walked %d types", len(seen))
 	}
 }
