@@ -235,7 +235,9 @@ func TestDecodedRecordsMatchFile(t *testing.T) {
 				t.Fatalf("op %d: scan of %s/%q: the cached transaction reads %s, the file %s", i, name, prefix, got, want)
 			}
 		default:
-			zero := func() msgRecord { return reflect.New(reflect.TypeOf(randomRecord(r, name)).Elem()).Interface().(msgRecord) }
+			zero := func() msgRecord {
+				return reflect.New(reflect.TypeOf(randomRecord(r, name)).Elem()).Interface().(msgRecord)
+			}
 			got, want := zero(), zero()
 			okGot, err := cached.getRecord(name, key, got)
 			if err != nil {
