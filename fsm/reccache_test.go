@@ -23,26 +23,8 @@ import (
 // hold the same.
 func TestWriteTxnCacheMatchesFile(t *testing.T) {
 	names := []bucket{bucketJobs, bucketTasks, bucketEpochs, bucketHeads, bucketLineages, bucketBlobs, bucketAcks}
-	open := func(name string) *bolt.Tx {
-		db, err := bolt.Open(filepath.Join(t.TempDir(), name), 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		tx, err := db.Begin(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tx.Rollback() })
-		for _, n := range names {
-			if _, err := tx.CreateBucket(n); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return tx
-	}
-	cached := &txn{tx: open("cached.db"), recs: recCache{}, dirty: map[string]map[string]struct{}{}}
-	file := &txn{tx: open("file.db")}
+	cached := &txn{tx: openWriteTx(t, "cached.db", names), recs: recCache{}, dirty: map[string]map[string]struct{}{}}
+	file := &txn{tx: openWriteTx(t, "file.db", names)}
 	both := func(fn func(t *txn) error) {
 		t.Helper()
 		if err := fn(cached); err != nil {
@@ -51,17 +33,6 @@ func TestWriteTxnCacheMatchesFile(t *testing.T) {
 		if err := fn(file); err != nil {
 			t.Fatal(err)
 		}
-	}
-	scanned := func(tx *txn, name bucket, prefix []byte) string {
-		var out []string
-		err := tx.scan(name, prefix, func(k, v []byte) (bool, error) {
-			out = append(out, fmt.Sprintf("%q=%q", k, v))
-			return true, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(out, " ")
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	keys := []string{"a", "a\x00", "a\x001", "a\x002", "ab", "ab\x001", "b", "b\x001"}
@@ -80,7 +51,7 @@ func TestWriteTxnCacheMatchesFile(t *testing.T) {
 			both(func(t *txn) error { return t.deletePrefix(name, prefix) })
 		case op < 13:
 			prefix := key[:r.IntN(len(key)+1)]
-			if got, want := scanned(cached, name, prefix), scanned(file, name, prefix); got != want {
+			if got, want := scanned(t, cached, name, prefix), scanned(t, file, name, prefix); got != want {
 				t.Fatalf("op %d: scan of %s/%q: the cached transaction reads %s, the file %s", i, name, prefix, got, want)
 			}
 		default:
@@ -108,10 +79,47 @@ func TestWriteTxnCacheMatchesFile(t *testing.T) {
 	}
 	for _, n := range names {
 		cached.recs, cached.dirty = nil, nil // read the file itself
-		if got, want := scanned(cached, n, nil), scanned(file, n, nil); got != want {
+		if got, want := scanned(t, cached, n, nil), scanned(t, file, n, nil); got != want {
 			t.Fatalf("after the deferred puts, bucket %s holds %s; written directly, %s", n, got, want)
 		}
 	}
+}
+
+// openWriteTx opens a write transaction of a new file holding buckets
+// names, rolled back and closed when the test ends.
+func openWriteTx(t *testing.T, file string, names []bucket) *bolt.Tx {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), file), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tx, err := db.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	for _, n := range names {
+		if _, err := tx.CreateBucket(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tx
+}
+
+// scanned lists the keys and values of tx's bucket name under prefix, as
+// a scan reads them.
+func scanned(t *testing.T, tx *txn, name bucket, prefix []byte) string {
+	t.Helper()
+	var out []string
+	err := tx.scan(name, prefix, func(k, v []byte) (bool, error) {
+		out = append(out, fmt.Sprintf("%q=%x", k, v))
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(out, " ")
 }
 
 // TestCachedBucketsWrittenThroughHelpers: no code of the package writes a

@@ -3,14 +3,10 @@ package fsm
 import (
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // randomTime is a time as the state machine's commands make them and
@@ -154,37 +150,8 @@ func TestRecordCopiesReadAsStored(t *testing.T) {
 // leaving objs behind.
 func TestDecodedRecordsMatchFile(t *testing.T) {
 	names := []bucket{bucketJobs, bucketEpochs, bucketLineages}
-	open := func(name string) *bolt.Tx {
-		db, err := bolt.Open(filepath.Join(t.TempDir(), name), 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		tx, err := db.Begin(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tx.Rollback() })
-		for _, n := range names {
-			if _, err := tx.CreateBucket(n); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return tx
-	}
-	cached := &txn{tx: open("cached.db"), recs: recCache{}, dirty: map[string]map[string]struct{}{}, objs: map[string]map[string]msgRecord{}}
-	file := &txn{tx: open("file.db")}
-	scanned := func(tx *txn, name bucket, prefix []byte) string {
-		var out []string
-		err := tx.scan(name, prefix, func(k, v []byte) (bool, error) {
-			out = append(out, fmt.Sprintf("%q=%x", k, v))
-			return true, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(out, " ")
-	}
+	cached := &txn{tx: openWriteTx(t, "cached.db", names), recs: recCache{}, dirty: map[string]map[string]struct{}{}, objs: map[string]map[string]msgRecord{}}
+	file := &txn{tx: openWriteTx(t, "file.db", names)}
 	r := rand.New(rand.NewPCG(5, 6))
 	keys := []string{"a", "a\x00", "a\x001", "ab", "b", "b\x001"}
 	kept := 0
@@ -231,7 +198,7 @@ func TestDecodedRecordsMatchFile(t *testing.T) {
 			}
 		case op < 12:
 			prefix := key[:r.IntN(len(key)+1)]
-			if got, want := scanned(cached, name, prefix), scanned(file, name, prefix); got != want {
+			if got, want := scanned(t, cached, name, prefix), scanned(t, file, name, prefix); got != want {
 				t.Fatalf("op %d: scan of %s/%q: the cached transaction reads %s, the file %s", i, name, prefix, got, want)
 			}
 		default:
@@ -272,7 +239,7 @@ func TestDecodedRecordsMatchFile(t *testing.T) {
 	}
 	cached.recs, cached.dirty, cached.objs = nil, nil, nil // read the file itself
 	for _, n := range names {
-		if got, want := scanned(cached, n, nil), scanned(file, n, nil); got != want {
+		if got, want := scanned(t, cached, n, nil), scanned(t, file, n, nil); got != want {
 			t.Fatalf("after the deferred puts, bucket %s holds %s; written directly, %s", n, got, want)
 		}
 	}

@@ -520,19 +520,20 @@ func (t *txn) flush(name bucket) error {
 	b, m, objs := t.raw(name), t.recsOf(name), t.objs[string(name)]
 	for _, k := range keys {
 		v := m[k]
+		kb := []byte(k)
 		if o, ok := objs[k]; ok {
 			raw, err := encodeRecord(o)
 			if err != nil {
 				return fmt.Errorf("fsm: encode %s/%q: %w", name, k, err)
 			}
-			if err := checkPut([]byte(k), raw); err != nil {
+			if err := checkPut(kb, raw); err != nil {
 				return err
 			}
 			v = raw
 			m[k] = raw // what the file holds now
 		}
 		t.ops.Puts++
-		if err := b.Put([]byte(k), v); err != nil {
+		if err := b.Put(kb, v); err != nil {
 			return err
 		}
 	}
@@ -557,16 +558,17 @@ func (t *txn) flushAll() error {
 // does), so writes between reads do not disturb it. Like Get, it answers
 // nil for a key that is absent.
 func (t *txn) get(name bucket, key []byte) []byte {
-	if o, ok := t.objsOf(name)[string(key)]; ok {
-		// A record put decoded: its bytes are made at the flush. (The
-		// accessors read it through getRecord; this is for raw reads.)
-		raw, err := encodeRecord(o)
-		if err != nil {
-			panic(fmt.Sprintf("fsm: encoding the record of %s/%q the transaction holds: %v", name, key, err))
-		}
-		return raw
-	}
 	if t.cached(name) {
+		if o, ok := t.objs[string(name)][string(key)]; ok {
+			// A record kept decoded (objs, only of cached buckets): its
+			// bytes are made at the flush. The accessors read it through
+			// getRecord; this is for raw reads.
+			raw, err := encodeRecord(o)
+			if err != nil {
+				panic(fmt.Sprintf("fsm: encoding the record of %s/%q the transaction holds: %v", name, key, err))
+			}
+			return raw
+		}
 		m := t.recsOf(name)
 		if v, ok := m[string(key)]; ok {
 			return v
