@@ -14,8 +14,8 @@ import (
 // TestBlobFilterFollowsTheFile: the filter of blob keys that spares the
 // write transaction its searches for absent blobs is the file's own after
 // a restore replaced the file, after a restart, and after a record was
-// planted around the commands: the write transaction reads every blob
-// record the file holds. A filter left from the replaced file would
+// planted around the commands: it counts as many keys as the file holds
+// blob records, and the write transaction reads every one. A filter left from the replaced file would
 // answer "no record" for the restored blobs, and the next ack of one
 // would count its references from zero.
 func TestBlobFilterFollowsTheFile(t *testing.T) {
@@ -32,6 +32,17 @@ func TestBlobFilterFollowsTheFile(t *testing.T) {
 
 	sees := func(h *harness, when string, want bool) {
 		t.Helper()
+		var records uint64
+		err := fsm.RawView(h.f, func(tx *bolt.Tx) error {
+			records = uint64(tx.Bucket([]byte("blobs")).Stats().KeyN)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := h.f.CommitStats().FilterKeys; got != records {
+			t.Fatalf("%s: the filter of blob keys counts %d keys, the file holds %d blob records", when, got, records)
+		}
 		for k := range refs {
 			got, err := fsm.WriteTxnHasBlob(h.f, k)
 			if err != nil {

@@ -3,18 +3,23 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // TestBlobFilterNeverHidesARecord: through random puts, deletes and
-// prefix deletes of blob records, transactions committed and rolled back,
-// and filters built again once full (a tiny one here, so that it fills,
-// and answers "maybe" for absent keys often), the state machine's write
-// transaction reads every blob record the file holds: the filter of blob
-// keys only spares searches for keys that have none. Reads are compared
-// with a transaction on the same file without the filter.
+// prefix deletes of blob records, in transactions committed and rolled
+// back, the state machine's write transaction reads every blob record the
+// file holds: the filter of blob keys only spares searches for keys that
+// have none. Reads are compared with a transaction on the same file
+// without the filter. Fingerprints here are 8 bits, so that keys share
+// them and absent keys are often answered "maybe". After every commit and
+// every rollback the filter counts each fingerprint as many times as the
+// file's records have it.
 func TestBlobFilterNeverHidesARecord(t *testing.T) {
 	f, err := Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
 	if err != nil {
@@ -26,11 +31,9 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 	f.txMu.Lock()
 	defer f.txMu.Unlock()
 
-	// Filters sized for few keys: they fill within rounds and are built
-	// again from the file.
-	prev := blobFilterMin
-	blobFilterMin = 8
-	defer func() { blobFilterMin = prev }()
+	prev := blobFilterMask
+	blobFilterMask = 0xff
+	defer func() { blobFilterMask = prev }()
 	f.blobKeys = nil
 
 	r := rand.New(rand.NewPCG(5, 6))
@@ -38,14 +41,10 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("job-%d/task/%03d", i%3, i)
 	}
-	var filtered, rebuilt int
+	var filtered, shared, rolledBack int
 	for round := range 300 {
-		before := f.blobKeys
 		if err := f.begin(); err != nil {
 			t.Fatal(err)
-		}
-		if f.blobKeys != before {
-			rebuilt++
 		}
 		w, plain := f.wt, &txn{tx: f.wt.tx}
 		for range 20 {
@@ -86,12 +85,47 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 		}
 		if r.IntN(4) == 0 {
 			f.discardLocked()
+			rolledBack++
 		} else if err := f.commitLocked(); err != nil {
 			t.Fatal(err)
 		}
+		shared = max(shared, countsMatchFile(t, f, round))
 	}
-	t.Logf("the filter spared %d searches; it was built %d times", filtered, rebuilt)
-	if filtered == 0 || rebuilt == 0 {
-		t.Fatalf("the filter spared %d searches and was built %d times: the test does not exercise it", filtered, rebuilt)
+	t.Logf("the filter spared %d searches; %d transactions rolled back; at most %d records shared a fingerprint",
+		filtered, rolledBack, shared)
+	if filtered == 0 || shared < 2 || rolledBack == 0 {
+		t.Fatalf("the filter spared %d searches, %d transactions rolled back, at most %d records shared a fingerprint: the test does not exercise it",
+			filtered, rolledBack, shared)
 	}
+	if builds := f.filterBuilds.Load(); builds != 2 {
+		t.Fatalf("the filter was built from the file %d times, want 2 (at open, and after the test cleared it)", builds)
+	}
+}
+
+// countsMatchFile fails t unless f's filter of blob keys counts each
+// fingerprint as many times as the file's blob records have it; it
+// returns the most records that share one.
+func countsMatchFile(t *testing.T, f *FSM, round int) int {
+	t.Helper()
+	want := map[uint32]uint32{}
+	var n uint64
+	err := f.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketBlobs).ForEach(func(k, v []byte) error {
+			want[f.blobKeys.fingerprint(k)]++
+			n++
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(f.blobKeys.counts, want) || f.blobKeys.keys() != n {
+		t.Fatalf("round %d: the filter counts %d keys by fingerprint %v; the file holds %d: %v",
+			round, f.blobKeys.keys(), f.blobKeys.counts, n, want)
+	}
+	most := 0
+	for _, c := range want {
+		most = max(most, int(c))
+	}
+	return most
 }

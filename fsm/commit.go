@@ -106,9 +106,11 @@ type CommitStats struct {
 	// Ops counts the file operations of the entries committed.
 	Ops FileOps
 	// FilterBuilds counts the builds of the filter of blob keys from the
-	// file (blob_filter.go): at open, at each restore, and each time the
-	// keys added filled it.
+	// file (blob_filter.go): at open and at each restore.
 	FilterBuilds uint64
+	// FilterKeys is how many blob keys the filter counts (the open write
+	// transaction's included): the blobs bucket's keys.
+	FilterKeys uint64
 }
 
 // CommittedIndex is the applied index of the file's last commit: what a
@@ -121,6 +123,9 @@ func (f *FSM) CommitStats() CommitStats {
 	defer f.txMu.Unlock()
 	s := f.stats
 	s.FilterBuilds = f.filterBuilds.Load()
+	if f.blobKeys != nil {
+		s.FilterKeys = f.blobKeys.keys()
+	}
 	return s
 }
 
@@ -163,7 +168,9 @@ func (f *FSM) begin() error {
 	fillAppended(tx)
 	t := &txn{tx: tx, recs: recCache{}, recHints: f.recHints, awaitingHint: f.awaitingHint, dirty: map[string]map[string]struct{}{},
 		objs: map[string]map[string]msgRecord{}}
-	if f.blobKeys == nil || f.blobKeys.full() {
+	if f.blobFilterOff {
+		f.blobKeys = nil
+	} else if f.blobKeys == nil {
 		keys, err := buildBlobFilter(&txn{tx: tx})
 		if err != nil {
 			tx.Rollback()
@@ -172,9 +179,7 @@ func (f *FSM) begin() error {
 		f.blobKeys = keys
 		f.filterBuilds.Add(1)
 	}
-	if !f.blobFilterOff {
-		t.blobKeys = f.blobKeys
-	}
+	t.blobKeys = f.blobKeys
 	f.wt = t
 	f.openedAt = time.Now()
 	return nil
@@ -205,6 +210,9 @@ func (f *FSM) commitLocked() error {
 		_ = wt.tx.Rollback()
 	}
 	f.recHints, f.awaitingHint = wt.recs.sizes(), len(wt.awaiting)
+	if f.blobKeys != nil {
+		f.blobKeys.ended(wt, err == nil)
+	}
 	if err == nil {
 		f.committed.Store(last)
 		f.usage.apply(wt.usage, last)
@@ -317,6 +325,9 @@ func (f *FSM) onTimer() {
 func (f *FSM) discardLocked() {
 	if f.wt != nil {
 		_ = f.wt.tx.Rollback()
+		if f.blobKeys != nil {
+			f.blobKeys.ended(f.wt, false)
+		}
 		f.wt = nil
 	}
 	f.pending = nil

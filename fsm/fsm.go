@@ -75,7 +75,7 @@ type FSM struct {
 	recHints     map[string]int
 	awaitingHint int
 	// blobKeys is the filter of blob keys (blob_filter.go) that the write
-	// transactions use; filterBuilds counts its builds.
+	// transactions use; filterBuilds counts its builds from the file.
 	blobKeys     *blobFilter
 	filterBuilds atomic.Uint64
 	// blobFilterOff: the write transactions search the file for every

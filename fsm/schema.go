@@ -328,8 +328,11 @@ type txn struct {
 	objs map[string]map[string]msgRecord
 	// blobKeys, in the state machine's write transaction, filters the
 	// searches of the blobs bucket for absent keys (blob_filter.go); nil
-	// in other transactions.
-	blobKeys *blobFilter
+	// in other transactions. blobsAdded are the fingerprints it counted
+	// for the records t wrote, blobsGone those of the records t deleted.
+	blobKeys   *blobFilter
+	blobsAdded []uint32
+	blobsGone  []uint32
 }
 
 // FileOps counts operations on the state machine file's buckets: Seeks
@@ -395,17 +398,6 @@ func (c recCache) sizes() map[string]int {
 		out[n] = len(m)
 	}
 	return out
-}
-
-// holds reports whether the write transaction's cache knows bucket name
-// to hold key (a record read or written before): false when it does not
-// know.
-func (t *txn) holds(name bucket, key []byte) bool {
-	if !t.cached(name) {
-		return false
-	}
-	v, ok := t.recsOf(name)[string(key)]
-	return ok && v != nil
 }
 
 // filteredOut reports whether the filter of blob keys says that bucket
@@ -649,8 +641,9 @@ func (t *txn) putRecord(name bucket, key []byte, v any) error {
 // put is bbolt's Put, which keeps value until the transaction ends: the
 // caller does not change it after.
 func (t *txn) put(name bucket, key, value []byte) error {
-	if t.blobKeys != nil && string(name) == string(bucketBlobs) && !t.holds(name, key) {
-		t.blobKeys.add(key) // before the record exists
+	if t.blobKeys != nil && string(name) == string(bucketBlobs) && !t.holdsBlob(key) {
+		// before the record exists
+		t.blobsAdded = append(t.blobsAdded, t.blobKeys.add(key))
 	}
 	if t.deferred(name) {
 		if err := checkPut(key, value); err != nil {
@@ -678,13 +671,46 @@ func (t *txn) del(name bucket, key []byte) error {
 		delete(t.dirty[string(name)], string(key))
 		delete(t.objs[string(name)], string(key)) // recs says it is gone
 	}
-	if err := t.raw(name).Delete(key); err != nil {
+	if t.blobKeys != nil && string(name) == string(bucketBlobs) {
+		if err := t.delBlob(key); err != nil {
+			return err
+		}
+	} else if err := t.raw(name).Delete(key); err != nil {
 		return err
 	}
 	if t.cached(name) {
 		t.recsOf(name)[string(key)] = nil
 	}
 	return nil
+}
+
+// delBlob deletes key from the blobs bucket, as bbolt's Delete does, and
+// notes the fingerprint of the record it removed (none when there was
+// none) for the filter of blob keys.
+func (t *txn) delBlob(key []byte) error {
+	if t.filteredOut(bucketBlobs, key) {
+		return nil
+	}
+	c := t.raw(bucketBlobs).Cursor()
+	if k, _ := c.Seek(key); k == nil || !bytes.Equal(k, key) {
+		return nil
+	}
+	if err := c.Delete(); err != nil {
+		return err
+	}
+	t.blobsGone = append(t.blobsGone, t.blobKeys.fingerprint(key))
+	return nil
+}
+
+// holdsBlob reports whether the blobs bucket holds key: from the cache
+// when it knows, else from the filter and the file.
+func (t *txn) holdsBlob(key []byte) bool {
+	if t.cached(bucketBlobs) {
+		if v, ok := t.recsOf(bucketBlobs)[string(key)]; ok {
+			return v != nil
+		}
+	}
+	return t.has(bucketBlobs, key)
 }
 
 // has reports whether key is in bucket name, whatever its value. (Do not
@@ -736,7 +762,11 @@ func (t *txn) deletePrefix(name bucket, prefix []byte) error {
 	}
 	c := t.raw(name).Cursor()
 	t.ops.Seeks++
+	counted := t.blobKeys != nil && string(name) == string(bucketBlobs)
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
+		if counted {
+			t.blobsGone = append(t.blobsGone, t.blobKeys.fingerprint(k))
+		}
 		if err := c.Delete(); err != nil {
 			return err
 		}
