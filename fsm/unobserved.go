@@ -116,7 +116,8 @@ func (x *unobservedIndex) check(t *txn, rep *FsckReport) (bool, error) {
 
 // rebuildCounts replaces the jobs' usage (quota.go) and the index of the
 // blobs awaiting observation with one scan of db's blob table, and the
-// filter of blob keys (blob_filter.go) with one of its keys.
+// filter of blob keys (blob_filter.go) with one of its keys; then it
+// drops the pages those scans read from the resident set (dropResident).
 func (f *FSM) rebuildCounts(db *bolt.DB) error {
 	var jobs map[string]*JobUsage
 	awaiting := map[string]struct{}{}
@@ -143,5 +144,8 @@ func (f *FSM) rebuildCounts(db *bolt.DB) error {
 	f.unobserved.reset(awaiting, index)
 	f.blobKeys = keys
 	f.filterBuilds.Add(1)
+	if err := dropResident(db); err != nil {
+		f.logger.Warn("could not drop the pages the scan of the blobs read from the resident set", "err", err)
+	}
 	return nil
 }

@@ -33,7 +33,7 @@ const RestoreMethod = "metastore snapshot restore (PUT /v1/snapshot on the leade
 // RssAnon and RssFile) and data directory size. Then it kills a follower
 // (SIGKILL), starts it again and times it until it answers its status and
 // until it is ready and has applied the leader's index read before the
-// kill (see measureRestart). Last it reports the time and size of a backup
+// kill, and reports its resident memory then (see measureRestart). Last it reports the time and size of a backup
 // (metastore snapshot save: GET /v1/snapshot from the leader, a Raft
 // snapshot streamed out) and the time to restore it (see RestoreMethod).
 // The restored state is the state backed up, so the system carries on
@@ -114,7 +114,8 @@ func (s *System) measureMembers(res *sut.FootprintResult) error {
 // measureRestart kills a follower and starts it again from its data
 // directory (as the failover workload does with the leader), timing from
 // the start until it answers GET /v1/status and until it is ready and has
-// applied at least the leader's applied index read right before the kill.
+// applied at least the leader's applied index read right before the kill;
+// then it records the member's resident memory.
 func (s *System) measureRestart(ctx context.Context, res *sut.FootprintResult) error {
 	leader, err := s.leader(ctx)
 	if err != nil {
@@ -144,6 +145,18 @@ func (s *System) measureRestart(ctx context.Context, res *sut.FootprintResult) e
 		return fmt.Errorf("mssut: Footprint: restart: %w", err)
 	}
 	res.RestartSecs, res.RestartIndex = r.caughtUp.Seconds(), r.index
+	pid, ok := follower.running()
+	if !ok {
+		return fmt.Errorf("mssut: Footprint: restart: member %s exited after it caught up: %v", follower.id, follower.exitErr())
+	}
+	mem, err := procs.ResidentMemory(pid)
+	if err != nil {
+		return fmt.Errorf("mssut: Footprint: restart: member %s: %w", follower.id, err)
+	}
+	res.RestartRSSBytes = mem.RSS
+	if mem.Split {
+		res.RestartRSSAnonBytes, res.RestartRSSFileBytes = mem.Anon, mem.File
+	}
 	return nil
 }
 

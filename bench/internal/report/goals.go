@@ -220,7 +220,9 @@ func failoverGoal(ms *System) Goal {
 }
 
 // footprintGoal judges the members' resident memory at the footprint's
-// blob count and the restart of the member the footprint killed. The
+// blob count and the restart of the member the footprint killed (its
+// time, and its resident memory once it caught up, which counts as a
+// member's). The
 // detail gives the largest RssAnon and RssFile beside the largest VmRSS:
 // VmRSS counts the resident pages of the memory-mapped state file, which
 // the kernel can reclaim.
@@ -254,6 +256,15 @@ func footprintGoal(ms *System) Goal {
 		quick = fp.RestartSecs <= GoalRestartSeconds
 		parts = append(parts, fmt.Sprintf("member %s killed and started again: answered its status after %.2f s, ready at the leader's index %d after %.2f s (%s)",
 			fp.RestartMember, fp.RestartServeSecs, fp.RestartIndex, fp.RestartSecs, verdict(quick)))
+		if fp.RestartRSSBytes > 0 {
+			leanAgain := fp.RestartRSSBytes <= GoalFootprintRSS
+			lean = lean && leanAgain
+			detail := fmt.Sprintf("VmRSS then %s", humanBytes(fp.RestartRSSBytes))
+			if fp.RestartRSSAnonBytes > 0 || fp.RestartRSSFileBytes > 0 {
+				detail += fmt.Sprintf(" (RssAnon %s, RssFile %s)", humanBytes(fp.RestartRSSAnonBytes), humanBytes(fp.RestartRSSFileBytes))
+			}
+			parts = append(parts, fmt.Sprintf("%s, %s", detail, verdict(leanAgain)))
+		}
 	default:
 		parts = append(parts, "restart not measured")
 	}

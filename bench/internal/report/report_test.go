@@ -131,6 +131,7 @@ func sample() *Results {
 					Footprint: &sut.FootprintResult{Blobs: 1000000, Jobs: 1000, LoadSeconds: 178, MemberIDs: []string{"n1", "n2", "n3"},
 						RSSBytes: []int64{900 << 20, 1 << 30, 950 << 20}, RSSAnonBytes: []int64{120 << 20, 130 << 20, 125 << 20}, RSSFileBytes: []int64{780 << 20, 894 << 20, 825 << 20},
 						DataDirBytes: []int64{2 << 30, 3 << 30, 3 << 30}, RestartMember: "n3", RestartIndex: 123456, RestartServeSecs: 1.25, RestartSecs: 12.5,
+						RestartRSSBytes: 700 << 20, RestartRSSAnonBytes: 600 << 20, RestartRSSFileBytes: 100 << 20,
 						SnapshotBytes: 1500 << 20, SnapshotSecs: 20.7, RestoreSecs: 53.8, RestoreMethod: "snapshot"},
 				}},
 			{Name: Etcd, Version: "3.4.23", Started: time.Date(2025, 3, 1, 10, 10, 0, 0, time.UTC), Finished: time.Date(2025, 3, 1, 10, 20, 0, 0, time.UTC),
@@ -232,6 +233,7 @@ func TestGoals(t *testing.T) {
 		{"failover", func(r *Results) { r.System(Metastore).Failover.MedianSeconds = 2 }},
 		{"footprint", func(r *Results) { r.System(Metastore).Extras.Footprint.RSSBytes[2] = 1<<30 + 1 }},
 		{"footprint", func(r *Results) { r.System(Metastore).Extras.Footprint.RestartSecs = 30.01 }},
+		{"footprint", func(r *Results) { r.System(Metastore).Extras.Footprint.RestartRSSBytes = 1<<30 + 1 }},
 		{"footprint", func(r *Results) {
 			fp := r.System(Metastore).Extras.Footprint
 			fp.RestartSecs, fp.RestartError = 0, "mssut: member n3 did not rejoin: context deadline exceeded"
@@ -294,7 +296,8 @@ func TestFootprintGoal(t *testing.T) {
 		t.Errorf("goal %+v", g)
 	}
 	for _, want := range []string{"1000000 blobs", "VmRSS max 1.0 GiB (n2, PASS)", "RssAnon max 130.0 MiB", "RssFile max 894.0 MiB",
-		"member n3", "status after 1.25 s", "index 123456 after 12.50 s (PASS)"} {
+		"member n3", "status after 1.25 s", "index 123456 after 12.50 s (PASS)",
+		"VmRSS then 700.0 MiB (RssAnon 600.0 MiB, RssFile 100.0 MiB), PASS"} {
 		if !strings.Contains(g.Detail, want) {
 			t.Errorf("detail lacks %q: %s", want, g.Detail)
 		}
@@ -305,16 +308,20 @@ func TestFootprintGoal(t *testing.T) {
 		status string
 		detail string
 	}{
-		"rss at the goal":        {func(fp *sut.FootprintResult) { fp.RSSBytes[1] = GoalFootprintRSS }, Pass, "VmRSS max 1.0 GiB (n2, PASS)"},
-		"rss over":               {func(fp *sut.FootprintResult) { fp.RSSBytes[0] = 1600 << 20 }, Miss, "VmRSS max 1.6 GiB (n1, MISS)"},
-		"restart at the goal":    {func(fp *sut.FootprintResult) { fp.RestartSecs = 30 }, Pass, "after 30.00 s (PASS)"},
-		"restart slow":           {func(fp *sut.FootprintResult) { fp.RestartSecs = 45.5 }, Miss, "after 45.50 s (MISS)"},
-		"restart failed":         {func(fp *sut.FootprintResult) { fp.RestartSecs, fp.RestartError = 0, "boom" }, Miss, "member n3 did not restart"},
-		"restart not measured":   {func(fp *sut.FootprintResult) { fp.RestartSecs, fp.RestartMember = 0, "" }, NA, "restart not measured"},
-		"no rss split":           {func(fp *sut.FootprintResult) { fp.RSSAnonBytes, fp.RSSFileBytes = nil, nil }, Pass, "RssAnon not reported"},
-		"restore failed":         {func(fp *sut.FootprintResult) { fp.RestoreSecs, fp.RestoreError = 0, "503 outcome_unknown" }, Pass, "VmRSS max"},
-		"load failed":            {func(fp *sut.FootprintResult) { *fp = sut.FootprintResult{Blobs: 10, Jobs: 1} }, NA, "footprint not measured"},
-		"no member ids recorded": {func(fp *sut.FootprintResult) { fp.MemberIDs = nil }, Pass, "VmRSS max 1.0 GiB (member 2, PASS)"},
+		"rss at the goal":            {func(fp *sut.FootprintResult) { fp.RSSBytes[1] = GoalFootprintRSS }, Pass, "VmRSS max 1.0 GiB (n2, PASS)"},
+		"rss over":                   {func(fp *sut.FootprintResult) { fp.RSSBytes[0] = 1600 << 20 }, Miss, "VmRSS max 1.6 GiB (n1, MISS)"},
+		"restart at the goal":        {func(fp *sut.FootprintResult) { fp.RestartSecs = 30 }, Pass, "after 30.00 s (PASS)"},
+		"restart slow":               {func(fp *sut.FootprintResult) { fp.RestartSecs = 45.5 }, Miss, "after 45.50 s (MISS)"},
+		"restart failed":             {func(fp *sut.FootprintResult) { fp.RestartSecs, fp.RestartError = 0, "boom" }, Miss, "member n3 did not restart"},
+		"restarted rss at the goal":  {func(fp *sut.FootprintResult) { fp.RestartRSSBytes = GoalFootprintRSS }, Pass, "VmRSS then 1.0 GiB (RssAnon 600.0 MiB, RssFile 100.0 MiB), PASS"},
+		"restarted rss over":         {func(fp *sut.FootprintResult) { fp.RestartRSSBytes = 1100 << 20 }, Miss, "VmRSS then 1.1 GiB (RssAnon 600.0 MiB, RssFile 100.0 MiB), MISS"},
+		"restarted rss unsplit":      {func(fp *sut.FootprintResult) { fp.RestartRSSAnonBytes, fp.RestartRSSFileBytes = 0, 0 }, Pass, "VmRSS then 700.0 MiB, PASS"},
+		"restarted rss not measured": {func(fp *sut.FootprintResult) { fp.RestartRSSBytes = 0 }, Pass, "after 12.50 s (PASS)"},
+		"restart not measured":       {func(fp *sut.FootprintResult) { fp.RestartSecs, fp.RestartMember = 0, "" }, NA, "restart not measured"},
+		"no rss split":               {func(fp *sut.FootprintResult) { fp.RSSAnonBytes, fp.RSSFileBytes = nil, nil }, Pass, "RssAnon not reported"},
+		"restore failed":             {func(fp *sut.FootprintResult) { fp.RestoreSecs, fp.RestoreError = 0, "503 outcome_unknown" }, Pass, "VmRSS max"},
+		"load failed":                {func(fp *sut.FootprintResult) { *fp = sut.FootprintResult{Blobs: 10, Jobs: 1} }, NA, "footprint not measured"},
+		"no member ids recorded":     {func(fp *sut.FootprintResult) { fp.MemberIDs = nil }, Pass, "VmRSS max 1.0 GiB (member 2, PASS)"},
 	} {
 		r := sample()
 		c.change(r.System(Metastore).Extras.Footprint)
@@ -348,6 +355,7 @@ func TestWriteFootprint(t *testing.T) {
 
 	out := table(sample())
 	for _, want := range []string{"footprint: 1000000 blobs over 1000 jobs loaded in 178.0 s", restart,
+		"footprint restart: member n3 then: VmRSS 700.0 MiB, RssAnon 600.0 MiB, RssFile 100.0 MiB\n",
 		"footprint snapshot: 1.5 GiB saved in 20.70 s, restored in 53.80 s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

@@ -211,7 +211,8 @@ func writeExtras(b *bufio.Writer, r *Results) {
 
 // writeFootprint prints the footprint: the load, each member's memory
 // (VmRSS, and its anonymous and file-backed parts) and data directory,
-// the restart of the killed member, the backup and the restore, and the
+// the restart of the killed member and its memory after, the backup and
+// the restore, and the
 // error of the step that failed, if one did.
 func writeFootprint(b *bufio.Writer, fp *sut.FootprintResult) {
 	fmt.Fprintf(b, "footprint: %d blobs over %d jobs loaded in %.1f s\n", fp.Blobs, fp.Jobs, fp.LoadSeconds)
@@ -241,6 +242,13 @@ func writeFootprint(b *bufio.Writer, fp *sut.FootprintResult) {
 	case fp.RestartSecs > 0:
 		fmt.Fprintf(b, "footprint restart: member %s killed (SIGKILL) and started again: answered its status after %.2f s; ready, at the leader's applied index %d, after %.2f s\n",
 			fp.RestartMember, fp.RestartServeSecs, fp.RestartIndex, fp.RestartSecs)
+		if fp.RestartRSSBytes > 0 {
+			fmt.Fprintf(b, "footprint restart: member %s then: VmRSS %s", fp.RestartMember, humanBytes(fp.RestartRSSBytes))
+			if fp.RestartRSSAnonBytes > 0 || fp.RestartRSSFileBytes > 0 {
+				fmt.Fprintf(b, ", RssAnon %s, RssFile %s", humanBytes(fp.RestartRSSAnonBytes), humanBytes(fp.RestartRSSFileBytes))
+			}
+			b.WriteString("\n")
+		}
 	}
 	switch {
 	case fp.RestoreError != "" && fp.SnapshotBytes > 0:

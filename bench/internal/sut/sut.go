@@ -156,6 +156,13 @@ type FootprintResult struct {
 	RestartServeSecs float64 `json:"restart_serve_seconds,omitempty"`
 	RestartSecs      float64 `json:"restart_seconds,omitempty"`
 	RestartError     string  `json:"restart_error,omitempty"`
+	// RestartRSSBytes is the restarted member's resident memory (VmRSS)
+	// once it was ready and had applied RestartIndex: a member reads its
+	// whole state file when it opens it. RestartRSSAnonBytes and
+	// RestartRSSFileBytes split it, as above. Zero when not measured.
+	RestartRSSBytes     int64 `json:"restart_rss_bytes,omitempty"`
+	RestartRSSAnonBytes int64 `json:"restart_rss_anon_bytes,omitempty"`
+	RestartRSSFileBytes int64 `json:"restart_rss_file_bytes,omitempty"`
 
 	SnapshotBytes int64   `json:"snapshot_bytes"`
 	SnapshotSecs  float64 `json:"snapshot_seconds"`
