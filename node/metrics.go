@@ -162,6 +162,14 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 			Name: "metastore_node_fsm_blob_filter_keys",
 			Help: "Blob keys the filter of blob keys counts (the blobs bucket's, with the open transaction's writes); it takes about 19 bytes of memory per key.",
 		}, func() float64 { return float64(n.fsm.CommitStats().FilterKeys) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "metastore_node_raft_log_cache_entries",
+			Help: "Newest Raft log entries kept in memory in front of the log store (at most 512).",
+		}, func() float64 { e, _ := n.logs.cached(); return float64(e) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "metastore_node_raft_log_cache_bytes",
+			Help: "Bytes of the Raft log entries kept in memory (their data, and 128 bytes each besides; at most 16 MiB).",
+		}, func() float64 { _, b := n.logs.cached(); return float64(b) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "metastore_node_fsm_commit_failures_total",
 			Help: "Commits of the state machine file that failed (a full file system); their entries are applied again and the commit retried.",

@@ -30,8 +30,10 @@ const (
 	// raftDBFile is the raft-boltdb file (log and stable store) in RaftDir
 	// (raftstore.go).
 	raftDBFile = "raft.db"
-	// logCacheSize is the number of recent log entries kept in memory.
-	logCacheSize = 512
+	// logCacheSize and logCacheBytes bound the recent log entries kept in
+	// memory (logcache.go): 512 entries of at most 16 MiB in all.
+	logCacheSize  = 512
+	logCacheBytes = 16 << 20
 	// transportMaxPool is the number of pooled connections per peer.
 	transportMaxPool = 3
 	// transportTimeout bounds one Raft RPC's I/O.
@@ -94,7 +96,7 @@ type Node struct {
 	tlsStream *tlsStreamLayer // nil without TLS
 	store     raftStore       // the Raft log and stable store (raftstore.go)
 	storePath string          // its file or directory, as errors name it
-	logs      raft.LogStore   // log cache over store
+	logs      *logCache       // log cache over store
 	snaps     *raft.FileSnapshotStore
 	metrics   *nodeMetrics
 	disk      *DiskGuard // refuses writes while the data directory is nearly full (disk.go)
@@ -207,7 +209,7 @@ func New(cfg config.Config, deps Deps) (_ *Node, err error) {
 		return nil, err
 	}
 	closers = append(closers, n.store.Close)
-	if n.logs, err = raft.NewLogCache(logCacheSize, stopOnWriteError{LogStore: n.store, stopping: n.diskStop}); err != nil {
+	if n.logs, err = newLogCache(logCacheSize, logCacheBytes, stopOnWriteError{LogStore: n.store, stopping: n.diskStop}); err != nil {
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 

@@ -915,7 +915,7 @@ func TestMetrics(t *testing.T) {
 		"metastore_node_fsm_applied_index", "metastore_node_raft_last_snapshot_index",
 		"metastore_node_fsm_committed_index", "metastore_node_fsm_commits_total", "metastore_node_fsm_committed_entries_total",
 		"metastore_node_fsm_file_ops_total", "metastore_node_fsm_blob_filter_spared_total", "metastore_node_fsm_blob_filter_builds_total",
-		"metastore_node_fsm_blob_filter_keys",
+		"metastore_node_fsm_blob_filter_keys", "metastore_node_raft_log_cache_entries", "metastore_node_raft_log_cache_bytes",
 	} {
 		if !names[want] {
 			t.Errorf("metric %s missing", want)
