@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -17,9 +18,9 @@ import (
 // file holds: the filter of blob keys only spares searches for keys that
 // have none. Reads are compared with a transaction on the same file
 // without the filter. Fingerprints here are 8 bits, so that keys share
-// them and absent keys are often answered "maybe". After every commit and
-// every rollback the filter counts each fingerprint as many times as the
-// file's records have it.
+// them and absent keys are often answered "maybe". After every commit,
+// every rollback and every failed commit the filter counts each
+// fingerprint as many times as the file's records have it.
 func TestBlobFilterNeverHidesARecord(t *testing.T) {
 	f, err := Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
 	if err != nil {
@@ -41,7 +42,7 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("job-%d/task/%03d", i%3, i)
 	}
-	var filtered, shared, rolledBack int
+	var filtered, shared, rolledBack, failed int
 	for round := range 300 {
 		if err := f.begin(); err != nil {
 			t.Fatal(err)
@@ -83,19 +84,32 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 				}
 			}
 		}
-		if r.IntN(4) == 0 {
+		switch r.IntN(8) {
+		case 0, 1:
 			f.discardLocked()
 			rolledBack++
-		} else if err := f.commitLocked(); err != nil {
-			t.Fatal(err)
+		case 2:
+			// A commit that fails (as on a full disk): a deferred put
+			// that bbolt refuses when the transaction writes it.
+			huge := strings.Repeat("k", bolt.MaxKeySize+1)
+			w.recsOf(bucketJobs)[huge] = []byte("v")
+			w.markDirty(bucketJobs, huge)
+			if err := f.commitLocked(); err == nil {
+				t.Fatalf("round %d: a commit with a key of %d bytes succeeded", round, len(huge))
+			}
+			failed++
+		default:
+			if err := f.commitLocked(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		shared = max(shared, countsMatchFile(t, f, round))
 	}
-	t.Logf("the filter spared %d searches; %d transactions rolled back; at most %d records shared a fingerprint",
-		filtered, rolledBack, shared)
-	if filtered == 0 || shared < 2 || rolledBack == 0 {
-		t.Fatalf("the filter spared %d searches, %d transactions rolled back, at most %d records shared a fingerprint: the test does not exercise it",
-			filtered, rolledBack, shared)
+	t.Logf("the filter spared %d searches; %d transactions rolled back, %d commits failed; at most %d records shared a fingerprint",
+		filtered, rolledBack, failed, shared)
+	if filtered == 0 || shared < 2 || rolledBack == 0 || failed == 0 {
+		t.Fatalf("the filter spared %d searches, %d transactions rolled back, %d commits failed, at most %d records shared a fingerprint: the test does not exercise it",
+			filtered, rolledBack, failed, shared)
 	}
 	if builds := f.filterBuilds.Load(); builds != 2 {
 		t.Fatalf("the filter was built from the file %d times, want 2 (at open, and after the test cleared it)", builds)
