@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/wire"
@@ -357,4 +358,35 @@ func keysWithPrefix(d fsm.Dump, bucket, prefix string) int {
 func isRule(err, sentinel error) bool {
 	var re *wire.RuleError
 	return errors.As(err, &re) && errors.Is(err, sentinel)
+}
+
+// plantBlobRecords writes n blob records around the commands, with the
+// keys key returns and the value of the file's first blob record (one
+// must exist), 50,000 to a transaction.
+func plantBlobRecords(tb testing.TB, f *fsm.FSM, n int, key func() string) {
+	tb.Helper()
+	var value []byte
+	err := fsm.RawView(f, func(tx *bolt.Tx) error {
+		_, v := tx.Bucket([]byte("blobs")).Cursor().First()
+		value = bytes.Clone(v)
+		return nil
+	})
+	if err != nil || value == nil {
+		tb.Fatalf("no blob record to copy (%v)", err)
+	}
+	for done := 0; done < n; {
+		err := fsm.RawUpdate(f, func(tx *bolt.Tx) error {
+			b := tx.Bucket([]byte("blobs"))
+			for i := 0; i < 50_000 && done < n; i++ {
+				if err := b.Put([]byte(key()), value); err != nil {
+					return err
+				}
+				done++
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
 }

@@ -10,10 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	bolt "go.etcd.io/bbolt"
-
-	"github.com/metastore/metastore/fsm"
 )
 
 // TestScansLeaveNoPagesResident: opening a state machine file and
@@ -21,40 +17,17 @@ import (
 // blobs awaiting observation, the filter of blob keys), reading the whole
 // bucket through bbolt's mapping of the file; afterwards the member's
 // resident set holds few of those pages (dropResident). Measured on the
-// mapping of the file itself (/proc/self/smaps), with a bucket of about
-// 60 MiB.
+// mapping of the file itself (/proc/self/smaps), of about 100 MiB.
 func TestScansLeaveNoPagesResident(t *testing.T) {
 	if testing.Short() {
-		t.Skip("writes a 60 MiB state machine file")
+		t.Skip("writes a state machine file of about 100 MiB")
 	}
 	h := newHarness(t)
 	fillEverything(h)
-	var value []byte
-	err := fsm.RawView(h.f, func(tx *bolt.Tx) error {
-		_, v := tx.Bucket([]byte("blobs")).Cursor().First()
-		value = bytes.Clone(v)
-		return nil
-	})
-	if err != nil || value == nil {
-		t.Fatalf("no blob record to copy (%v)", err)
-	}
 	r := rand.New(rand.NewPCG(3, 4))
-	for done := 0; done < 200_000; {
-		err := fsm.RawUpdate(h.f, func(tx *bolt.Tx) error {
-			b := tx.Bucket([]byte("blobs"))
-			for i := 0; i < 50_000; i++ {
-				k := fmt.Sprintf("job-%d/task/%016x%016x", r.IntN(10), r.Uint64(), r.Uint64())
-				if err := b.Put([]byte(k), value); err != nil {
-					return err
-				}
-				done++
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	plantBlobRecords(t, h.f, 200_000, func() string {
+		return fmt.Sprintf("job-%d/task/%016x%016x", r.IntN(10), r.Uint64(), r.Uint64())
+	})
 	size, err := os.Stat(h.path)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package fsm_test
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
@@ -237,32 +235,10 @@ func BenchmarkAckStateManyBlobs(b *testing.B) {
 		b.Run(fmt.Sprintf("filter=%v", filter), func(b *testing.B) {
 			l := newAckLoad(b, fsm.DefaultCommitPolicy, nil, true)
 			l.run(b, ackLoadJobs*ackLoadTasks)
-			var value []byte
-			err := fsm.RawView(l.h.f, func(tx *bolt.Tx) error {
-				_, v := tx.Bucket([]byte("blobs")).Cursor().First()
-				value = bytes.Clone(v)
-				return nil
-			})
-			if err != nil || value == nil {
-				b.Fatalf("no blob record to copy (%v)", err)
-			}
 			r := rand.New(rand.NewPCG(1, 2))
-			for done := 0; done < planted; {
-				err := fsm.RawUpdate(l.h.f, func(tx *bolt.Tx) error {
-					bk := tx.Bucket([]byte("blobs"))
-					for i := 0; i < 100_000 && done < planted; i++ {
-						k := fmt.Sprintf("j%d/t%d/%016x%016x%016x", r.IntN(ackLoadJobs), r.IntN(ackLoadTasks), r.Uint64(), r.Uint64(), r.Uint64())
-						if err := bk.Put([]byte(k), value); err != nil {
-							return err
-						}
-						done++
-					}
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
+			plantBlobRecords(b, l.h.f, planted, func() string {
+				return fmt.Sprintf("j%d/t%d/%016x%016x%016x", r.IntN(ackLoadJobs), r.IntN(ackLoadTasks), r.Uint64(), r.Uint64(), r.Uint64())
+			})
 			if !filter {
 				fsm.DisableBlobFilter(l.h.f)
 			}
