@@ -55,7 +55,7 @@ type blobFilter struct {
 
 // blobFilterMask keeps the bits of a key's hash that make its
 // fingerprint: all 32 (a false positive for about one absent key in
-// 4,300 at a million blobs; 13 to 18 bytes of map per key). Tests keep
+// 4,300 at a million blobs; about 19 bytes of map per key). Tests keep
 // fewer, so that keys share fingerprints.
 var blobFilterMask uint32 = 1<<32 - 1
 
