@@ -13,11 +13,12 @@ import (
 )
 
 // TestBlobFilterNeverHidesARecord: through random puts, deletes and
-// prefix deletes of blob records, in transactions committed and rolled
+// prefix deletes of blob records (with puts and deletes of another
+// bucket's records among them), in transactions committed and rolled
 // back, the state machine's write transaction reads every blob record the
 // file holds: the filter of blob keys only spares searches for keys that
-// have none. Reads are compared with a transaction on the same file
-// without the filter. Fingerprints here are 8 bits, so that keys share
+// have none. Reads of both buckets are compared with a transaction on the
+// same file without the filter. Fingerprints here are 8 bits, so that keys share
 // them and absent keys are often answered "maybe". After every commit,
 // every rollback and every failed commit the filter counts each
 // fingerprint as many times as the file's records have it.
@@ -63,8 +64,20 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 				if err := w.deletePrefix(bucketBlobs, k[:len("job-0/task/0")]); err != nil {
 					t.Fatal(err)
 				}
+			case op < 8:
+				// Another bucket's writes leave the filter alone.
+				if err := w.put(bucketTasks, k, []byte("t")); err != nil {
+					t.Fatal(err)
+				}
+			case op < 9:
+				if err := w.del(bucketTasks, k); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for _, k := range keys {
+				if got, want := w.get(bucketTasks, []byte(k)), plain.get(bucketTasks, []byte(k)); !bytes.Equal(got, want) {
+					t.Fatalf("round %d: task %q: the write transaction reads %q, the file holds %q", round, k, got, want)
+				}
 				seeks := w.ops.Seeks
 				got, want := w.get(bucketBlobs, []byte(k)), plain.get(bucketBlobs, []byte(k))
 				if (got == nil) != (want == nil) || !bytes.Equal(got, want) {

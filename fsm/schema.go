@@ -400,10 +400,17 @@ func (c recCache) sizes() map[string]int {
 	return out
 }
 
+// counted reports whether the filter of blob keys counts the keys of
+// bucket name in t: the blobs bucket, in the state machine's write
+// transaction.
+func (t *txn) counted(name bucket) bool {
+	return t.blobKeys != nil && string(name) == string(bucketBlobs)
+}
+
 // filteredOut reports whether the filter of blob keys says that bucket
 // name does not hold key: a search would find nothing.
 func (t *txn) filteredOut(name bucket, key []byte) bool {
-	if t.blobKeys != nil && string(name) == string(bucketBlobs) && !t.blobKeys.mayHold(key) {
+	if t.counted(name) && !t.blobKeys.mayHold(key) {
 		t.ops.Spared++
 		return true
 	}
@@ -641,7 +648,7 @@ func (t *txn) putRecord(name bucket, key []byte, v any) error {
 // put is bbolt's Put, which keeps value until the transaction ends: the
 // caller does not change it after.
 func (t *txn) put(name bucket, key, value []byte) error {
-	if t.blobKeys != nil && string(name) == string(bucketBlobs) && !t.holdsBlob(key) {
+	if t.counted(name) && !t.holdsBlob(key) {
 		// before the record exists
 		t.blobsAdded = append(t.blobsAdded, t.blobKeys.add(key))
 	}
@@ -671,7 +678,7 @@ func (t *txn) del(name bucket, key []byte) error {
 		delete(t.dirty[string(name)], string(key))
 		delete(t.objs[string(name)], string(key)) // recs says it is gone
 	}
-	if t.blobKeys != nil && string(name) == string(bucketBlobs) {
+	if t.counted(name) {
 		if err := t.delBlob(key); err != nil {
 			return err
 		}
@@ -762,7 +769,7 @@ func (t *txn) deletePrefix(name bucket, prefix []byte) error {
 	}
 	c := t.raw(name).Cursor()
 	t.ops.Seeks++
-	counted := t.blobKeys != nil && string(name) == string(bucketBlobs)
+	counted := t.counted(name)
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
 		if counted {
 			t.blobsGone = append(t.blobsGone, t.blobKeys.fingerprint(k))

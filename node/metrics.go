@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -164,11 +165,11 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 		}, func() float64 { return float64(n.fsm.CommitStats().FilterKeys) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "metastore_node_raft_log_cache_entries",
-			Help: "Newest Raft log entries kept in memory in front of the log store (at most 512).",
+			Help: fmt.Sprintf("Newest Raft log entries kept in memory in front of the log store (at most %d).", logCacheSize),
 		}, func() float64 { e, _ := n.logs.cached(); return float64(e) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "metastore_node_raft_log_cache_bytes",
-			Help: "Bytes of the Raft log entries kept in memory (their data, and 128 bytes each besides; at most 16 MiB).",
+			Help: fmt.Sprintf("Bytes of the Raft log entries kept in memory (their data, and %d bytes each besides; at most %d MiB).", logCacheEntryOverhead, logCacheBytes>>20),
 		}, func() float64 { _, b := n.logs.cached(); return float64(b) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "metastore_node_fsm_commit_failures_total",

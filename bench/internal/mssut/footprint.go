@@ -33,9 +33,10 @@ const RestoreMethod = "metastore snapshot restore (PUT /v1/snapshot on the leade
 // RssAnon and RssFile) and data directory size. Then it kills a follower
 // (SIGKILL), starts it again and times it until it answers its status and
 // until it is ready and has applied the leader's index read before the
-// kill, and reports its resident memory then (see measureRestart). Last it reports the time and size of a backup
-// (metastore snapshot save: GET /v1/snapshot from the leader, a Raft
-// snapshot streamed out) and the time to restore it (see RestoreMethod).
+// kill, and reports its resident memory then (see measureRestart). Last
+// it reports the time and size of a backup (metastore snapshot save: GET
+// /v1/snapshot from the leader, a Raft snapshot streamed out) and the
+// time to restore it (see RestoreMethod).
 // The restored state is the state backed up, so the system carries on
 // with it.
 //

@@ -222,10 +222,9 @@ func failoverGoal(ms *System) Goal {
 // footprintGoal judges the members' resident memory at the footprint's
 // blob count and the restart of the member the footprint killed (its
 // time, and its resident memory once it caught up, which counts as a
-// member's). The
-// detail gives the largest RssAnon and RssFile beside the largest VmRSS:
-// VmRSS counts the resident pages of the memory-mapped state file, which
-// the kernel can reclaim.
+// member's). The detail gives the largest RssAnon and RssFile beside the
+// largest VmRSS: VmRSS counts the resident pages of the memory-mapped
+// state file, which the kernel can reclaim.
 func footprintGoal(ms *System) Goal {
 	g := Goal{
 		ID:          "footprint",

@@ -212,8 +212,7 @@ func writeExtras(b *bufio.Writer, r *Results) {
 // writeFootprint prints the footprint: the load, each member's memory
 // (VmRSS, and its anonymous and file-backed parts) and data directory,
 // the restart of the killed member and its memory after, the backup and
-// the restore, and the
-// error of the step that failed, if one did.
+// the restore, and the error of the step that failed, if one did.
 func writeFootprint(b *bufio.Writer, fp *sut.FootprintResult) {
 	fmt.Fprintf(b, "footprint: %d blobs over %d jobs loaded in %.1f s\n", fp.Blobs, fp.Jobs, fp.LoadSeconds)
 	if fp.Measured() {
