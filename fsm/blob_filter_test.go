@@ -18,9 +18,9 @@ import (
 // back, the state machine's write transaction reads every blob record the
 // file holds: the filter of blob keys only spares searches for keys that
 // have none. Reads of both buckets are compared with a transaction on the
-// same file without the filter. Fingerprints here are 8 bits, so that keys share
-// them and absent keys are often answered "maybe". After every commit,
-// every rollback and every failed commit the filter counts each
+// same file without the filter. Fingerprints here are 8 bits, so that
+// keys share them and absent keys are often answered "maybe". After every
+// commit, every rollback and every failed commit the filter counts each
 // fingerprint as many times as the file's records have it.
 func TestBlobFilterNeverHidesARecord(t *testing.T) {
 	f, err := Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
