@@ -305,10 +305,10 @@ func (r *Runner) Run(ctx context.Context, sc Scenario) *ScenarioResult {
 				h.AddEvent(he)
 			},
 		}
-		// Faults back to back from the first second, while a whole hold
+		// Faults back to back from FirstFault on, while a whole hold
 		// still fits before the workload ends.
 		deadline := time.Now().Add(sc.Duration)
-		sleepCtx(sctx, time.Second)
+		sleepCtx(sctx, durationOr(sc.FirstFault, time.Second))
 		for i := 0; time.Until(deadline) > hold && sctx.Err() == nil; i++ {
 			f := sc.Faults[i%len(sc.Faults)]()
 			fr := nr.Run(sctx, f)

@@ -70,6 +70,7 @@ func main() {
 	keepData := fs.Bool("keep-data", false, "keep the members' data directories of scenarios whose artifacts are kept")
 	dryRun := fs.Bool("dry-run", false, "print the scenarios the command would run, and run nothing")
 	healthTimeout := fs.Duration("health-timeout", 0, "run: how long the nemesis waits for the cluster to be healthy after each heal (default 90s)")
+	firstFault := fs.Duration("first-fault", 0, "run: when the first fault is injected, from the workload's start (default 1s)")
 	var env multi
 	fs.Var(&env, "env", "KEY=VALUE added to every member's environment (repeatable), e.g. METASTORE_UNSAFE_STALE_READS=1")
 	flag.CommandLine = fs
@@ -127,7 +128,7 @@ func main() {
 		if d == 0 {
 			d = 30 * time.Second
 		}
-		sc := runner.Scenario{Name: "no-fault", Duration: d, HealthTimeout: *healthTimeout}
+		sc := runner.Scenario{Name: "no-fault", Duration: d, HealthTimeout: *healthTimeout, FirstFault: *firstFault}
 		if *faults != "" {
 			sc.Name = *faults
 			for _, name := range strings.Split(*faults, ",") {
