@@ -107,12 +107,12 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 			huge := strings.Repeat("k", bolt.MaxKeySize+1)
 			w.recsOf(bucketJobs)[huge] = []byte("v")
 			w.markDirty(bucketJobs, huge)
-			if err := f.commitLocked(); err == nil {
+			if err := f.commitLocked(CommitDue); err == nil {
 				t.Fatalf("round %d: a commit with a key of %d bytes succeeded", round, len(huge))
 			}
 			failed++
 		default:
-			if err := f.commitLocked(); err != nil {
+			if err := f.commitLocked(CommitDue); err != nil {
 				t.Fatal(err)
 			}
 		}

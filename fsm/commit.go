@@ -97,6 +97,40 @@ func (f *FSM) interval() time.Duration {
 	return f.policy.Interval
 }
 
+// CommitReason says why the open transaction was committed.
+type CommitReason string
+
+// The reasons of a commit (SetCommitObserver).
+const (
+	// CommitDue: the policy's interval passed or the transaction holds
+	// its most entries.
+	CommitDue CommitReason = "due"
+	// CommitRead: a reader needed what the transaction holds (view,
+	// Flush).
+	CommitRead CommitReason = "read"
+	// CommitSnapshot: Raft takes a snapshot.
+	CommitSnapshot CommitReason = "snapshot"
+	// CommitRestore: a snapshot is restored over the state.
+	CommitRestore CommitReason = "restore"
+	// CommitClose: the state machine closes.
+	CommitClose CommitReason = "close"
+)
+
+// CommitReasons lists every CommitReason.
+var CommitReasons = []CommitReason{CommitDue, CommitRead, CommitSnapshot, CommitRestore, CommitClose}
+
+// SetCommitObserver has fn told, after each successful commit of the
+// state machine file, why it was made, how long it took (the deferred
+// puts written, bbolt's commit) and how many Raft entries it held. Raft's
+// apply waits for a commit, so the time is also how long the apply
+// stalled. fn runs under the lock the apply and the readers take: it must
+// be quick (a histogram's Observe).
+func (f *FSM) SetCommitObserver(fn func(reason CommitReason, took time.Duration, entries int)) {
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	f.observeCommit = fn
+}
+
 // CommitStats counts the state machine's commits and the Raft entries
 // they held.
 type CommitStats struct {
@@ -196,10 +230,11 @@ func (f *FSM) due() bool {
 // (read) and f.txMu. On failure the transaction was rolled back: its
 // entries are applied again to a new one, which stays open, and the error
 // is returned (and kept in f.commitErr until a commit succeeds).
-func (f *FSM) commitLocked() error {
+func (f *FSM) commitLocked(reason CommitReason) error {
 	if f.wt == nil {
 		return nil
 	}
+	start := time.Now()
 	wt, n := f.wt, len(f.pending)
 	last := f.pendingLast
 	f.wt = nil
@@ -222,6 +257,9 @@ func (f *FSM) commitLocked() error {
 		f.stats.Commits++
 		f.stats.Entries += uint64(n)
 		f.stats.Ops.add(wt.ops)
+		if f.observeCommit != nil {
+			f.observeCommit(reason, time.Since(start), n)
+		}
 		return nil
 	}
 	f.stats.Failed++
@@ -252,13 +290,13 @@ func (f *FSM) noteOpenUsage() {
 // flush commits the open transaction if it holds entries (readers call it
 // before they read). It fails, without waiting, while commits fail: view
 // then reads inside the open transaction (readOpen).
-func (f *FSM) flush() error {
+func (f *FSM) flush(reason CommitReason) error {
 	f.txMu.Lock()
 	defer f.txMu.Unlock()
 	if f.wt == nil {
 		return nil
 	}
-	if err := f.commitLocked(); err != nil {
+	if err := f.commitLocked(reason); err != nil {
 		return fmt.Errorf("%w: %v", ErrStateNotWritable, err)
 	}
 	return nil
@@ -278,7 +316,7 @@ func (f *FSM) Flush() error {
 	if f.db == nil {
 		return errors.New("fsm: closed")
 	}
-	return f.flush()
+	return f.flush(CommitRead)
 }
 
 // armTimer makes sure the open transaction is committed once its interval
@@ -312,7 +350,7 @@ func (f *FSM) onTimer() {
 		f.armTimer()
 		return
 	}
-	if err := f.commitLocked(); err != nil {
+	if err := f.commitLocked(CommitDue); err != nil {
 		// The next batch (ApplyBatch) retries with backoff, and stalls
 		// until the commit succeeds; readers are refused meanwhile.
 		f.logger.Error("state machine commit failed; its entries are applied again and the commit retried", "err", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,6 +86,114 @@ func TestGroupCommit(t *testing.T) {
 	if got := h.f.AppliedIndex(); got != want || h.job("closed") == nil {
 		t.Fatalf("reopened at %d, want %d", got, want)
 	}
+}
+
+// commitLog records what SetCommitObserver tells.
+type commitLog struct {
+	mu   sync.Mutex
+	seen []observedCommit
+}
+
+type observedCommit struct {
+	reason  fsm.CommitReason
+	took    time.Duration
+	entries int
+}
+
+func (l *commitLog) observe(r fsm.CommitReason, took time.Duration, entries int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, observedCommit{r, took, entries})
+}
+
+// take returns the commits observed since the last take.
+func (l *commitLog) take() []observedCommit {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.seen
+	l.seen = nil
+	return out
+}
+
+// TestCommitObserverReasons: each commit is reported once, with why it
+// was made, the entries it held and a time; the entries reported add up
+// to CommitStats's.
+func TestCommitObserverReasons(t *testing.T) {
+	h := newHarness(t)
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
+	var log commitLog
+	h.f.SetCommitObserver(log.observe)
+	start := h.f.CommitStats()
+	expect := func(step string, reason fsm.CommitReason, entries int) {
+		t.Helper()
+		got := log.take()
+		if len(got) != 1 || got[0].reason != reason || got[0].entries != entries || got[0].took <= 0 {
+			t.Fatalf("%s: observed %+v, want one %q commit of %d entries taking some time", step, got, reason, entries)
+		}
+	}
+
+	for i := range 4 {
+		h.putJob("r"+string(rune('a'+i)), wire.JobConfig{})
+	}
+	if got := log.take(); len(got) != 0 {
+		t.Fatalf("commits observed before any was due: %+v", got)
+	}
+	if _, _, err := h.f.Jobs(); err != nil {
+		t.Fatal(err)
+	}
+	expect("a list read", fsm.CommitRead, 4)
+
+	h.putJob("flushed", wire.JobConfig{})
+	if err := h.f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	expect("Flush", fsm.CommitRead, 1)
+
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 3})
+	for i := range 3 {
+		h.putJob("m"+string(rune('a'+i)), wire.JobConfig{})
+	}
+	expect("MaxEntries", fsm.CommitDue, 3)
+
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: 10 * time.Millisecond, MaxEntries: 1000})
+	h.putJob("timer", wire.JobConfig{})
+	deadline := time.Now().Add(10 * time.Second)
+	for h.f.CommittedIndex() != h.f.AppliedIndex() {
+		if time.Now().After(deadline) {
+			t.Fatal("the open transaction was not committed after its interval")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	expect("the interval", fsm.CommitDue, 1)
+
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
+	h.putJob("snap", wire.JobConfig{})
+	snap := snapshotOf(t, h.f)
+	expect("a snapshot", fsm.CommitSnapshot, 1)
+
+	dst := newHarness(t)
+	dst.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
+	var dstLog commitLog
+	dst.f.SetCommitObserver(dstLog.observe)
+	dst.putJob("overwritten", wire.JobConfig{})
+	if err := dst.f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	if got := dstLog.take(); len(got) != 1 || got[0].reason != fsm.CommitRestore || got[0].entries != 1 {
+		t.Fatalf("a restore: observed %+v, want one restore commit of 1 entry", got)
+	}
+
+	h.putJob("closed", wire.JobConfig{})
+	total := h.f.CommitStats()
+	if total.Entries-start.Entries != 4+1+3+1+1 || total.Commits-start.Commits != 5 {
+		t.Fatalf("CommitStats moved by %d commits of %d entries, the observer saw 5 of 10",
+			total.Commits-start.Commits, total.Entries-start.Entries)
+	}
+	if err := h.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	expect("close", fsm.CommitClose, 1)
+	h.f = openFSM(t, h.path)
 }
 
 // TestLeaderLoopReadsDoNotCommit: the scans of the leader's loops (new

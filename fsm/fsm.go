@@ -91,6 +91,8 @@ type FSM struct {
 	timerAt       time.Time // when timer fires; zero: not armed
 	stats         CommitStats
 	committed     atomic.Uint64
+	// observeCommit is told of each commit (SetCommitObserver).
+	observeCommit func(CommitReason, time.Duration, int)
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -220,7 +222,7 @@ func (f *FSM) Close() error {
 	}
 	var errs []error
 	f.txMu.Lock()
-	if err := f.commitLocked(); err != nil {
+	if err := f.commitLocked(CommitClose); err != nil {
 		// Raft replays the entries at the next start.
 		f.discardLocked()
 		errs = append(errs, fmt.Errorf("fsm: commit %s: %w", f.path, err))
@@ -295,7 +297,7 @@ func (f *FSM) view(fn func(t *txn) error) (uint64, error) {
 	if f.db == nil {
 		return 0, errors.New("fsm: closed")
 	}
-	if err := f.flush(); err != nil {
+	if err := f.flush(CommitRead); err != nil {
 		if idx, ok, err := f.readOpen(fn); ok {
 			return idx, err
 		}
@@ -382,7 +384,7 @@ func (f *FSM) commitStalling(logs []*raft.Log) bool {
 	backoff := noSpaceMinBackoff
 	var since, lastLog time.Time
 	for {
-		err := f.commitLocked()
+		err := f.commitLocked(CommitDue)
 		if err == nil {
 			if !since.IsZero() {
 				f.stalled.Store(false)
@@ -528,7 +530,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	// Raft takes the snapshot as of the last applied entry: commit it.
-	if err := f.flush(); err != nil {
+	if err := f.flush(CommitSnapshot); err != nil {
 		return nil, fmt.Errorf("fsm: snapshot: %w", err)
 	}
 	tx, err := f.db.Begin(false)
@@ -604,7 +606,7 @@ func (f *FSM) RestoreFrom(r io.Reader) error {
 	// What was applied before the snapshot is committed first: if the swap
 	// fails, the current file stays in use with everything Raft applied.
 	f.txMu.Lock()
-	err = f.commitLocked()
+	err = f.commitLocked(CommitRestore)
 	f.txMu.Unlock()
 	if err != nil {
 		os.Remove(tmp)

@@ -68,8 +68,11 @@ type nodeMetrics struct {
 	reg           prometheus.Registerer
 	collectors    []prometheus.Collector
 	applyDuration *prometheus.HistogramVec
-	batchCommands prometheus.Histogram
-	leaderChanges prometheus.Counter
+	// commitDuration times the commits of the state machine file
+	// (fsm.SetCommitObserver), by reason.
+	commitDuration *prometheus.HistogramVec
+	batchCommands  prometheus.Histogram
+	leaderChanges  prometheus.Counter
 }
 
 func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
@@ -80,6 +83,11 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 			Help:    "Time from proposing a command to its application on the leader, by outcome (ok, rule_error, not_leader, try_again, unknown, shutdown, disk_full, canceled, error).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"outcome"}),
+		commitDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "metastore_node_fsm_commit_duration_seconds",
+			Help:    "Time to commit the state machine file's transaction (its deferred puts written, bbolt's commit), during which Raft's apply waits, by reason: due (--state-commit-interval passed, or --state-commit-entries reached), read (a read needed what it held), snapshot, restore, close.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 13),
+		}, []string{"reason"}),
 		batchCommands: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "metastore_node_entry_commands",
 			Help:    "Commands per Raft entry proposed by this node (group commit: more than 1 when commands queued while the previous entry was written).",
@@ -100,8 +108,15 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
+	for _, r := range fsm.CommitReasons {
+		m.commitDuration.WithLabelValues(string(r))
+	}
+	n.fsm.SetCommitObserver(func(r fsm.CommitReason, took time.Duration, _ int) {
+		m.commitDuration.WithLabelValues(string(r)).Observe(took.Seconds())
+	})
 	m.collectors = []prometheus.Collector{
 		m.applyDuration,
+		m.commitDuration,
 		m.batchCommands,
 		m.leaderChanges,
 		gauge("metastore_node_is_leader", "1 if this node is the Raft leader, else 0.", func() float64 {

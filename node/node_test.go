@@ -916,11 +916,17 @@ func TestMetrics(t *testing.T) {
 		"metastore_node_fsm_committed_index", "metastore_node_fsm_commits_total", "metastore_node_fsm_committed_entries_total",
 		"metastore_node_fsm_file_ops_total", "metastore_node_fsm_blob_filter_spared_total", "metastore_node_fsm_blob_filter_builds_total",
 		"metastore_node_fsm_blob_filter_keys", "metastore_node_raft_log_cache_entries", "metastore_node_raft_log_cache_bytes",
+		"metastore_node_fsm_commit_duration_seconds",
 	} {
 		if !names[want] {
 			t.Errorf("metric %s missing", want)
 		}
 	}
+	// The write above is committed within the commit interval: the
+	// histogram of commit times has it, under reason "due".
+	waitFor(t, 5*time.Second, "a commit timed", func() bool {
+		return histogramCount(t, reg, "metastore_node_fsm_commit_duration_seconds", "reason", "due") >= 1
+	})
 	// hashicorp/raft's own metrics arrive through the go-metrics bridge.
 	raftMetrics := 0
 	for name := range names {
@@ -942,6 +948,29 @@ func TestMetrics(t *testing.T) {
 	if err := tn2.start(); err != nil {
 		t.Fatalf("restart on the same registry: %v", err)
 	}
+}
+
+// histogramCount is the sample count of the series of histogram name
+// whose label is value.
+func histogramCount(t *testing.T, reg *prometheus.Registry, name, label, value string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func gatheredNames(t *testing.T, reg *prometheus.Registry) map[string]bool {
