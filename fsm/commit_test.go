@@ -57,15 +57,7 @@ func TestGroupCommit(t *testing.T) {
 	}
 
 	// The interval commits without a reader.
-	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: 10 * time.Millisecond, MaxEntries: 1000})
-	h.putJob("timer", wire.JobConfig{})
-	deadline := time.Now().Add(10 * time.Second)
-	for h.f.CommittedIndex() != h.f.AppliedIndex() {
-		if time.Now().After(deadline) {
-			t.Fatal("the open transaction was not committed after its interval")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	h.commitByInterval()
 
 	// A snapshot holds everything applied.
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
@@ -85,6 +77,21 @@ func TestGroupCommit(t *testing.T) {
 	h.reopen()
 	if got := h.f.AppliedIndex(); got != want || h.job("closed") == nil {
 		t.Fatalf("reopened at %d, want %d", got, want)
+	}
+}
+
+// commitByInterval applies one entry under a commit interval of 10 ms
+// and waits until the timer committed it, no reader asking.
+func (h *harness) commitByInterval() {
+	h.t.Helper()
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: 10 * time.Millisecond, MaxEntries: 1000})
+	h.putJob("timer", wire.JobConfig{})
+	deadline := time.Now().Add(10 * time.Second)
+	for h.f.CommittedIndex() != h.f.AppliedIndex() {
+		if time.Now().After(deadline) {
+			h.t.Fatal("the open transaction was not committed after its interval")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -155,15 +162,7 @@ func TestCommitObserverReasons(t *testing.T) {
 	}
 	expect("MaxEntries", fsm.CommitDue, 3)
 
-	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: 10 * time.Millisecond, MaxEntries: 1000})
-	h.putJob("timer", wire.JobConfig{})
-	deadline := time.Now().Add(10 * time.Second)
-	for h.f.CommittedIndex() != h.f.AppliedIndex() {
-		if time.Now().After(deadline) {
-			t.Fatal("the open transaction was not committed after its interval")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	h.commitByInterval()
 	expect("the interval", fsm.CommitDue, 1)
 
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
