@@ -3,7 +3,6 @@ package fsm
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"sort"
 	"strconv"
@@ -204,7 +203,7 @@ func (p *AttemptStart) contentHash() string {
 		h.Write([]byte(tk.ID))
 		h.Write([]byte{0, byte(tk.Caps)})
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return hexSum(h)
 }
 
 func applyAttemptStart(t *txn, c Command) (any, error) {
