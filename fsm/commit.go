@@ -120,12 +120,12 @@ const (
 var CommitReasons = []CommitReason{CommitDue, CommitRead, CommitSnapshot, CommitRestore, CommitClose}
 
 // SetCommitObserver has fn told, after each successful commit of the
-// state machine file, why it was made, how long it took (the deferred
-// puts written, bbolt's commit) and how many Raft entries it held. Raft's
-// apply waits for a commit, so the time is also how long the apply
-// stalled. fn runs under the lock the apply and the readers take: it must
-// be quick (a histogram's Observe).
-func (f *FSM) SetCommitObserver(fn func(reason CommitReason, took time.Duration, entries int)) {
+// state machine file, why it was made and how long it took (the deferred
+// puts written, bbolt's commit); CommitStats counts the commits and their
+// entries. Raft's apply waits for a commit, so the time is also how long
+// the apply stalled. fn runs under the lock the apply and the readers
+// take: it must be quick (a histogram's Observe).
+func (f *FSM) SetCommitObserver(fn func(reason CommitReason, took time.Duration)) {
 	f.txMu.Lock()
 	defer f.txMu.Unlock()
 	f.observeCommit = fn
@@ -258,7 +258,7 @@ func (f *FSM) commitLocked(reason CommitReason) error {
 		f.stats.Entries += uint64(n)
 		f.stats.Ops.add(wt.ops)
 		if f.observeCommit != nil {
-			f.observeCommit(reason, time.Since(start), n)
+			f.observeCommit(reason, time.Since(start))
 		}
 		return nil
 	}

@@ -92,7 +92,7 @@ type FSM struct {
 	stats         CommitStats
 	committed     atomic.Uint64
 	// observeCommit is told of each commit (SetCommitObserver).
-	observeCommit func(CommitReason, time.Duration, int)
+	observeCommit func(CommitReason, time.Duration)
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)

@@ -108,11 +108,12 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
+	commitTimes := make(map[fsm.CommitReason]prometheus.Observer, len(fsm.CommitReasons))
 	for _, r := range fsm.CommitReasons {
-		m.commitDuration.WithLabelValues(string(r))
+		commitTimes[r] = m.commitDuration.WithLabelValues(string(r))
 	}
-	n.fsm.SetCommitObserver(func(r fsm.CommitReason, took time.Duration, _ int) {
-		m.commitDuration.WithLabelValues(string(r)).Observe(took.Seconds())
+	n.fsm.SetCommitObserver(func(r fsm.CommitReason, took time.Duration) {
+		commitTimes[r].Observe(took.Seconds())
 	})
 	m.collectors = []prometheus.Collector{
 		m.applyDuration,
