@@ -31,8 +31,9 @@ import "hash/maphash"
 //     no record of it (txn.put; every write of the bucket goes through
 //     put, del or deletePrefix, which TestCachedBucketsWrittenThroughHelpers
 //     holds), before the record exists;
-//   - a delete takes a count away only for a record it removed, and only
-//     once the transaction that removed it committed (txn.blobsGone,
+//   - a delete takes a count away only for a record it removed (from the
+//     file, or a deferred put not yet in the file: deferredBuckets), and
+//     only once the transaction that removed it committed (txn.blobsGone,
 //     settled in commitLocked): a rolled-back delete leaves the record
 //     and its count.
 //

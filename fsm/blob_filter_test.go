@@ -43,27 +43,37 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("job-%d/task/%03d", i%3, i)
 	}
-	var filtered, shared, rolledBack, failed int
+	var filtered, shared, rolledBack, failed, pending int
+	// committed and cur model the blob records: the file's after the
+	// last commit, and the open transaction's (whose puts are deferred to
+	// its commit, or to a flush of the bucket).
+	committed := map[string]string{}
 	for round := range 300 {
 		if err := f.begin(); err != nil {
 			t.Fatal(err)
 		}
+		cur := maps.Clone(committed)
 		w, plain := f.wt, &txn{tx: f.wt.tx}
-		for range 20 {
+		for i := range 20 {
 			k := []byte(keys[r.IntN(len(keys))])
-			switch op := r.IntN(10); {
+			switch op := r.IntN(11); {
 			case op < 3:
-				if err := w.put(bucketBlobs, k, []byte("v")); err != nil {
+				v := fmt.Sprintf("v%d.%d", round, i)
+				if err := w.put(bucketBlobs, k, []byte(v)); err != nil {
 					t.Fatal(err)
 				}
+				cur[string(k)] = v
 			case op < 5:
 				if err := w.del(bucketBlobs, k); err != nil {
 					t.Fatal(err)
 				}
+				delete(cur, string(k))
 			case op < 6:
-				if err := w.deletePrefix(bucketBlobs, k[:len("job-0/task/0")]); err != nil {
+				prefix := string(k[:len("job-0/task/0")])
+				if err := w.deletePrefix(bucketBlobs, []byte(prefix)); err != nil {
 					t.Fatal(err)
 				}
+				maps.DeleteFunc(cur, func(k, _ string) bool { return strings.HasPrefix(k, prefix) })
 			case op < 8:
 				// Another bucket's writes leave the filter alone.
 				if err := w.put(bucketTasks, k, []byte("t")); err != nil {
@@ -73,34 +83,54 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 				if err := w.del(bucketTasks, k); err != nil {
 					t.Fatal(err)
 				}
+			case op < 10:
+				// The deferred puts made in the file, as a scan of the
+				// bucket makes them.
+				if err := w.flush(bucketBlobs); err != nil {
+					t.Fatal(err)
+				}
 			}
+			pending += len(w.dirty[string(bucketBlobs)])
 			for _, k := range keys {
 				if got, want := w.get(bucketTasks, []byte(k)), plain.get(bucketTasks, []byte(k)); !bytes.Equal(got, want) {
 					t.Fatalf("round %d: task %q: the write transaction reads %q, the file holds %q", round, k, got, want)
 				}
 				seeks := w.ops.Seeks
-				got, want := w.get(bucketBlobs, []byte(k)), plain.get(bucketBlobs, []byte(k))
-				if (got == nil) != (want == nil) || !bytes.Equal(got, want) {
-					t.Fatalf("round %d: blob %q: the write transaction reads %q, the file holds %q", round, k, got, want)
+				v, ok := cur[k]
+				if got := w.get(bucketBlobs, []byte(k)); (got == nil) == ok || string(got) != v {
+					t.Fatalf("round %d: blob %q: the write transaction reads %q, want %q (present %v)", round, k, got, v, ok)
 				}
-				if w.ops.Seeks == seeks && want == nil {
+				if _, dirty := w.dirty[string(bucketBlobs)][k]; !dirty {
+					if got, want := w.get(bucketBlobs, []byte(k)), plain.get(bucketBlobs, []byte(k)); !bytes.Equal(got, want) {
+						t.Fatalf("round %d: blob %q: the write transaction reads %q, the file holds %q", round, k, got, want)
+					}
+				}
+				if w.ops.Seeks == seeks && !ok {
 					filtered++
 				}
 				if r.IntN(2) == 0 {
 					// The next read goes to the filter and the file; or
 					// the cache keeps what this one found (an absent key
-					// too), as the apply's reads before a put do.
-					w.recs = recCache{}
+					// too), as the apply's reads before a put do. (What a
+					// deferred put holds stays: it is in no file yet.)
+					for name, m := range w.recs {
+						maps.DeleteFunc(m, func(k string, _ []byte) bool {
+							_, dirty := w.dirty[name][k]
+							return !dirty
+						})
+					}
 				}
-				if got, want := w.has(bucketBlobs, []byte(k)), plain.has(bucketBlobs, []byte(k)); got != want {
-					t.Fatalf("round %d: blob %q: the write transaction says present=%v, the file %v", round, k, got, want)
+				if got := w.has(bucketBlobs, []byte(k)); got != ok {
+					t.Fatalf("round %d: blob %q: the write transaction says present=%v, want %v", round, k, got, ok)
 				}
 			}
 		}
+		outcome := "committed"
 		switch r.IntN(8) {
 		case 0, 1:
 			f.discardLocked()
 			rolledBack++
+			outcome = "rolled back"
 		case 2:
 			// A commit that fails (as on a full disk): a deferred put
 			// that bbolt refuses when the transaction writes it.
@@ -111,22 +141,45 @@ func TestBlobFilterNeverHidesARecord(t *testing.T) {
 				t.Fatalf("round %d: a commit with a key of %d bytes succeeded", round, len(huge))
 			}
 			failed++
+			outcome = "failed"
 		default:
 			if err := f.commitLocked(CommitDue); err != nil {
 				t.Fatal(err)
 			}
 		}
+		if outcome == "committed" {
+			committed = cur
+		}
+		if got := fileBlobs(t, f); !maps.Equal(got, committed) {
+			t.Fatalf("round %d (%s): the file holds the blob records %v, want %v", round, outcome, got, committed)
+		}
 		shared = max(shared, countsMatchFile(t, f, round))
 	}
-	t.Logf("the filter spared %d searches; %d transactions rolled back, %d commits failed; at most %d records shared a fingerprint",
-		filtered, rolledBack, failed, shared)
-	if filtered == 0 || shared < 2 || rolledBack == 0 || failed == 0 {
-		t.Fatalf("the filter spared %d searches, %d transactions rolled back, %d commits failed, at most %d records shared a fingerprint: the test does not exercise it",
-			filtered, rolledBack, failed, shared)
+	t.Logf("the filter spared %d searches; %d transactions rolled back, %d commits failed; at most %d records shared a fingerprint; %d deferred puts seen pending",
+		filtered, rolledBack, failed, shared, pending)
+	if filtered == 0 || shared < 2 || rolledBack == 0 || failed == 0 || pending == 0 {
+		t.Fatalf("the filter spared %d searches, %d transactions rolled back, %d commits failed, at most %d records shared a fingerprint, %d deferred puts pending: the test does not exercise it",
+			filtered, rolledBack, failed, shared, pending)
 	}
 	if builds := f.filterBuilds.Load(); builds != 2 {
 		t.Fatalf("the filter was built from the file %d times, want 2 (at open, and after the test cleared it)", builds)
 	}
+}
+
+// fileBlobs is the blob records of f's file, by key.
+func fileBlobs(t *testing.T, f *FSM) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := f.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketBlobs).ForEach(func(k, v []byte) error {
+			out[string(k)] = string(v)
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // countsMatchFile fails t unless f's filter of blob keys counts each

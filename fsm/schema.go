@@ -455,9 +455,15 @@ func (t *txn) raw(name bucket) *bolt.Bucket {
 // records are written again and again within one transaction: a job's
 // epoch at its begin, at each ack and when it leaves; a task's lineage at
 // each ack and when an epoch leaves; the job at each begin and
-// completion. With 160 acks a transaction, 4 puts per ack were 1.
+// completion. With 160 acks a transaction, 4 puts per ack were 1. A blob's
+// record is written by the ack that commits it and again by the leader's
+// observation of its object, which most often lands in the same
+// transaction (a follower's holds a second of entries): one put instead
+// of two. (Blob records are kept as bytes, not decoded: copyOfRecord
+// keeps no copy of them.)
 var deferredBuckets = map[string]bool{
 	string(bucketJobs): true, string(bucketEpochs): true, string(bucketLineages): true,
+	string(bucketBlobs): true,
 }
 
 // objsOf is t's map of decoded records of bucket name (txn.objs), nil
@@ -674,13 +680,22 @@ func (t *txn) put(name bucket, key, value []byte) error {
 
 func (t *txn) del(name bucket, key []byte) error {
 	t.ops.Deletes++
+	pending := false // a deferred put of key, not yet in the file
 	if t.deferred(name) {
-		delete(t.dirty[string(name)], string(key))
+		d := t.dirty[string(name)]
+		_, pending = d[string(key)]
+		delete(d, string(key))
 		delete(t.objs[string(name)], string(key)) // recs says it is gone
 	}
 	if t.counted(name) {
-		if err := t.delBlob(key); err != nil {
+		gone, err := t.delBlob(key)
+		if err != nil {
 			return err
+		}
+		if !gone && pending {
+			// The record was only a deferred put, counted when it was
+			// made (put): it leaves the count with it.
+			t.blobsGone = append(t.blobsGone, t.blobKeys.fingerprint(key))
 		}
 	} else if err := t.raw(name).Delete(key); err != nil {
 		return err
@@ -691,22 +706,22 @@ func (t *txn) del(name bucket, key []byte) error {
 	return nil
 }
 
-// delBlob deletes key from the blobs bucket, as bbolt's Delete does, and
-// notes the fingerprint of the record it removed (none when there was
-// none) for the filter of blob keys.
-func (t *txn) delBlob(key []byte) error {
+// delBlob deletes key from the blobs bucket of the file, as bbolt's
+// Delete does, and notes the fingerprint of the record it removed for the
+// filter of blob keys; gone reports whether the file held one.
+func (t *txn) delBlob(key []byte) (gone bool, err error) {
 	if t.filteredOut(bucketBlobs, key) {
-		return nil
+		return false, nil
 	}
 	c := t.raw(bucketBlobs).Cursor()
 	if k, _ := c.Seek(key); k == nil || !bytes.Equal(k, key) {
-		return nil
+		return false, nil
 	}
 	if err := c.Delete(); err != nil {
-		return err
+		return false, err
 	}
 	t.blobsGone = append(t.blobsGone, t.blobKeys.fingerprint(key))
-	return nil
+	return true, nil
 }
 
 // holdsBlob reports whether the blobs bucket holds key: from the cache
@@ -745,6 +760,13 @@ func (t *txn) has(name bucket, key []byte) bool {
 
 // deletePrefix removes every key of a bucket starting with prefix.
 func (t *txn) deletePrefix(name bucket, prefix []byte) error {
+	if t.counted(name) {
+		// The filter counts the records deleted from the file below: a
+		// deferred put is made there first (a job's deletion is rare).
+		if err := t.flush(name); err != nil {
+			return err
+		}
+	}
 	if t.cached(name) {
 		m := t.recsOf(name)
 		for k := range m {

@@ -56,6 +56,8 @@ func BenchmarkAckState(b *testing.B) {
 		// (intent-create version 4), or signed slots with signed set.
 		key    func(dir string, n int) string
 		signed bool
+		// observe adds the leader's observations of the committed blobs.
+		observe bool
 	}
 	clock := time.Unix(1_800_000_000, 0)
 	for _, p := range []policy{
@@ -65,27 +67,31 @@ func BenchmarkAckState(b *testing.B) {
 	} {
 		for _, k := range []shape{
 			// What the API hands out by default: signed slots, no entry.
-			{"keys=signed", nil, true},
+			{"keys=signed", nil, true, false},
+			// The same with the leader's observation of each round's
+			// blobs, as the cluster applies them.
+			{"keys=signed,observed", nil, true, true},
 			// What the API records without the orphan sweep: one upload
 			// batch per request.
-			{"keys=batches", nil, false},
+			{"keys=batches", nil, false, false},
 			// Single intents with keys of blobstore.NewKey: time first.
 			{"keys=time-ordered", func(dir string, n int) string {
 				return blobstore.NewKey(dir, clock.Add(time.Duration(n)*time.Microsecond))
-			}, false},
+			}, false, false},
 			// Random keys, the shape before NewKey.
 			{"keys=random", func(dir string, _ int) string {
 				return fmt.Sprintf("%s/%016x%016x", dir, rand.Uint64(), rand.Uint64())
-			}, false},
+			}, false, false},
 		} {
-			benchAckState(b, p.name+"/"+k.name, p.policy, k.key, k.signed)
+			benchAckState(b, p.name+"/"+k.name, p.policy, k.key, k.signed, k.observe)
 		}
 	}
 }
 
-func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey func(dir string, n int) string, signed bool) {
+func benchAckState(b *testing.B, name string, policy fsm.CommitPolicy, newKey func(dir string, n int) string, signed, observe bool) {
 	b.Run(name, func(b *testing.B) {
 		l := newAckLoad(b, policy, newKey, signed)
+		l.observe = observe
 		b.ResetTimer()
 		w0 := wchar()
 		ops0 := l.h.f.CommitStats().Ops
