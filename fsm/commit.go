@@ -201,7 +201,7 @@ func (f *FSM) begin() error {
 	}
 	fillAppended(tx)
 	t := &txn{tx: tx, recs: recCache{}, recHints: f.recHints, awaitingHint: f.awaitingHint, dirty: map[string]map[string]struct{}{},
-		objs: map[string]map[string]msgRecord{}}
+		objs: map[string]map[string]msgRecord{}, deferBlobs: !f.leading.Load()}
 	if f.blobFilterOff {
 		f.blobKeys = nil
 	} else if f.blobKeys == nil {

@@ -23,7 +23,7 @@ import (
 // hold the same.
 func TestWriteTxnCacheMatchesFile(t *testing.T) {
 	names := []bucket{bucketJobs, bucketTasks, bucketEpochs, bucketHeads, bucketLineages, bucketBlobs, bucketAcks}
-	cached := &txn{tx: openWriteTx(t, "cached.db", names), recs: recCache{}, dirty: map[string]map[string]struct{}{}}
+	cached := &txn{tx: openWriteTx(t, "cached.db", names), recs: recCache{}, dirty: map[string]map[string]struct{}{}, deferBlobs: true}
 	file := &txn{tx: openWriteTx(t, "file.db", names)}
 	both := func(fn func(t *txn) error) {
 		t.Helper()
