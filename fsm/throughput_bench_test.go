@@ -123,6 +123,8 @@ type ackLoad struct {
 	// reports the blobs the round's acks committed, as the leader's
 	// observer does (gc.Collector.Observe).
 	observe bool
+	// deleted are the jobs no longer driven (deleted by the test).
+	deleted map[int]bool
 	signer  *fsm.SlotSigner
 	keys    map[string][]string
 	seq     uint64
@@ -181,6 +183,9 @@ func (l *ackLoad) run(tb testing.TB, n int) int {
 	for acks < n {
 		var committed []fsm.BlobObservation
 		for j := range ackLoadJobs {
+			if l.deleted[j] {
+				continue
+			}
 			job := fmt.Sprintf("j%d", j)
 			l.epoch[j]++
 			add(fsm.CmdEpochBegin, fsm.EpochBegin{Job: job, Generation: 1, Epoch: l.epoch[j]})
