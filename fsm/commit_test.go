@@ -427,3 +427,48 @@ func TestReplayUnderEveryRoleAndPolicy(t *testing.T) {
 		t.Fatal("the state holds no blob or lineage record")
 	}
 }
+
+// TestCommandsOnMemory: the entries of TestReplayUnderEveryRoleAndPolicy's
+// load (every table of fuzzState, the ack load with observations, a job
+// deleted halfway), applied to a state in memory (internal/memkv, the
+// first step of the planned state layer) through the same commands, leave
+// every bucket byte for byte and the state hash as the file does: with
+// every read and write going to the store, and with the write
+// transaction's caches and deferred puts, as a leader's and a follower's,
+// in transactions of random sizes.
+func TestCommandsOnMemory(t *testing.T) {
+	l := newAckLoad(t, fsm.DefaultCommitPolicy, nil, true)
+	h := l.h
+	fuzzState(h)
+	l.observe = true
+	l.run(t, 6*ackLoadJobs*ackLoadTasks)
+	mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "j3", Force: true}))
+	l.deleted = map[int]bool{3: true}
+	l.run(t, 4*(ackLoadJobs-1)*ackLoadTasks)
+	want, wantHash := h.dump(), h.hash()
+	for _, o := range []fsm.MemoryApply{
+		{},
+		{Cached: true, Leading: true, Rand: rand.New(rand.NewPCG(9, 10))},
+		{Cached: true, Rand: rand.New(rand.NewPCG(11, 12))},
+	} {
+		name := fmt.Sprintf("cached=%v/leading=%v/batches=%v", o.Cached, o.Leading, o.Rand != nil)
+		got, sum, err := fsm.ApplyInMemory(h.logs, o)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if sum != wantHash {
+			t.Errorf("%s: state hash %s, want %s", name, sum, wantHash)
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: %d buckets, want %d", name, len(got), len(want))
+		}
+		for b, kv := range want {
+			if !maps.Equal(kv, got[b]) {
+				t.Errorf("%s: bucket %s holds %d keys, want %d, or values differ", name, b, len(got[b]), len(kv))
+			}
+		}
+	}
+	if len(want["blobs"]) == 0 || len(want["records"]) == 0 || len(want["rec_changes"]) == 0 {
+		t.Fatal("the state holds no blob or lineage record")
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/metastore/metastore/internal/memkv"
 )
 
 // SchemaVersion is the layout version of the state machine's bbolt file
@@ -274,6 +276,9 @@ func deadlineKey(deadlineNanos int64, job string, epoch uint64) []byte {
 // transaction ends.
 type txn struct {
 	tx *bolt.Tx
+	// mem, when set, is the store t reads and writes instead of tx's
+	// buckets (kv.go).
+	mem *memkv.Store
 	// index is the Raft index of the command being applied (0 for reads).
 	index uint64
 	// usage collects the changes of the jobs' usage the writes made
@@ -306,7 +311,7 @@ type txn struct {
 	// cutoff is the slot cut-off (upload_slots.go) once read; nil before.
 	cutoff *time.Time
 	// cursors holds a cursor per bucket for point reads (get).
-	cursors map[string]*bolt.Cursor
+	cursors map[string]kvCursor
 	// recs holds, in the state machine's write transaction, the values of
 	// the keys of cachedBuckets it read or wrote (nil: absent), by
 	// bucket and key; nil in other transactions.
@@ -430,7 +435,7 @@ func (t *txn) recsOf(name bucket) map[string][]byte {
 
 // b is a handle of bucket name, holding every put the transaction made
 // to it: the deferred puts of the bucket are made first (flush).
-func (t *txn) b(name bucket) *bolt.Bucket {
+func (t *txn) b(name bucket) kvBucket {
 	if err := t.flush(name); err != nil {
 		// Deferred puts were checked as bbolt checks them when they were
 		// made (checkPut); a write transaction takes them.
@@ -441,8 +446,8 @@ func (t *txn) b(name bucket) *bolt.Bucket {
 
 // raw is a handle of bucket name without the deferred puts: for writes,
 // and for reads that look at the transaction's cache first.
-func (t *txn) raw(name bucket) *bolt.Bucket {
-	b := t.tx.Bucket(name)
+func (t *txn) raw(name bucket) kvBucket {
+	b := t.bucketOf(name)
 	if b == nil {
 		// Buckets are created when the file is opened; a missing one is a
 		// corrupt file.
@@ -609,12 +614,12 @@ func (t *txn) seek(name bucket, key []byte) []byte {
 
 // cursor is the transaction's cursor of a bucket for point reads (get,
 // has); nothing iterates with it.
-func (t *txn) cursor(name bucket) *bolt.Cursor {
+func (t *txn) cursor(name bucket) kvCursor {
 	c := t.cursors[string(name)]
 	if c == nil {
 		c = t.b(name).Cursor()
 		if t.cursors == nil {
-			t.cursors = make(map[string]*bolt.Cursor, 8)
+			t.cursors = make(map[string]kvCursor, 8)
 		}
 		t.cursors[string(name)] = c
 	}

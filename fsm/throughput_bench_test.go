@@ -266,3 +266,49 @@ func BenchmarkAckStateManyBlobs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReplayAcks applies the same entries (the ack load of
+// BenchmarkAckState with signed slots and the leader's observations,
+// 16 entries a batch) to the state machine file (bbolt, group commits)
+// and to a state in memory (internal/memkv, the first step of the state
+// layer planned in DESIGN.md), through the same commands: what leaving
+// bbolt alone saves the apply, per ack. In memory, "cached" keeps the
+// write transaction's caches and deferred puts per batch, "direct" reads
+// and writes the store for everything.
+//
+//	go test -run '^$' -bench BenchmarkReplayAcks -benchtime 10x ./fsm/
+func BenchmarkReplayAcks(b *testing.B) {
+	const acks = 20_000
+	l := newAckLoad(b, fsm.DefaultCommitPolicy, nil, true)
+	l.observe = true
+	l.run(b, acks)
+	logs := l.h.logs
+	const batch = 16
+	b.Run("store=file", func(b *testing.B) {
+		for range b.N {
+			f := openFSM(b, b.TempDir()+"/fsm.db")
+			f.SetLeading(true)
+			for i := 0; i < len(logs); i += batch {
+				f.ApplyBatch(logs[i:min(i+batch, len(logs))])
+			}
+			if err := f.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*acks), "ns/ack")
+	})
+	for _, cached := range []bool{false, true} {
+		name := "store=memory,direct"
+		if cached {
+			name = "store=memory,cached"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				if err := fsm.ReplayInMemory(logs, fsm.MemoryApply{Cached: cached, Leading: true, Batch: batch}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*acks), "ns/ack")
+		})
+	}
+}
