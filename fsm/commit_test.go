@@ -360,6 +360,25 @@ func (h *harness) committedJob(job string) (uint64, fsm.CommitStats) {
 	return h.f.CommittedIndex(), h.f.CommitStats()
 }
 
+// replayLoad applies, as a leader, every table of fuzzState, the ack load
+// with observations, a job's deletion and more acks, and returns the
+// harness (its entries in h.logs), every bucket and the state hash.
+func replayLoad(t *testing.T) (*harness, fsm.Dump, string) {
+	l := newAckLoad(t, fsm.DefaultCommitPolicy, nil, true)
+	h := l.h
+	h.f.SetLeading(true)
+	if err := h.f.Flush(); err != nil { // the next transaction is a leader's
+		t.Fatal(err)
+	}
+	fuzzState(h)
+	l.observe = true
+	l.run(t, 6*ackLoadJobs*ackLoadTasks)
+	mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "j3", Force: true}))
+	l.deleted = map[int]bool{3: true}
+	l.run(t, 4*(ackLoadJobs-1)*ackLoadTasks)
+	return h, h.dump(), h.hash()
+}
+
 // TestReplayUnderEveryRoleAndPolicy: the entries of a state that touches
 // every table (fuzzState: manifests with materializations and dropped
 // segments, inline payloads, pinned, aborted and pending epochs, intents,
@@ -373,19 +392,7 @@ func (h *harness) committedJob(job string) (uint64, fsm.CommitStats) {
 // (deferredBuckets, more of them in a follower's transactions) change
 // when the file is written, never what it holds.
 func TestReplayUnderEveryRoleAndPolicy(t *testing.T) {
-	l := newAckLoad(t, fsm.DefaultCommitPolicy, nil, true)
-	h := l.h
-	h.f.SetLeading(true)
-	if err := h.f.Flush(); err != nil { // the next transaction is a leader's
-		t.Fatal(err)
-	}
-	fuzzState(h)
-	l.observe = true
-	l.run(t, 6*ackLoadJobs*ackLoadTasks)
-	mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "j3", Force: true}))
-	l.deleted = map[int]bool{3: true}
-	l.run(t, 4*(ackLoadJobs-1)*ackLoadTasks)
-	want, wantHash := h.dump(), h.hash()
+	h, want, wantHash := replayLoad(t)
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, leading := range []bool{true, false} {
 		for _, p := range []fsm.CommitPolicy{
@@ -437,15 +444,7 @@ func TestReplayUnderEveryRoleAndPolicy(t *testing.T) {
 // transaction's caches and deferred puts, as a leader's and a follower's,
 // in transactions of random sizes.
 func TestCommandsOnMemory(t *testing.T) {
-	l := newAckLoad(t, fsm.DefaultCommitPolicy, nil, true)
-	h := l.h
-	fuzzState(h)
-	l.observe = true
-	l.run(t, 6*ackLoadJobs*ackLoadTasks)
-	mustOK(t, h.mustApply(fsm.CmdJobDelete, fsm.JobDelete{Job: "j3", Force: true}))
-	l.deleted = map[int]bool{3: true}
-	l.run(t, 4*(ackLoadJobs-1)*ackLoadTasks)
-	want, wantHash := h.dump(), h.hash()
+	h, want, wantHash := replayLoad(t)
 	for _, o := range []fsm.MemoryApply{
 		{},
 		{Cached: true, Leading: true, Rand: rand.New(rand.NewPCG(9, 10))},
