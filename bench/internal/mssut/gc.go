@@ -178,7 +178,10 @@ func (s *System) makeGarbage(ctx context.Context, c *client.Client, job string, 
 }
 
 // ackEpoch begins epoch and acknowledges it for its only task, which
-// completes it.
+// completes it. The epoch's state says so, not the answer's
+// completed_by_this_ack: an ack the client sent again (its first answer
+// lost to a timeout) is answered as a retry, false, though its first
+// delivery completed the epoch.
 func ackEpoch(ctx context.Context, c *client.Client, job string, gen, epoch uint64, task string, ack client.AckRequest) error {
 	if _, err := c.BeginEpoch(ctx, job, gen, epoch); err != nil {
 		return fmt.Errorf("begin epoch %d of %s: %w", epoch, job, err)
@@ -187,8 +190,8 @@ func ackEpoch(ctx context.Context, c *client.Client, job string, gen, epoch uint
 	if err != nil {
 		return fmt.Errorf("ack of epoch %d of %s/%s: %w", epoch, job, task, err)
 	}
-	if !res.Completed {
-		return fmt.Errorf("epoch %d of %s did not complete with its only task's ack", epoch, job)
+	if res.Epoch == nil || res.Epoch.State != wire.EpochCompleted {
+		return fmt.Errorf("epoch %d of %s did not complete with its only task's ack (answered %+v)", epoch, job, res.Epoch)
 	}
 	return nil
 }
