@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/bench/internal/sut"
+	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/wire"
 )
 
 // TestSystem starts the real processes (three members, one S3 server) and
@@ -166,6 +168,29 @@ func TestSystem(t *testing.T) {
 	}
 	cycle(1)
 	t.Logf("leader %s killed, %s elected, %s restarted and caught up", old.ID, now.ID, old.ID)
+
+	// A one-task epoch delivered twice (as a client sends an ack again
+	// after a timeout): the second answer is a retry's, not "completed
+	// by this ack", and the epoch counts as completed all the same.
+	oc, err := sys.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oc.PutJob(ctx, "once", wire.JobConfig{Retained: 1}); err != nil {
+		t.Fatal(err)
+	}
+	att, err := oc.StartAttempt(ctx, "once", "a", []wire.Task{{ID: "t", Caps: statefulCaps}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := ackEpoch(ctx, oc, "once", att.Generation, 1, "t", client.AckRequest{}); err != nil {
+			t.Fatalf("delivery %d: %v", i+1, err)
+		}
+	}
+	if res, err := oc.Ack(ctx, "once", att.Generation, 1, "t", client.AckRequest{}); err != nil || res.Completed {
+		t.Fatalf("a third delivery answered %+v, %v: want a retry's answer", res, err)
+	}
 
 	gcRes, err := sys.GC(ctx, 1500)
 	if err != nil {
