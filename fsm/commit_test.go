@@ -442,15 +442,18 @@ func TestReplayUnderEveryRoleAndPolicy(t *testing.T) {
 // every bucket byte for byte and the state hash as the file does: with
 // every read and write going to the store, and with the write
 // transaction's caches and deferred puts, as a leader's and a follower's,
-// in transactions of random sizes.
+// in transactions of random sizes; and with the blob records held
+// decoded in place of the blobs bucket (blob_typed.go).
 func TestCommandsOnMemory(t *testing.T) {
 	h, want, wantHash := replayLoad(t)
 	for _, o := range []fsm.MemoryApply{
 		{},
 		{Cached: true, Leading: true, Rand: rand.New(rand.NewPCG(9, 10))},
 		{Cached: true, Rand: rand.New(rand.NewPCG(11, 12))},
+		{TypedBlobs: true},
+		{TypedBlobs: true, Cached: true, Leading: true, Rand: rand.New(rand.NewPCG(13, 14))},
 	} {
-		name := fmt.Sprintf("cached=%v/leading=%v/batches=%v", o.Cached, o.Leading, o.Rand != nil)
+		name := fmt.Sprintf("cached=%v/leading=%v/batches=%v/typed-blobs=%v", o.Cached, o.Leading, o.Rand != nil, o.TypedBlobs)
 		got, sum, err := fsm.ApplyInMemory(h.logs, o)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -46,6 +46,9 @@ func (b memBucket) Cursor() kvCursor { return b.Bucket.Cursor() }
 
 // bucketOf is bucket name of t's store, nil when the store has none.
 func (t *txn) bucketOf(name bucket) kvBucket {
+	if t.blobsTyped != nil && string(name) == string(bucketBlobs) {
+		return typedBlobBucket{t.blobsTyped}
+	}
 	if t.mem != nil {
 		if b := t.mem.Bucket(name); b != nil {
 			return memBucket{b}

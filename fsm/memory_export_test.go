@@ -21,33 +21,40 @@ type MemoryApply struct {
 	// Batch entries a transaction (0: one transaction for all).
 	Rand  *rand.Rand
 	Batch int
+	// TypedBlobs: the blob records are held decoded (blob_typed.go) in
+	// place of the blobs bucket.
+	TypedBlobs bool
 }
 
 // ApplyInMemory applies logs, as ApplyBatch would, to a state in memory
 // (internal/memkv) and returns every bucket, as DumpBuckets answers for a
 // file, and the state hash.
 func ApplyInMemory(logs []*raft.Log, o MemoryApply) (Dump, string, error) {
-	st, err := applyInMemory(logs, o)
+	st, blobs, err := applyInMemory(logs, o)
 	if err != nil {
 		return nil, "", err
 	}
-	t := &txn{mem: st.Snapshot()}
+	t := &txn{mem: st.Snapshot(), blobsTyped: blobs}
 	sum, err := t.stateHash()
 	if err != nil {
 		return nil, "", err
 	}
-	d, err := dumpStore(st)
+	d, err := dumpTxn(t)
 	return d, sum, err
 }
 
 // ReplayInMemory is ApplyInMemory without the answer, for benchmarks.
 func ReplayInMemory(logs []*raft.Log, o MemoryApply) error {
-	_, err := applyInMemory(logs, o)
+	_, _, err := applyInMemory(logs, o)
 	return err
 }
 
-func applyInMemory(logs []*raft.Log, o MemoryApply) (*memkv.Store, error) {
+func applyInMemory(logs []*raft.Log, o MemoryApply) (*memkv.Store, *typedBlobs, error) {
 	st := newMemState()
+	var blobs *typedBlobs
+	if o.TypedBlobs {
+		blobs = newTypedBlobs()
+	}
 	for i := 0; i < len(logs); {
 		n := len(logs) - i
 		if o.Rand != nil {
@@ -55,7 +62,7 @@ func applyInMemory(logs []*raft.Log, o MemoryApply) (*memkv.Store, error) {
 		} else if o.Batch > 0 {
 			n = min(o.Batch, n)
 		}
-		t := &txn{mem: st}
+		t := &txn{mem: st, blobsTyped: blobs}
 		if o.Cached {
 			t.recs, t.dirty, t.objs = recCache{}, map[string]map[string]struct{}{}, map[string]map[string]msgRecord{}
 			t.deferBlobs = !o.Leading
@@ -66,33 +73,33 @@ func applyInMemory(logs []*raft.Log, o MemoryApply) (*memkv.Store, error) {
 			}
 			t.index = l.Index
 			if _, err := applyEntry(t, l); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if err := t.flushAll(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := st.Bucket(bucketMeta).Put(metaAppliedIndex, u64(logs[i+n-1].Index)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		i += n
 	}
-	return st, nil
+	return st, blobs, nil
 }
 
-// dumpStore is DumpBuckets of a state in memory.
-func dumpStore(st *memkv.Store) (Dump, error) {
+// dumpTxn is DumpBuckets of the buckets t reads (a state in memory).
+func dumpTxn(t *txn) (Dump, error) {
 	out := Dump{}
-	for _, name := range st.Names() {
+	for _, name := range t.mem.Names() {
 		kv := map[string]string{}
 		out[string(name)] = kv
-		err := st.Bucket(name).ForEach(func(k, v []byte) error {
+		err := t.scan(name, nil, func(k, v []byte) (bool, error) {
 			js, err := recordJSON(name, v)
 			if err != nil {
-				return fmt.Errorf("%s/%q: %w", name, k, err)
+				return false, fmt.Errorf("%s/%q: %w", name, k, err)
 			}
 			kv[string(k)] = string(js)
-			return nil
+			return true, nil
 		})
 		if err != nil {
 			return nil, err

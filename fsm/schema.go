@@ -279,6 +279,9 @@ type txn struct {
 	// mem, when set, is the store t reads and writes instead of tx's
 	// buckets (kv.go).
 	mem *memkv.Store
+	// blobsTyped, when set, holds the blob records in place of the blobs
+	// bucket (blob_typed.go).
+	blobsTyped *typedBlobs
 	// index is the Raft index of the command being applied (0 for reads).
 	index uint64
 	// usage collects the changes of the jobs' usage the writes made
@@ -604,6 +607,10 @@ func (t *txn) seek(name bucket, key []byte) []byte {
 	if t.filteredOut(name, key) {
 		return nil
 	}
+	if t.blobsTyped != nil && string(name) == string(bucketBlobs) {
+		t.ops.Seeks++
+		return typedBlobBucket{t.blobsTyped}.Get(key)
+	}
 	t.ops.Seeks++
 	k, v := t.cursor(name).Seek(key)
 	if k == nil || !bytes.Equal(k, key) {
@@ -768,6 +775,10 @@ func (t *txn) has(name bucket, key []byte) bool {
 		}
 	}
 	t.ops.Seeks++
+	if t.blobsTyped != nil && string(name) == string(bucketBlobs) {
+		_, ok := t.blobsTyped.m[string(key)]
+		return ok
+	}
 	k, _ := t.cursor(name).Seek(key)
 	return k != nil && bytes.Equal(k, key)
 }

@@ -274,7 +274,8 @@ func BenchmarkAckStateManyBlobs(b *testing.B) {
 // layer planned in DESIGN.md), through the same commands: what leaving
 // bbolt alone saves the apply, per ack. In memory, "cached" keeps the
 // write transaction's caches and deferred puts per batch, "direct" reads
-// and writes the store for everything.
+// and writes the store for everything, "typed-blobs" holds the blob
+// records decoded in place of their bucket (blob_typed.go).
 //
 //	go test -run '^$' -bench BenchmarkReplayAcks -benchtime 10x ./fsm/
 func BenchmarkReplayAcks(b *testing.B) {
@@ -297,14 +298,17 @@ func BenchmarkReplayAcks(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*acks), "ns/ack")
 	})
-	for _, cached := range []bool{false, true} {
-		name := "store=memory,direct"
-		if cached {
-			name = "store=memory,cached"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, o := range []struct {
+		name          string
+		cached, blobs bool
+	}{
+		{"store=memory,direct", false, false},
+		{"store=memory,cached", true, false},
+		{"store=memory,direct,typed-blobs", false, true},
+	} {
+		b.Run(o.name, func(b *testing.B) {
 			for range b.N {
-				if err := fsm.ReplayInMemory(logs, fsm.MemoryApply{Cached: cached, Leading: true, Batch: batch}); err != nil {
+				if err := fsm.ReplayInMemory(logs, fsm.MemoryApply{Cached: o.cached, TypedBlobs: o.blobs, Leading: true, Batch: batch}); err != nil {
 					b.Fatal(err)
 				}
 			}
