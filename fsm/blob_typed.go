@@ -3,7 +3,12 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/metastore/metastore/internal/keytable"
 )
 
 // typedBlobs holds the blob records decoded, by key, in place of the
@@ -16,34 +21,227 @@ import (
 // ApplyInMemory does, so that TestCommandsOnMemory compares it bucket
 // for bucket with the file and BenchmarkReplayAcks measures it.
 //
-// The records are the table's own: get returns a copy, put stores one.
-// A record's pointer fields (times, the observation) are replaced by the
-// commands, never changed in place, so a shallow copy is a copy.
+// Its memory holds no pointer per blob for the collector to follow: the
+// keys and fixed-size entries are in an internal/keytable, the job and
+// task names interned (a few per job), the checksums and ETags in an
+// arena of byte chunks that only grows (a record's checksum is written
+// once, at its commit, and its ETag once, at its observation; what a
+// deleted record held stays until the table is built again).
+//
+// get returns a record of its own; put stores what the record holds.
 type typedBlobs struct {
-	m map[string]*blobRecord
+	t *keytable.Table[blobEntry]
+	// names interns the jobs' and tasks' names: names[i-1] is name i (0:
+	// the empty name).
+	names  []string
+	nameID map[string]uint32
+	// text holds the checksums and ETags.
+	text [][]byte
 }
 
-func newTypedBlobs() *typedBlobs { return &typedBlobs{m: map[string]*blobRecord{}} }
+// blobEntry is a blob record without pointers.
+type blobEntry struct {
+	job, task           uint32
+	checksum, etag      textRef
+	generation, size    uint64
+	refs, modifyIndex   uint64
+	obsSize             uint64
+	created, obsAt      stamp
+	lease, unreferenced stamp
+	deleting, gone      stamp
+	state               uint8
+	flags               uint8
+}
 
-// get returns a copy of key's record, with what it counts (as decodeBlob
-// sets), nil when there is none.
+// The flags of a blobEntry.
+const (
+	blobAwaiting uint8 = 1 << iota
+	blobFlagged
+	blobObserved
+	blobObsMissing
+)
+
+// textRef is where a string is in the arena; n 0 is the empty string.
+type textRef struct{ chunk, off, n uint32 }
+
+// stamp is a time in nanoseconds since 1970; zeroStamp stands for the
+// zero time, which that does not reach. unset stands for a nil
+// *time.Time.
+type stamp int64
+
+const (
+	zeroStamp stamp = math.MinInt64
+	unset     stamp = math.MinInt64 + 1
+)
+
+// textChunk is the size of the arena's chunks.
+const textChunk = 64 << 10
+
+// blobStates numbers the blob states for blobEntry.state.
+var blobStates = []blobState{blobIntent, blobLive, blobExpired, blobDeleting, blobGone}
+
+func newTypedBlobs() *typedBlobs {
+	return &typedBlobs{t: keytable.New[blobEntry](), nameID: map[string]uint32{}}
+}
+
+func (tb *typedBlobs) name(id uint32) string {
+	if id == 0 {
+		return ""
+	}
+	return tb.names[id-1]
+}
+
+func (tb *typedBlobs) intern(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	if id, ok := tb.nameID[s]; ok {
+		return id
+	}
+	tb.names = append(tb.names, s)
+	id := uint32(len(tb.names))
+	tb.nameID[s] = id
+	return id
+}
+
+// str is the string r names, over the arena's bytes (they never change).
+func (tb *typedBlobs) str(r textRef) string {
+	if r.n == 0 {
+		return ""
+	}
+	return unsafe.String(&tb.text[r.chunk][r.off], int(r.n))
+}
+
+// store returns a reference to s: old when it names s already, else s
+// appended to the arena.
+func (tb *typedBlobs) store(s string, old textRef) textRef {
+	if s == "" {
+		return textRef{}
+	}
+	if tb.str(old) == s {
+		return old
+	}
+	if len(s) > textChunk {
+		tb.text = append(tb.text, []byte(s))
+		return textRef{chunk: uint32(len(tb.text) - 1), n: uint32(len(s))}
+	}
+	n := len(tb.text)
+	if n == 0 || len(tb.text[n-1])+len(s) > cap(tb.text[n-1]) {
+		tb.text = append(tb.text, make([]byte, 0, textChunk))
+		n++
+	}
+	c := tb.text[n-1]
+	r := textRef{chunk: uint32(n - 1), off: uint32(len(c)), n: uint32(len(s))}
+	tb.text[n-1] = append(c, s...)
+	return r
+}
+
+func stampOf(t time.Time) stamp {
+	if t.IsZero() {
+		return zeroStamp
+	}
+	if y := t.Year(); y < 1678 || y > 2261 {
+		// Nanoseconds since 1970 do not reach it. The times of the
+		// records are the proposers' clocks and durations after them.
+		panic(fmt.Sprintf("fsm: a blob record's time %s is out of range", t))
+	}
+	return stamp(t.UnixNano())
+}
+
+func stampOfPtr(t *time.Time) stamp {
+	if t == nil {
+		return unset
+	}
+	return stampOf(*t)
+}
+
+// time is the stamp as decodeRecord returns a time (local, as
+// MessagePack's decoder makes it).
+func (s stamp) time() time.Time {
+	if s == zeroStamp {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(s)).Local()
+}
+
+func (s stamp) ptr() *time.Time {
+	if s == unset {
+		return nil
+	}
+	t := s.time()
+	return &t
+}
+
+// record is the record e holds, for key.
+func (tb *typedBlobs) record(key string, e blobEntry) *blobRecord {
+	b := &blobRecord{
+		Key: key, Job: tb.name(e.job), Task: tb.name(e.task), Generation: e.generation,
+		State: blobStates[e.state], Size: e.size, Checksum: tb.str(e.checksum),
+		AwaitingObservation: e.flags&blobAwaiting != 0, Flagged: e.flags&blobFlagged != 0,
+		Refs: e.refs, LeaseUntil: e.lease.ptr(), CreatedAt: e.created.time(),
+		UnreferencedAt: e.unreferenced.ptr(), DeletingAt: e.deleting.ptr(), GoneAt: e.gone.ptr(),
+		ModifyIndex: e.modifyIndex,
+	}
+	if e.flags&blobObserved != 0 {
+		b.Observed = &observation{Size: e.obsSize, ETag: tb.str(e.etag), Missing: e.flags&blobObsMissing != 0, At: e.obsAt.time()}
+	}
+	return b
+}
+
+// get returns key's record, with what it counts (as decodeBlob sets), nil
+// when there is none.
 func (tb *typedBlobs) get(key string) *blobRecord {
-	b, ok := tb.m[key]
+	e, ok := tb.t.Get(key)
 	if !ok {
 		return nil
 	}
-	cp := *b
-	cp.counted = blobUsage(cp.State, cp.Size)
-	cp.countedAwaiting = cp.AwaitingObservation
-	return &cp
+	b := tb.record(key, e)
+	b.counted = blobUsage(b.State, b.Size)
+	b.countedAwaiting = b.AwaitingObservation
+	return b
 }
 
-// put stores a copy of b under b.Key.
+// put stores what b holds under b.Key.
 func (tb *typedBlobs) put(b *blobRecord) {
-	cp := *b
-	cp.counted, cp.countedAwaiting = JobUsage{}, false
-	cp.batch, cp.batchIndex, cp.signed = "", 0, false
-	tb.m[b.Key] = &cp
+	old, _ := tb.t.Get(b.Key)
+	e := blobEntry{
+		job: tb.intern(b.Job), task: tb.intern(b.Task), checksum: tb.store(b.Checksum, old.checksum),
+		generation: b.Generation, size: b.Size, refs: b.Refs, modifyIndex: b.ModifyIndex,
+		created: stampOf(b.CreatedAt), lease: stampOfPtr(b.LeaseUntil), unreferenced: stampOfPtr(b.UnreferencedAt),
+		deleting: stampOfPtr(b.DeletingAt), gone: stampOfPtr(b.GoneAt),
+		state: uint8(slices.Index(blobStates, b.State)),
+	}
+	if slices.Index(blobStates, b.State) < 0 {
+		panic(fmt.Sprintf("fsm: blob %q in unknown state %q", b.Key, b.State))
+	}
+	if b.AwaitingObservation {
+		e.flags |= blobAwaiting
+	}
+	if b.Flagged {
+		e.flags |= blobFlagged
+	}
+	if o := b.Observed; o != nil {
+		e.flags |= blobObserved
+		if o.Missing {
+			e.flags |= blobObsMissing
+		}
+		e.obsSize, e.obsAt, e.etag = o.Size, stampOf(o.At), tb.store(o.ETag, old.etag)
+	}
+	tb.t.Put(b.Key, e)
+}
+
+func (tb *typedBlobs) has(key string) bool { return tb.t.Has(key) }
+func (tb *typedBlobs) del(key string) bool { return tb.t.Delete(key) }
+
+// keys lists the keys in order.
+func (tb *typedBlobs) keys() []string {
+	out := make([]string, 0, tb.t.Len())
+	tb.t.Each(func(k string, _ blobEntry) bool {
+		out = append(out, k)
+		return true
+	})
+	slices.Sort(out)
+	return out
 }
 
 // typedBlobBucket shows a typedBlobs as the blobs bucket: records encoded
@@ -51,8 +249,8 @@ func (tb *typedBlobs) put(b *blobRecord) {
 type typedBlobBucket struct{ tb *typedBlobs }
 
 func (b typedBlobBucket) Get(key []byte) []byte {
-	r, ok := b.tb.m[string(key)]
-	if !ok {
+	r := b.tb.get(string(key))
+	if r == nil {
 		return nil
 	}
 	return encodeBlobRecord(r)
@@ -81,21 +279,16 @@ func (b typedBlobBucket) Put(key, value []byte) error {
 }
 
 func (b typedBlobBucket) Delete(key []byte) error {
-	delete(b.tb.m, string(key))
+	b.tb.del(string(key))
 	return nil
 }
 
-func (b typedBlobBucket) KeyN() int { return len(b.tb.m) }
+func (b typedBlobBucket) KeyN() int { return b.tb.t.Len() }
 
 // Cursor walks the keys in order: it sorts them when made (a scan of
 // the blobs is rare on the apply's path: a job's deletion).
 func (b typedBlobBucket) Cursor() kvCursor {
-	keys := make([]string, 0, len(b.tb.m))
-	for k := range b.tb.m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return &typedBlobCursor{tb: b.tb, keys: keys, i: -1}
+	return &typedBlobCursor{tb: b.tb, keys: b.tb.keys(), i: -1}
 }
 
 // typedBlobCursor walks the keys the table held when it was made; a key
@@ -116,7 +309,7 @@ func (c *typedBlobCursor) Seek(key []byte) (k, v []byte) {
 
 func (c *typedBlobCursor) Next() (key, value []byte) {
 	for c.i++; c.i < len(c.keys); c.i++ {
-		if r, ok := c.tb.m[c.keys[c.i]]; ok {
+		if r := c.tb.get(c.keys[c.i]); r != nil {
 			return []byte(c.keys[c.i]), encodeBlobRecord(r)
 		}
 	}
@@ -125,7 +318,7 @@ func (c *typedBlobCursor) Next() (key, value []byte) {
 
 func (c *typedBlobCursor) Delete() error {
 	if c.i >= 0 && c.i < len(c.keys) {
-		delete(c.tb.m, c.keys[c.i])
+		c.tb.del(c.keys[c.i])
 	}
 	return nil
 }

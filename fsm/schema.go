@@ -776,8 +776,7 @@ func (t *txn) has(name bucket, key []byte) bool {
 	}
 	t.ops.Seeks++
 	if t.blobsTyped != nil && string(name) == string(bucketBlobs) {
-		_, ok := t.blobsTyped.m[string(key)]
-		return ok
+		return t.blobsTyped.has(string(key))
 	}
 	k, _ := t.cursor(name).Seek(key)
 	return k != nil && bytes.Equal(k, key)
