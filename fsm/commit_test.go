@@ -443,7 +443,8 @@ func TestReplayUnderEveryRoleAndPolicy(t *testing.T) {
 // every read and write going to the store, and with the write
 // transaction's caches and deferred puts, as a leader's and a follower's,
 // in transactions of random sizes; and with the blob records held
-// decoded in place of the blobs bucket (blob_typed.go).
+// decoded in place of the blobs bucket (blob_typed.go), the lineage
+// records and changes in place of theirs (records_typed.go), and both.
 func TestCommandsOnMemory(t *testing.T) {
 	h, want, wantHash := replayLoad(t)
 	for _, o := range []fsm.MemoryApply{
@@ -452,8 +453,10 @@ func TestCommandsOnMemory(t *testing.T) {
 		{Cached: true, Rand: rand.New(rand.NewPCG(11, 12))},
 		{TypedBlobs: true},
 		{TypedBlobs: true, Cached: true, Leading: true, Rand: rand.New(rand.NewPCG(13, 14))},
+		{TypedRecords: true},
+		{TypedBlobs: true, TypedRecords: true, Rand: rand.New(rand.NewPCG(15, 16))},
 	} {
-		name := fmt.Sprintf("cached=%v/leading=%v/batches=%v/typed-blobs=%v", o.Cached, o.Leading, o.Rand != nil, o.TypedBlobs)
+		name := fmt.Sprintf("cached=%v/leading=%v/batches=%v/typed-blobs=%v/typed-records=%v", o.Cached, o.Leading, o.Rand != nil, o.TypedBlobs, o.TypedRecords)
 		got, sum, err := fsm.ApplyInMemory(h.logs, o)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -49,6 +49,14 @@ func (t *txn) bucketOf(name bucket) kvBucket {
 	if t.blobsTyped != nil && string(name) == string(bucketBlobs) {
 		return typedBlobBucket{t.blobsTyped}
 	}
+	if t.recsTyped != nil {
+		switch string(name) {
+		case string(bucketRecords):
+			return typedRecordsBucket{t.recsTyped}
+		case string(bucketRecChanges):
+			return typedChangesBucket{t.recsTyped}
+		}
+	}
 	if t.mem != nil {
 		if b := t.mem.Bucket(name); b != nil {
 			return memBucket{b}

@@ -101,6 +101,10 @@ func (t *txn) head(job, task string) (uint64, error) {
 }
 
 func (t *txn) record(lid uint64, kind byte, ref manifests.Ref) (*record, error) {
+	if t.recsTyped != nil {
+		t.ops.Seeks++
+		return t.recsTyped.get(lid, kind, ref), nil
+	}
 	var r record
 	ok, err := t.getRecord(bucketRecords, recKey(lid, kind, ref), &r)
 	if err != nil || !ok {

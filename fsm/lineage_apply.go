@@ -135,11 +135,11 @@ func newLineage(t *txn, job, task string, gen uint64) (*lineageRecord, error) {
 }
 
 func addRecord(t *txn, lid uint64, kind byte, ref manifests.Ref, r *record, epoch uint64) error {
-	if err := t.putRecord(bucketRecords, recKey(lid, kind, ref), r); err != nil {
+	if err := t.putRec(lid, kind, ref, r); err != nil {
 		return err
 	}
 	if epoch > 0 {
-		if err := t.put(bucketRecChanges, changeKey(lid, epoch, opAdd, kind, ref), nil); err != nil {
+		if err := t.putChange(lid, epoch, opAdd, kind, ref); err != nil {
 			return err
 		}
 	}
@@ -160,10 +160,10 @@ func dropRecord(t *txn, l *lineageRecord, kind byte, ref manifests.Ref, epoch ui
 	if !liveIn(l.Epochs, r) {
 		return deleteRecord(t, l.ID, kind, ref, r, now)
 	}
-	if err := t.putRecord(bucketRecords, recKey(l.ID, kind, ref), r); err != nil {
+	if err := t.putRec(l.ID, kind, ref, r); err != nil {
 		return err
 	}
-	return t.put(bucketRecChanges, changeKey(l.ID, epoch, opDrop, kind, ref), nil)
+	return t.putChange(l.ID, epoch, opDrop, kind, ref)
 }
 
 // copyManifest copies the manifest of src at epoch at into dst, as present

@@ -24,16 +24,16 @@ func liveIn(epochs []uint64, r *record) bool {
 }
 
 func deleteRecord(t *txn, lid uint64, kind byte, ref manifests.Ref, r *record, now time.Time) error {
-	if err := t.del(bucketRecords, recKey(lid, kind, ref)); err != nil {
+	if err := t.delRec(lid, kind, ref); err != nil {
 		return err
 	}
 	if r.Added > 0 {
-		if err := t.del(bucketRecChanges, changeKey(lid, r.Added, opAdd, kind, ref)); err != nil {
+		if err := t.delChange(lid, r.Added, opAdd, kind, ref); err != nil {
 			return err
 		}
 	}
 	if r.Dropped > 0 {
-		if err := t.del(bucketRecChanges, changeKey(lid, r.Dropped, opDrop, kind, ref)); err != nil {
+		if err := t.delChange(lid, r.Dropped, opDrop, kind, ref); err != nil {
 			return err
 		}
 	}
@@ -51,6 +51,19 @@ type change struct {
 // (to 0: no upper bound).
 func changesAfter(t *txn, lid, from, to uint64) ([]change, error) {
 	var out []change
+	if t.recsTyped != nil {
+		t.ops.Seeks++
+		if l := t.recsTyped.of(lid, false); l != nil {
+			l.changes.Ascend(changeItem{epoch: from + 1}, func(c changeItem) bool {
+				if to != 0 && c.epoch > to {
+					return false
+				}
+				out = append(out, change{epoch: c.epoch, op: c.op, kind: c.kind, ref: c.ref})
+				return true
+			})
+		}
+		return out, nil
+	}
 	c := t.b(bucketRecChanges).Cursor()
 	t.ops.Seeks++
 	prefix := u64(lid)
@@ -94,11 +107,11 @@ func rollback(t *txn, l *lineageRecord, at uint64, now time.Time) error {
 			continue
 		}
 		if ch.op == opDrop && r.Dropped > at {
-			if err := t.del(bucketRecChanges, changeKey(l.ID, r.Dropped, opDrop, ch.kind, ch.ref)); err != nil {
+			if err := t.delChange(l.ID, r.Dropped, opDrop, ch.kind, ch.ref); err != nil {
 				return err
 			}
 			r.Dropped = 0
-			if err := t.putRecord(bucketRecords, recKey(l.ID, ch.kind, ch.ref), r); err != nil {
+			if err := t.putRec(l.ID, ch.kind, ch.ref, r); err != nil {
 				return err
 			}
 		}

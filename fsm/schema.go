@@ -280,8 +280,11 @@ type txn struct {
 	// buckets (kv.go).
 	mem *memkv.Store
 	// blobsTyped, when set, holds the blob records in place of the blobs
-	// bucket (blob_typed.go).
+	// bucket (blob_typed.go); recsTyped the lineage records and changes
+	// in place of the records and rec_changes buckets
+	// (records_typed.go).
 	blobsTyped *typedBlobs
+	recsTyped  *typedRecords
 	// index is the Raft index of the command being applied (0 for reads).
 	index uint64
 	// usage collects the changes of the jobs' usage the writes made
