@@ -155,13 +155,13 @@ func stampOfPtr(t *time.Time) stamp {
 	return stampOf(*t)
 }
 
-// time is the stamp as decodeRecord returns a time (local, as
-// MessagePack's decoder makes it).
+// time is the stamp as decodeRecord returns a time (UTC, as the
+// records' generated decoder reads it).
 func (s stamp) time() time.Time {
 	if s == zeroStamp {
 		return time.Time{}
 	}
-	return time.Unix(0, int64(s)).Local()
+	return time.Unix(0, int64(s)).UTC()
 }
 
 func (s stamp) ptr() *time.Time {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -65,6 +66,15 @@ func TestTypedBlobsHoldEveryField(t *testing.T) {
 		}
 		if string(g) != string(w) {
 			t.Fatalf("%s: %q reads back as %+v, want %+v", step, want.Key, got, want)
+		}
+		// And as the file's record decodes, field for field (times in
+		// UTC, as the codec reads them).
+		stored, err := decodeBlob([]byte(want.Key), w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, stored) {
+			t.Fatalf("%s: %q reads back as\n%#v\nthe file's record decodes as\n%#v", step, want.Key, got, stored)
 		}
 	}
 	check("put", full)
