@@ -444,7 +444,8 @@ func TestReplayUnderEveryRoleAndPolicy(t *testing.T) {
 // transaction's caches and deferred puts, as a leader's and a follower's,
 // in transactions of random sizes; and with the blob records held
 // decoded in place of the blobs bucket (blob_typed.go), the lineage
-// records and changes in place of theirs (records_typed.go), and both.
+// records and changes in place of theirs (records_typed.go), the records
+// of the job's buckets in place of theirs (objects_typed.go), and all.
 func TestCommandsOnMemory(t *testing.T) {
 	h, want, wantHash := replayLoad(t)
 	for _, o := range []fsm.MemoryApply{
@@ -455,8 +456,10 @@ func TestCommandsOnMemory(t *testing.T) {
 		{TypedBlobs: true, Cached: true, Leading: true, Rand: rand.New(rand.NewPCG(13, 14))},
 		{TypedRecords: true},
 		{TypedBlobs: true, TypedRecords: true, Rand: rand.New(rand.NewPCG(15, 16))},
+		{TypedObjects: true},
+		{TypedBlobs: true, TypedRecords: true, TypedObjects: true, Rand: rand.New(rand.NewPCG(17, 18))},
 	} {
-		name := fmt.Sprintf("cached=%v/leading=%v/batches=%v/typed-blobs=%v/typed-records=%v", o.Cached, o.Leading, o.Rand != nil, o.TypedBlobs, o.TypedRecords)
+		name := fmt.Sprintf("cached=%v/leading=%v/batches=%v/typed-blobs=%v/typed-records=%v/typed-objects=%v", o.Cached, o.Leading, o.Rand != nil, o.TypedBlobs, o.TypedRecords, o.TypedObjects)
 		got, sum, err := fsm.ApplyInMemory(h.logs, o)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -49,6 +49,9 @@ func (t *txn) bucketOf(name bucket) kvBucket {
 	if t.blobsTyped != nil && string(name) == string(bucketBlobs) {
 		return typedBlobBucket{t.blobsTyped}
 	}
+	if tr := t.objsTyped.of(name); tr != nil {
+		return typedObjectBucket{name, tr}
+	}
 	if t.recsTyped != nil {
 		switch string(name) {
 		case string(bucketRecords):

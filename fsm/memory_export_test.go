@@ -23,19 +23,20 @@ type MemoryApply struct {
 	Batch int
 	// TypedBlobs: the blob records are held decoded (blob_typed.go) in
 	// place of the blobs bucket; TypedRecords the lineage records and
-	// changes (records_typed.go) in place of theirs.
-	TypedBlobs, TypedRecords bool
+	// changes (records_typed.go) in place of theirs; TypedObjects the
+	// records of the job's buckets (objects_typed.go).
+	TypedBlobs, TypedRecords, TypedObjects bool
 }
 
 // ApplyInMemory applies logs, as ApplyBatch would, to a state in memory
 // (internal/memkv) and returns every bucket, as DumpBuckets answers for a
 // file, and the state hash.
 func ApplyInMemory(logs []*raft.Log, o MemoryApply) (Dump, string, error) {
-	st, blobs, recs, err := applyInMemory(logs, o)
+	st, blobs, recs, objs, err := applyInMemory(logs, o)
 	if err != nil {
 		return nil, "", err
 	}
-	t := &txn{mem: st.Snapshot(), blobsTyped: blobs, recsTyped: recs}
+	t := &txn{mem: st.Snapshot(), blobsTyped: blobs, recsTyped: recs, objsTyped: objs}
 	sum, err := t.stateHash()
 	if err != nil {
 		return nil, "", err
@@ -46,11 +47,11 @@ func ApplyInMemory(logs []*raft.Log, o MemoryApply) (Dump, string, error) {
 
 // ReplayInMemory is ApplyInMemory without the answer, for benchmarks.
 func ReplayInMemory(logs []*raft.Log, o MemoryApply) error {
-	_, _, _, err := applyInMemory(logs, o)
+	_, _, _, _, err := applyInMemory(logs, o)
 	return err
 }
 
-func applyInMemory(logs []*raft.Log, o MemoryApply) (*memkv.Store, *typedBlobs, *typedRecords, error) {
+func applyInMemory(logs []*raft.Log, o MemoryApply) (*memkv.Store, *typedBlobs, *typedRecords, *typedObjects, error) {
 	st := newMemState()
 	var blobs *typedBlobs
 	if o.TypedBlobs {
@@ -60,6 +61,10 @@ func applyInMemory(logs []*raft.Log, o MemoryApply) (*memkv.Store, *typedBlobs, 
 	if o.TypedRecords {
 		recs = newTypedRecords()
 	}
+	var objs *typedObjects
+	if o.TypedObjects {
+		objs = newTypedObjects()
+	}
 	for i := 0; i < len(logs); {
 		n := len(logs) - i
 		if o.Rand != nil {
@@ -67,7 +72,7 @@ func applyInMemory(logs []*raft.Log, o MemoryApply) (*memkv.Store, *typedBlobs, 
 		} else if o.Batch > 0 {
 			n = min(o.Batch, n)
 		}
-		t := &txn{mem: st, blobsTyped: blobs, recsTyped: recs}
+		t := &txn{mem: st, blobsTyped: blobs, recsTyped: recs, objsTyped: objs}
 		if o.Cached {
 			t.recs, t.dirty, t.objs = recCache{}, map[string]map[string]struct{}{}, map[string]map[string]msgRecord{}
 			t.deferBlobs = !o.Leading
@@ -78,18 +83,18 @@ func applyInMemory(logs []*raft.Log, o MemoryApply) (*memkv.Store, *typedBlobs, 
 			}
 			t.index = l.Index
 			if _, err := applyEntry(t, l); err != nil {
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
 		}
 		if err := t.flushAll(); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		if err := st.Bucket(bucketMeta).Put(metaAppliedIndex, u64(logs[i+n-1].Index)); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		i += n
 	}
-	return st, blobs, recs, nil
+	return st, blobs, recs, objs, nil
 }
 
 // dumpTxn is DumpBuckets of the buckets t reads (a state in memory).

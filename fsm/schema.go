@@ -285,6 +285,9 @@ type txn struct {
 	// (records_typed.go).
 	blobsTyped *typedBlobs
 	recsTyped  *typedRecords
+	// objsTyped, when set, holds the records of the job's buckets in
+	// place of them (objects_typed.go).
+	objsTyped *typedObjects
 	// index is the Raft index of the command being applied (0 for reads).
 	index uint64
 	// usage collects the changes of the jobs' usage the writes made
@@ -637,6 +640,10 @@ func (t *txn) cursor(name bucket) kvCursor {
 }
 
 func (t *txn) getRecord(name bucket, key []byte, v any) (bool, error) {
+	if found, ok := t.objsTyped.getTyped(name, key, v); ok {
+		t.ops.Seeks++
+		return found, nil
+	}
 	objs := t.objsOf(name)
 	if o, ok := objs[string(key)]; ok && readRecord(v, o) {
 		return true, nil
@@ -657,6 +664,10 @@ func (t *txn) getRecord(name bucket, key []byte, v any) (bool, error) {
 }
 
 func (t *txn) putRecord(name bucket, key []byte, v any) error {
+	if ok, err := t.objsTyped.putTyped(name, key, v); ok {
+		t.ops.Puts++
+		return err
+	}
 	if objs := t.objsOf(name); objs != nil {
 		if o, ok := copyOfRecord(v); ok {
 			if err := checkPut(key, nil); err != nil {

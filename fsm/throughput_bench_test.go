@@ -276,7 +276,8 @@ func BenchmarkAckStateManyBlobs(b *testing.B) {
 // write transaction's caches and deferred puts per batch, "direct" reads
 // and writes the store for everything, "typed-blobs" holds the blob
 // records decoded in place of their bucket (blob_typed.go),
-// "typed-records" the lineage records and changes (records_typed.go).
+// "typed-records" the lineage records and changes (records_typed.go),
+// "typed-all" the records of the job's buckets too (objects_typed.go).
 //
 //	go test -run '^$' -bench BenchmarkReplayAcks -benchtime 10x ./fsm/
 func BenchmarkReplayAcks(b *testing.B) {
@@ -300,17 +301,18 @@ func BenchmarkReplayAcks(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*acks), "ns/ack")
 	})
 	for _, o := range []struct {
-		name                string
-		cached, blobs, recs bool
+		name                      string
+		cached, blobs, recs, objs bool
 	}{
-		{"store=memory,direct", false, false, false},
-		{"store=memory,cached", true, false, false},
-		{"store=memory,direct,typed-blobs", false, true, false},
-		{"store=memory,direct,typed-blobs,typed-records", false, true, true},
+		{"store=memory,direct", false, false, false, false},
+		{"store=memory,cached", true, false, false, false},
+		{"store=memory,direct,typed-blobs", false, true, false, false},
+		{"store=memory,direct,typed-blobs,typed-records", false, true, true, false},
+		{"store=memory,direct,typed-all", false, true, true, true},
 	} {
 		b.Run(o.name, func(b *testing.B) {
 			for range b.N {
-				if err := fsm.ReplayInMemory(logs, fsm.MemoryApply{Cached: o.cached, TypedBlobs: o.blobs, TypedRecords: o.recs, Leading: true, Batch: batch}); err != nil {
+				if err := fsm.ReplayInMemory(logs, fsm.MemoryApply{Cached: o.cached, TypedBlobs: o.blobs, TypedRecords: o.recs, TypedObjects: o.objs, Leading: true, Batch: batch}); err != nil {
 					b.Fatal(err)
 				}
 			}
