@@ -31,6 +31,17 @@ func objLess(a, b objItem) bool { return a.key < b.key }
 // records copyOfRecord copies.
 var typedObjectBuckets = []bucket{bucketJobs, bucketAttempts, bucketTasks, bucketEpochs, bucketAcks, bucketLineages}
 
+// binaryZero returns a new zero record of a binary bucket, nil for a
+// bucket whose records are JSON.
+func binaryZero(name []byte) msgRecord {
+	for _, b := range binaryBuckets {
+		if string(b.name) == string(name) {
+			return b.zero()
+		}
+	}
+	return nil
+}
+
 func newTypedObjects() *typedObjects {
 	x := &typedObjects{trees: map[string]*btree.BTreeG[objItem]{}}
 	for _, name := range typedObjectBuckets {
