@@ -12,7 +12,10 @@ import (
 // layer planned in DESIGN.md). The accessors of schema.go and the few
 // handlers that use a bucket directly see only these operations, so the
 // commands apply the same way to either; TestCommandsOnMemory applies the
-// same entries to both and compares every bucket.
+// same entries to both and compares every bucket. A transaction may also
+// hold typed structures in place of some buckets (blob_typed.go,
+// records_typed.go, objects_typed.go): bucketOf then answers with their
+// view as a bucket, for the readers that scan.
 
 // kvBucket is a bucket: bbolt's operations that the state machine uses.
 type kvBucket interface {
