@@ -106,35 +106,29 @@ func copyOfRecord(v any) (msgRecord, bool) {
 func readRecord(dst any, src msgRecord) bool {
 	switch d := dst.(type) {
 	case *jobRecord:
-		if s, ok := src.(*jobRecord); ok {
-			*d = *s.copyStored()
-			return true
-		}
+		return readInto(d, src)
 	case *epochRecord:
-		if s, ok := src.(*epochRecord); ok {
-			*d = *s.copyStored()
-			return true
-		}
+		return readInto(d, src)
 	case *lineageRecord:
-		if s, ok := src.(*lineageRecord); ok {
-			*d = *s.copyStored()
-			return true
-		}
+		return readInto(d, src)
 	case *attemptRecord:
-		if s, ok := src.(*attemptRecord); ok {
-			*d = *s.copyStored()
-			return true
-		}
+		return readInto(d, src)
 	case *taskRecord:
-		if s, ok := src.(*taskRecord); ok {
-			*d = *s.copyStored()
-			return true
-		}
+		return readInto(d, src)
 	case *ackRecord:
-		if s, ok := src.(*ackRecord); ok {
-			*d = *s.copyStored()
-			return true
-		}
+		return readInto(d, src)
 	}
 	return false
+}
+
+// readInto sets *d to a copy of src when src is a record of d's type.
+func readInto[T any, P interface {
+	*T
+	copyStored() *T
+}](d P, src msgRecord) bool {
+	s, ok := src.(P)
+	if ok {
+		*d = *s.copyStored()
+	}
+	return ok
 }
