@@ -203,16 +203,17 @@ func (tb *typedBlobs) get(key string) *blobRecord {
 
 // put stores what b holds under b.Key.
 func (tb *typedBlobs) put(b *blobRecord) {
+	state := slices.Index(blobStates, b.State)
+	if state < 0 {
+		panic(fmt.Sprintf("fsm: blob %q in unknown state %q", b.Key, b.State))
+	}
 	old, _ := tb.t.Get(b.Key)
 	e := blobEntry{
 		job: tb.intern(b.Job), task: tb.intern(b.Task), checksum: tb.store(b.Checksum, old.checksum),
 		generation: b.Generation, size: b.Size, refs: b.Refs, modifyIndex: b.ModifyIndex,
 		created: stampOf(b.CreatedAt), lease: stampOfPtr(b.LeaseUntil), unreferenced: stampOfPtr(b.UnreferencedAt),
 		deleting: stampOfPtr(b.DeletingAt), gone: stampOfPtr(b.GoneAt),
-		state: uint8(slices.Index(blobStates, b.State)),
-	}
-	if slices.Index(blobStates, b.State) < 0 {
-		panic(fmt.Sprintf("fsm: blob %q in unknown state %q", b.Key, b.State))
+		state: uint8(state),
 	}
 	if b.AwaitingObservation {
 		e.flags |= blobAwaiting

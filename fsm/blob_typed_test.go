@@ -90,6 +90,20 @@ func TestTypedBlobsHoldEveryField(t *testing.T) {
 	if keys := tb.keys(); len(keys) != 1 || keys[0] != full.Key {
 		t.Fatalf("keys %v", keys)
 	}
+	// What the layout cannot hold is refused, not stored wrong.
+	for _, b := range []*blobRecord{
+		{Key: "old", State: blobLive, CreatedAt: time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{Key: "odd", State: blobState("lost")},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%q (%s, %s) was stored", b.Key, b.State, b.CreatedAt)
+				}
+			}()
+			tb.put(b)
+		}()
+	}
 }
 
 // TestTypedBlobsFootprint: 200,000 blob records as an ack and the
