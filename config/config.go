@@ -105,6 +105,10 @@ type Config struct {
 	// StateCommitEntries is the most Raft entries one state machine
 	// commit holds.
 	StateCommitEntries int
+	// StateCommitWrites is the most writes (puts and deletes of keys) one
+	// state machine commit holds; 0: no bound. It bounds what a long
+	// interval holds in memory when a load writes many distinct keys.
+	StateCommitWrites int
 	// RaftLogStore is the Raft log store a new data directory gets:
 	// RaftLogStoreWAL or RaftLogStoreBoltDB. A directory that holds one
 	// keeps it (node/raftstore.go).
@@ -227,6 +231,7 @@ func DefaultConfig() Config {
 		StateCommitInterval:         100 * time.Millisecond,
 		StateCommitIntervalFollower: time.Second,
 		StateCommitEntries:          10_000,
+		StateCommitWrites:           100_000,
 		GoGCPercent:                 200,
 		RaftLogStore:                RaftLogStoreWAL,
 		RaftWALSegmentSize:          64 << 20,
@@ -367,6 +372,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StateCommitEntries < 1 {
 		return bad("state-commit-entries", "%d is not positive", c.StateCommitEntries)
+	}
+	if c.StateCommitWrites < 0 {
+		return bad("state-commit-writes", "%d is negative", c.StateCommitWrites)
 	}
 	if c.ApplyBatch < 1 || c.ApplyBatch > maxApplyBatch {
 		return bad("apply-batch", "%d is not between 1 and %d", c.ApplyBatch, maxApplyBatch)

@@ -13,7 +13,8 @@ import (
 // Raft hands the state machine batches of committed entries. Each batch is
 // applied to one bbolt read-write transaction that stays open across
 // batches; the transaction is committed when it is due (CommitPolicy: it
-// has been open for Interval, or holds MaxEntries entries), when a reader
+// has been open for Interval, holds MaxEntries entries or MaxWrites
+// writes), when a reader
 // needs what it holds, before a snapshot is taken or restored, and at
 // close. A bbolt commit writes every page the transaction dirtied (copy on
 // write, pages of about ten buckets per ack) plus a meta page, so many
@@ -48,6 +49,14 @@ type CommitPolicy struct {
 	Interval time.Duration
 	// MaxEntries: commit once the transaction holds this many entries.
 	MaxEntries int
+	// MaxWrites: commit once the transaction holds this many writes (puts
+	// and deletes of keys; a key written again while its put is deferred
+	// counts once); 0: no bound. bbolt keeps every node a transaction
+	// dirtied in memory until it commits, so this bounds the memory of a
+	// long interval under a load that writes many distinct keys (loading
+	// blobs), while a load that writes few (serial acks) keeps the
+	// interval, and the pages it dirties again are written once.
+	MaxWrites int
 	// FollowerInterval replaces Interval while the member follows
 	// (SetLeading); 0 keeps Interval. A follower's apply is on no
 	// client's path (an ack waits for the leader's apply, never for a
@@ -223,7 +232,8 @@ func (f *FSM) begin() error {
 func (f *FSM) due() bool {
 	interval := f.interval()
 	return f.wt != nil && (interval <= 0 || f.commitErr != nil ||
-		len(f.pending) >= max(1, f.policy.MaxEntries) || time.Since(f.openedAt) >= interval)
+		len(f.pending) >= max(1, f.policy.MaxEntries) || time.Since(f.openedAt) >= interval ||
+		(f.policy.MaxWrites > 0 && f.wt.writesHeld() >= f.policy.MaxWrites))
 }
 
 // commitLocked commits the open transaction, the caller holding f.mu

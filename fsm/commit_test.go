@@ -60,6 +60,10 @@ func TestGroupCommit(t *testing.T) {
 		t.Fatalf("3 entries with MaxEntries 3: %d commits", got.Commits-before.Commits)
 	}
 
+	// MaxWrites commits without a reader, at the first batch that brings
+	// the writes held to the bound.
+	h.commitByWrites()
+
 	// The interval commits without a reader.
 	h.commitByInterval()
 
@@ -81,6 +85,63 @@ func TestGroupCommit(t *testing.T) {
 	h.reopen()
 	if got := h.f.AppliedIndex(); got != want || h.job("closed") == nil {
 		t.Fatalf("reopened at %d, want %d", got, want)
+	}
+}
+
+// commitByWrites checks CommitPolicy.MaxWrites: with a bound of one write
+// every batch commits; with a bound of w, a transaction commits at the
+// first batch that brings its writes to w or more, and not before.
+func (h *harness) commitByWrites() {
+	h.t.Helper()
+	if err := h.f.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+	writes := func(s fsm.CommitStats) uint64 { return s.Ops.Puts + s.Ops.Deletes }
+	// Each batch alone: what one job's put writes.
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000, MaxWrites: 1})
+	perBatch := uint64(0)
+	for i := range 3 {
+		before := h.f.CommitStats()
+		h.putJob(fmt.Sprintf("w1-%d", i), wire.JobConfig{})
+		got := h.f.CommitStats()
+		if got.Commits != before.Commits+1 {
+			h.t.Fatalf("a batch with MaxWrites 1 made %d commits, want 1", got.Commits-before.Commits)
+		}
+		perBatch = max(perBatch, writes(got)-writes(before))
+	}
+	if perBatch == 0 {
+		h.t.Fatal("a job's put wrote nothing")
+	}
+	// A bound of three batches' writes: commits at the third batch.
+	bound := 3*perBatch - perBatch/2
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000, MaxWrites: int(bound)})
+	start := h.f.CommitStats()
+	last := start
+	for i := range 12 {
+		h.putJob(fmt.Sprintf("wn-%d", i), wire.JobConfig{})
+		got := h.f.CommitStats()
+		if got.Commits == last.Commits {
+			continue
+		}
+		if n := writes(got) - writes(last); n < bound || n >= bound+perBatch {
+			h.t.Fatalf("a commit with MaxWrites %d held %d writes (a batch writes up to %d)", bound, n, perBatch)
+		}
+		last = got
+	}
+	if n := last.Commits - start.Commits; n < 3 {
+		h.t.Fatalf("12 batches of up to %d writes each with MaxWrites %d: %d commits, want at least 3", perBatch, bound, n)
+	}
+	// No bound: nothing commits without a reader.
+	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1000})
+	if err := h.f.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+	before := h.f.CommitStats()
+	for i := range 12 {
+		h.putJob(fmt.Sprintf("w0-%d", i), wire.JobConfig{})
+	}
+	if got := h.f.CommitStats(); got.Commits != before.Commits {
+		h.t.Fatalf("12 batches with no bound of writes made %d commits", got.Commits-before.Commits)
 	}
 }
 

@@ -368,6 +368,17 @@ type FileOps struct {
 	Spared uint64
 }
 
+// writesHeld is how many writes the transaction holds: the puts and
+// deletes made in the file, and the deferred puts not made yet (a key
+// put again while deferred counts once).
+func (t *txn) writesHeld() int {
+	n := int(t.ops.Puts + t.ops.Deletes)
+	for _, d := range t.dirty {
+		n += len(d)
+	}
+	return n
+}
+
 // add adds o's counts to f's.
 func (f *FileOps) add(o FileOps) {
 	f.Seeks += o.Seeks

@@ -85,7 +85,7 @@ func newNodeMetrics(n *Node, reg prometheus.Registerer) (*nodeMetrics, error) {
 		}, []string{"outcome"}),
 		commitDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "metastore_node_fsm_commit_duration_seconds",
-			Help:    "Time to commit the state machine file's transaction (its deferred puts written, bbolt's commit), during which Raft's apply waits, by reason: due (--state-commit-interval passed, or --state-commit-entries reached), read (a read needed what it held), snapshot, restore, close.",
+			Help:    "Time to commit the state machine file's transaction (its deferred puts written, bbolt's commit), during which Raft's apply waits, by reason: due (--state-commit-interval passed, or --state-commit-entries or --state-commit-writes reached), read (a read needed what it held), snapshot, restore, close.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 13),
 		}, []string{"reason"}),
 		batchCommands: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -145,7 +145,7 @@ func serve(cfg config.Config, stderr io.Writer) int {
 		log.Error("cannot open state machine", "path", cfg.FSMPath(), "err", err)
 		return exitFailure
 	}
-	f.SetCommitPolicy(fsm.CommitPolicy{Interval: cfg.StateCommitInterval, FollowerInterval: cfg.StateCommitIntervalFollower, MaxEntries: cfg.StateCommitEntries})
+	f.SetCommitPolicy(fsm.CommitPolicy{Interval: cfg.StateCommitInterval, FollowerInterval: cfg.StateCommitIntervalFollower, MaxEntries: cfg.StateCommitEntries, MaxWrites: cfg.StateCommitWrites})
 
 	n, err := node.New(cfg, node.Deps{
 		Logger:     logger, // the node names its components (node, raft)

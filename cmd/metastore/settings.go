@@ -80,6 +80,8 @@ var settings = []setting{
 		func(c *config.Config) flag.Value { return (*durationValue)(&c.StateCommitIntervalFollower) }},
 	{"state-commit-entries", "most Raft entries in one commit of the state machine file",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.StateCommitEntries) }},
+	{"state-commit-writes", "most writes (puts and deletes of keys) in one commit of the state machine file; bounds the memory a commit interval holds under a load of many distinct keys (0: no bound)",
+		func(c *config.Config) flag.Value { return (*intValue)(&c.StateCommitWrites) }},
 	{"go-gc-percent", "the Go garbage collector's heap growth between collections, in percent (the runtime's GOGC, which takes precedence when set): higher spends less CPU on collection for a larger heap",
 		func(c *config.Config) flag.Value { return (*intValue)(&c.GoGCPercent) }},
 	{"raft-log-store", "Raft log store of a new data directory: wal (segment files, hashicorp/raft-wal) or boltdb (raft.db, hashicorp/raft-boltdb); a directory that holds one keeps it",
