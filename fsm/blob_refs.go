@@ -69,10 +69,6 @@ func (t *txn) blob(key string) (*blobRecord, error) {
 }
 
 func (t *txn) storedBlob(key string) (*blobRecord, error) {
-	if t.blobsTyped != nil {
-		t.ops.Seeks++
-		return t.blobsTyped.get(key), nil
-	}
 	v := t.get(bucketBlobs, []byte(key))
 	if v == nil {
 		return nil, nil
@@ -163,14 +159,6 @@ func (t *txn) writeBlob(b *blobRecord, stored []byte, known bool) error {
 				return err
 			}
 		}
-	}
-	if t.blobsTyped != nil && t.blobKeys == nil {
-		if err := checkPut([]byte(b.Key), nil); err != nil {
-			return err
-		}
-		t.ops.Puts++
-		t.blobsTyped.put(b)
-		return nil
 	}
 	return t.putRecord(bucketBlobs, []byte(b.Key), b)
 }

@@ -420,7 +420,7 @@ func (f *FSM) BlobStats() (*BlobStats, uint64, error) {
 		}); err != nil {
 			return err
 		}
-		s.Candidates = t.b(bucketGCCandidates).KeyN()
+		s.Candidates = t.b(bucketGCCandidates).Stats().KeyN
 		return nil
 	})
 	return s, idx, err

@@ -254,6 +254,17 @@ func HoldFile(f *FSM) (release func()) {
 	return f.mu.Unlock
 }
 
+// binaryZero returns a new zero record of a binary bucket, nil for a
+// bucket whose records are JSON.
+func binaryZero(name []byte) msgRecord {
+	for _, b := range binaryBuckets {
+		if string(b.name) == string(name) {
+			return b.zero()
+		}
+	}
+	return nil
+}
+
 // recordJSON returns a stored record of bucket name as JSON (a JSON record
 // as it is), for dumps.
 func recordJSON(name, raw []byte) ([]byte, error) {

@@ -101,14 +101,29 @@ func (t *txn) head(job, task string) (uint64, error) {
 }
 
 func (t *txn) record(lid uint64, kind byte, ref manifests.Ref) (*record, error) {
-	if t.recsTyped != nil {
-		t.ops.Seeks++
-		return t.recsTyped.get(lid, kind, ref), nil
-	}
 	var r record
 	ok, err := t.getRecord(bucketRecords, recKey(lid, kind, ref), &r)
 	if err != nil || !ok {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// The accessors of a lineage's records and of the changes by epoch, each
+// by its parts rather than its key (recKey, changeKey).
+
+func (t *txn) putRec(lid uint64, kind byte, ref manifests.Ref, r *record) error {
+	return t.putRecord(bucketRecords, recKey(lid, kind, ref), r)
+}
+
+func (t *txn) delRec(lid uint64, kind byte, ref manifests.Ref) error {
+	return t.del(bucketRecords, recKey(lid, kind, ref))
+}
+
+func (t *txn) putChange(lid, epoch uint64, op, kind byte, ref manifests.Ref) error {
+	return t.put(bucketRecChanges, changeKey(lid, epoch, op, kind, ref), nil)
+}
+
+func (t *txn) delChange(lid, epoch uint64, op, kind byte, ref manifests.Ref) error {
+	return t.del(bucketRecChanges, changeKey(lid, epoch, op, kind, ref))
 }

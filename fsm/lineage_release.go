@@ -51,19 +51,6 @@ type change struct {
 // (to 0: no upper bound).
 func changesAfter(t *txn, lid, from, to uint64) ([]change, error) {
 	var out []change
-	if t.recsTyped != nil {
-		t.ops.Seeks++
-		if l := t.recsTyped.of(lid, false); l != nil {
-			l.changes.Ascend(changeItem{epoch: from + 1}, func(c changeItem) bool {
-				if to != 0 && c.epoch > to {
-					return false
-				}
-				out = append(out, change{epoch: c.epoch, op: c.op, kind: c.kind, ref: c.ref})
-				return true
-			})
-		}
-		return out, nil
-	}
 	c := t.b(bucketRecChanges).Cursor()
 	t.ops.Seeks++
 	prefix := u64(lid)

@@ -126,31 +126,6 @@ func (v lineageView) Bases(fn func(manifests.Base) error) error {
 
 // each calls fn for every present record of a kind, in key order.
 func (v lineageView) each(kind byte, fn func(manifests.Ref, *record) error) error {
-	if tr := v.t.recsTyped; tr != nil {
-		v.t.ops.Seeks++
-		l := tr.of(v.lid, false)
-		if l == nil {
-			return nil
-		}
-		// fn may change the records (a materialization drops them): walk a
-		// copy of the kind's present records.
-		var items []recItem
-		l.recs.Ascend(recItem{kind: kind}, func(it recItem) bool {
-			if it.kind != kind {
-				return false
-			}
-			if v.present(&it.r) {
-				items = append(items, it)
-			}
-			return true
-		})
-		for i := range items {
-			if err := fn(items[i].ref, &items[i].r); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	prefix := append(u64(v.lid), kind)
 	return v.t.scan(bucketRecords, prefix, func(k, val []byte) (bool, error) {
 		var r record

@@ -52,37 +52,8 @@ func (l *lineageRecord) copyStored() *lineageRecord {
 	return &c
 }
 
-func (a *attemptRecord) copyStored() *attemptRecord {
-	c := *a
-	c.StartedAt = storedTime(a.StartedAt)
-	if a.RestoredFrom != nil {
-		v := *a.RestoredFrom
-		c.RestoredFrom = &v
-	}
-	return &c
-}
-
-func (t *taskRecord) copyStored() *taskRecord {
-	c := *t
-	return &c
-}
-
-func (a *ackRecord) copyStored() *ackRecord {
-	c := *a
-	c.At = storedTime(a.At)
-	if a.Sizes != nil {
-		c.Sizes = make(kindSizes, len(a.Sizes))
-		for k, v := range a.Sizes {
-			c.Sizes[k] = v
-		}
-	}
-	return &c
-}
-
-// copyOfRecord returns a copy of v, a record the transaction or a typed
-// state keeps decoded (a deferred bucket's, an attempt, a task, an ack),
-// as it reads back when stored; false for a type it does not keep
-// decoded.
+// copyOfRecord returns a copy of v, a record of a deferred bucket, as
+// the transaction keeps it; false for a type it does not keep decoded.
 func copyOfRecord(v any) (msgRecord, bool) {
 	switch r := v.(type) {
 	case *jobRecord:
@@ -90,12 +61,6 @@ func copyOfRecord(v any) (msgRecord, bool) {
 	case *epochRecord:
 		return r.copyStored(), true
 	case *lineageRecord:
-		return r.copyStored(), true
-	case *attemptRecord:
-		return r.copyStored(), true
-	case *taskRecord:
-		return r.copyStored(), true
-	case *ackRecord:
 		return r.copyStored(), true
 	}
 	return nil, false
@@ -110,12 +75,6 @@ func readRecord(dst any, src msgRecord) bool {
 	case *epochRecord:
 		return readInto(d, src)
 	case *lineageRecord:
-		return readInto(d, src)
-	case *attemptRecord:
-		return readInto(d, src)
-	case *taskRecord:
-		return readInto(d, src)
-	case *ackRecord:
 		return readInto(d, src)
 	}
 	return false

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/metastore/metastore/internal/memkv"
 )
 
 // SchemaVersion is the layout version of the state machine's bbolt file
@@ -276,18 +274,6 @@ func deadlineKey(deadlineNanos int64, job string, epoch uint64) []byte {
 // transaction ends.
 type txn struct {
 	tx *bolt.Tx
-	// mem, when set, is the store t reads and writes instead of tx's
-	// buckets (kv.go).
-	mem *memkv.Store
-	// blobsTyped, when set, holds the blob records in place of the blobs
-	// bucket (blob_typed.go); recsTyped the lineage records and changes
-	// in place of the records and rec_changes buckets
-	// (records_typed.go).
-	blobsTyped *typedBlobs
-	recsTyped  *typedRecords
-	// objsTyped, when set, holds the records of the job's buckets in
-	// place of them (objects_typed.go).
-	objsTyped *typedObjects
 	// index is the Raft index of the command being applied (0 for reads).
 	index uint64
 	// usage collects the changes of the jobs' usage the writes made
@@ -320,7 +306,7 @@ type txn struct {
 	// cutoff is the slot cut-off (upload_slots.go) once read; nil before.
 	cutoff *time.Time
 	// cursors holds a cursor per bucket for point reads (get).
-	cursors map[string]kvCursor
+	cursors map[string]*bolt.Cursor
 	// recs holds, in the state machine's write transaction, the values of
 	// the keys of cachedBuckets it read or wrote (nil: absent), by
 	// bucket and key; nil in other transactions.
@@ -455,7 +441,7 @@ func (t *txn) recsOf(name bucket) map[string][]byte {
 
 // b is a handle of bucket name, holding every put the transaction made
 // to it: the deferred puts of the bucket are made first (flush).
-func (t *txn) b(name bucket) kvBucket {
+func (t *txn) b(name bucket) *bolt.Bucket {
 	if err := t.flush(name); err != nil {
 		// Deferred puts were checked as bbolt checks them when they were
 		// made (checkPut); a write transaction takes them.
@@ -466,8 +452,8 @@ func (t *txn) b(name bucket) kvBucket {
 
 // raw is a handle of bucket name without the deferred puts: for writes,
 // and for reads that look at the transaction's cache first.
-func (t *txn) raw(name bucket) kvBucket {
-	b := t.bucketOf(name)
+func (t *txn) raw(name bucket) *bolt.Bucket {
+	b := t.tx.Bucket(name)
 	if b == nil {
 		// Buckets are created when the file is opened; a missing one is a
 		// corrupt file.
@@ -624,10 +610,6 @@ func (t *txn) seek(name bucket, key []byte) []byte {
 	if t.filteredOut(name, key) {
 		return nil
 	}
-	if t.blobsTyped != nil && string(name) == string(bucketBlobs) {
-		t.ops.Seeks++
-		return typedBlobBucket{t.blobsTyped}.Get(key)
-	}
 	t.ops.Seeks++
 	k, v := t.cursor(name).Seek(key)
 	if k == nil || !bytes.Equal(k, key) {
@@ -638,12 +620,12 @@ func (t *txn) seek(name bucket, key []byte) []byte {
 
 // cursor is the transaction's cursor of a bucket for point reads (get,
 // has); nothing iterates with it.
-func (t *txn) cursor(name bucket) kvCursor {
+func (t *txn) cursor(name bucket) *bolt.Cursor {
 	c := t.cursors[string(name)]
 	if c == nil {
 		c = t.b(name).Cursor()
 		if t.cursors == nil {
-			t.cursors = make(map[string]kvCursor, 8)
+			t.cursors = make(map[string]*bolt.Cursor, 8)
 		}
 		t.cursors[string(name)] = c
 	}
@@ -651,10 +633,6 @@ func (t *txn) cursor(name bucket) kvCursor {
 }
 
 func (t *txn) getRecord(name bucket, key []byte, v any) (bool, error) {
-	if found, ok := t.objsTyped.getTyped(name, key, v); ok {
-		t.ops.Seeks++
-		return found, nil
-	}
 	objs := t.objsOf(name)
 	if o, ok := objs[string(key)]; ok && readRecord(v, o) {
 		return true, nil
@@ -675,10 +653,6 @@ func (t *txn) getRecord(name bucket, key []byte, v any) (bool, error) {
 }
 
 func (t *txn) putRecord(name bucket, key []byte, v any) error {
-	if ok, err := t.objsTyped.putTyped(name, key, v); ok {
-		t.ops.Puts++
-		return err
-	}
 	if objs := t.objsOf(name); objs != nil {
 		if o, ok := copyOfRecord(v); ok {
 			if err := checkPut(key, nil); err != nil {
@@ -800,9 +774,6 @@ func (t *txn) has(name bucket, key []byte) bool {
 		}
 	}
 	t.ops.Seeks++
-	if t.blobsTyped != nil && string(name) == string(bucketBlobs) {
-		return t.blobsTyped.has(string(key))
-	}
 	k, _ := t.cursor(name).Seek(key)
 	return k != nil && bytes.Equal(k, key)
 }

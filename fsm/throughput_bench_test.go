@@ -267,17 +267,12 @@ func BenchmarkAckStateManyBlobs(b *testing.B) {
 	}
 }
 
-// BenchmarkReplayAcks applies the same entries (the ack load of
-// BenchmarkAckState with signed slots and the leader's observations,
-// 16 entries a batch) to the state machine file (bbolt, group commits)
-// and to a state in memory (internal/memkv, the first step of the state
-// layer planned in DESIGN.md), through the same commands: what leaving
-// bbolt alone saves the apply, per ack. In memory, "cached" keeps the
-// write transaction's caches and deferred puts per batch, "direct" reads
-// and writes the store for everything, "typed-blobs" holds the blob
-// records decoded in place of their bucket (blob_typed.go),
-// "typed-records" the lineage records and changes (records_typed.go),
-// "typed-all" the records of the job's buckets too (objects_typed.go).
+// BenchmarkReplayAcks applies the ack load of BenchmarkAckState with
+// signed slots and the leader's observations to the state machine file
+// as a leader, 16 entries a batch, with group commits: the apply of a
+// replay, per ack. (Until the in-memory state layer was removed, it
+// compared the same entries applied to memory: docs/benchmarks.md,
+// twenty-third round; tag experiment/state-in-memory-main.)
 //
 //	go test -run '^$' -bench BenchmarkReplayAcks -benchtime 10x ./fsm/
 func BenchmarkReplayAcks(b *testing.B) {
@@ -300,23 +295,4 @@ func BenchmarkReplayAcks(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*acks), "ns/ack")
 	})
-	for _, o := range []struct {
-		name                      string
-		cached, blobs, recs, objs bool
-	}{
-		{"store=memory,direct", false, false, false, false},
-		{"store=memory,cached", true, false, false, false},
-		{"store=memory,direct,typed-blobs", false, true, false, false},
-		{"store=memory,direct,typed-blobs,typed-records", false, true, true, false},
-		{"store=memory,direct,typed-all", false, true, true, true},
-	} {
-		b.Run(o.name, func(b *testing.B) {
-			for range b.N {
-				if err := fsm.ReplayInMemory(logs, fsm.MemoryApply{Cached: o.cached, TypedBlobs: o.blobs, TypedRecords: o.recs, TypedObjects: o.objs, Leading: true, Batch: batch}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*acks), "ns/ack")
-		})
-	}
 }
