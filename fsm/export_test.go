@@ -311,15 +311,17 @@ func PlanReadsRecords(f *FSM, ack TaskAck, now time.Time) (bool, error) {
 	var read bool
 	_, err := f.viewLatest(func(t *txn) error {
 		t.blobs, t.batches = blobCache{}, batchCache{}
-		j, err := mustJob(t, ack.Job)
-		if err != nil {
+		op := &ackOp{p: &ack}
+		if err := op.load(t); err != nil {
 			return err
 		}
-		tk, err := ackingTask(t, &ack)
-		if err != nil {
+		if op.j == nil {
+			return missingJobErr(ack.Job, op.ts)
+		}
+		if err := checkAckingTask(op.tk, &ack); err != nil {
 			return err
 		}
-		_, err = planManifest(t, j, ack.Generation, ack.Epoch, tk, ack.Manifest, now, true)
+		_, err := planManifest(t, op.j, ack.Generation, ack.Epoch, op.tk, op.head, ack.Manifest, now, true)
 		read = t.cursors[string(bucketRecords)] != nil
 		return err
 	})

@@ -54,15 +54,6 @@ type jobTombstone struct {
 	Index     uint64    `json:"index"`
 }
 
-func (t *txn) tombstone(job string) (*jobTombstone, error) {
-	var ts jobTombstone
-	ok, err := t.getRecord(bucketJobTombstones, []byte(job), &ts)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &ts, nil
-}
-
 // deletedJobErr is the answer to a write for a job that does not exist:
 // job_deleted when a tombstone names it, nil otherwise (the caller answers
 // not_found).
@@ -71,6 +62,11 @@ func deletedJobErr(t *txn, job string) error {
 	if err != nil || ts == nil {
 		return err
 	}
+	return jobDeletedErr(job, ts)
+}
+
+// jobDeletedErr is job_deleted for job, whose tombstone is ts.
+func jobDeletedErr(job string, ts *jobTombstone) error {
 	return ruleErr(wire.CodeJobDeleted, "job", "job %q was deleted at %s (its last generation was %d); its workers must stop", job, ts.DeletedAt.Format(time.RFC3339), ts.Generation)
 }
 

@@ -78,28 +78,6 @@ func headKey(job, task string) []byte {
 	return append(append(append(make([]byte, 0, len(job)+1+len(task)), job...), 0), task...)
 }
 
-func (t *txn) lineage(id uint64) (*lineageRecord, error) {
-	var l lineageRecord
-	ok, err := t.getRecord(bucketLineages, u64(id), &l)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &l, nil
-}
-
-func (t *txn) putLineage(l *lineageRecord) error { return t.putRecord(bucketLineages, u64(l.ID), l) }
-
-func (t *txn) head(job, task string) (uint64, error) {
-	raw := t.get(bucketHeads, headKey(job, task))
-	if raw == nil {
-		return 0, nil
-	}
-	if len(raw) != 8 {
-		return 0, &corruptError{"head of " + job + "/" + task}
-	}
-	return binary.BigEndian.Uint64(raw), nil
-}
-
 func (t *txn) record(lid uint64, kind byte, ref manifests.Ref) (*record, error) {
 	var r record
 	ok, err := t.getRecord(bucketRecords, recKey(lid, kind, ref), &r)

@@ -23,27 +23,20 @@ type manifestPlan struct {
 }
 
 // planManifest checks a state ack's manifest against the stored state and
-// decides what to write. It writes nothing. strict applies the rules of
+// decides what to write. It writes nothing. head is the task's head
+// lineage, as the ack read it (nil: none). strict applies the rules of
 // task-ack version 2 (crossjob.go): another job's checkpoint is a base only
 // when it is pinned, another job's blobs are referenced only when inherited
 // from such a base, and upload slots of an earlier attempt are refused.
-func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, m *ManifestAck, now time.Time, strict bool) (*manifestPlan, error) {
+func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, head *lineageRecord, m *ManifestAck, now time.Time, strict bool) (*manifestPlan, error) {
 	if m.Delta != nil && !tk.Caps.Incremental() {
 		return nil, ruleErr(wire.CodeInvalid, "manifest.delta", "task %q does not have the incremental capability: send the full manifest", tk.ID)
 	}
 	if m.Full != nil && tk.Caps.Incremental() {
 		return nil, ruleErr(wire.CodeInvalid, "manifest.full", "task %q has the incremental capability: send a delta", tk.ID)
 	}
-	p := &manifestPlan{commit: m.Blobs, strict: strict}
-	hid, err := t.head(j.ID, tk.ID)
-	if err != nil {
-		return nil, err
-	}
-	if hid != 0 {
-		if p.head, err = t.lineage(hid); err != nil {
-			return nil, err
-		}
-	}
+	p := &manifestPlan{head: head, commit: m.Blobs, strict: strict}
+	var err error
 	view := lineageView{t: t, read: map[recordID]*record{}}
 	switch {
 	case p.head != nil && p.head.Generation == gen:

@@ -632,45 +632,6 @@ func (t *txn) cursor(name bucket) *bolt.Cursor {
 	return c
 }
 
-func (t *txn) getRecord(name bucket, key []byte, v any) (bool, error) {
-	objs := t.objsOf(name)
-	if o, ok := objs[string(key)]; ok && readRecord(v, o) {
-		return true, nil
-	}
-	raw := t.get(name, key)
-	if raw == nil {
-		return false, nil
-	}
-	if err := decodeRecord(raw, v); err != nil {
-		return false, fmt.Errorf("fsm: decode %s/%q: %w", name, key, err)
-	}
-	if objs != nil {
-		if o, ok := copyOfRecord(v); ok {
-			objs[string(key)] = o
-		}
-	}
-	return true, nil
-}
-
-func (t *txn) putRecord(name bucket, key []byte, v any) error {
-	if objs := t.objsOf(name); objs != nil {
-		if o, ok := copyOfRecord(v); ok {
-			if err := checkPut(key, nil); err != nil {
-				return err
-			}
-			k := string(key)
-			objs[k] = o
-			t.markDirty(name, k)
-			return nil
-		}
-	}
-	raw, err := encodeRecord(v)
-	if err != nil {
-		return fmt.Errorf("fsm: encode %s/%q: %w", name, key, err)
-	}
-	return t.put(name, key, raw)
-}
-
 // put is bbolt's Put, which keeps value until the transaction ends: the
 // caller does not change it after.
 func (t *txn) put(name bucket, key, value []byte) error {
@@ -837,78 +798,6 @@ func (t *txn) scan(name bucket, prefix []byte, fn func(k, v []byte) (bool, error
 		}
 	}
 	return nil
-}
-
-func (t *txn) job(id string) (*jobRecord, error) {
-	var j jobRecord
-	ok, err := t.getRecord(bucketJobs, []byte(id), &j)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &j, nil
-}
-
-func (t *txn) putJob(j *jobRecord) error { return t.putRecord(bucketJobs, []byte(j.ID), j) }
-
-func (t *txn) epoch(job string, n uint64) (*epochRecord, error) {
-	var e epochRecord
-	ok, err := t.getRecord(bucketEpochs, jobNumKey(job, n), &e)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &e, nil
-}
-
-// epochRef reads an epoch another record names (a job's retained or
-// latest completed epoch): a missing one means the state is corrupt, not
-// that the caller asked for something absent.
-func (t *txn) epochRef(job string, n uint64) (*epochRecord, error) {
-	e, err := t.epoch(job, n)
-	if err == nil && e == nil {
-		err = &corruptError{fmt.Sprintf("job %q names epoch %d, which has no record", job, n)}
-	}
-	return e, err
-}
-
-// attemptRef reads an attempt another record names (a job's generation,
-// an attempt id's): missing means the state is corrupt.
-func (t *txn) attemptRef(job string, gen uint64) (*attemptRecord, error) {
-	a, err := t.attempt(job, gen)
-	if err == nil && a == nil {
-		err = &corruptError{fmt.Sprintf("job %q names attempt generation %d, which has no record", job, gen)}
-	}
-	return a, err
-}
-
-func (t *txn) putEpoch(e *epochRecord) error {
-	return t.putRecord(bucketEpochs, jobNumKey(e.Job, e.Epoch), e)
-}
-
-func (t *txn) attempt(job string, gen uint64) (*attemptRecord, error) {
-	var a attemptRecord
-	ok, err := t.getRecord(bucketAttempts, jobNumKey(job, gen), &a)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &a, nil
-}
-
-func (t *txn) task(job string, gen uint64, task string) (*taskRecord, error) {
-	var tk taskRecord
-	ok, err := t.getRecord(bucketTasks, taskKey(job, gen, task), &tk)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &tk, nil
-}
-
-func (t *txn) ack(job string, epoch uint64, task string) (*ackRecord, error) {
-	var a ackRecord
-	ok, err := t.getRecord(bucketAcks, taskKey(job, epoch, task), &a)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &a, nil
 }
 
 func (t *txn) appliedIndex() uint64 {
