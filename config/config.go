@@ -229,7 +229,7 @@ func DefaultConfig() Config {
 		ApplyBatch:                  256,
 		ApplyInflight:               1,
 		StateCommitInterval:         100 * time.Millisecond,
-		StateCommitIntervalFollower: 5 * time.Second,
+		StateCommitIntervalFollower: time.Second,
 		StateCommitEntries:          10_000,
 		StateCommitWrites:           100_000,
 		GoGCPercent:                 200,

@@ -145,6 +145,47 @@ func (t staleReads) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+var _ sut.StateSettler = (*System)(nil)
+
+// settleStateMax bounds SettleState's wait: longer than the longest
+// commit interval a member accepts (--state-commit-interval-follower, at
+// most 10 s).
+const settleStateMax = 30 * time.Second
+
+// SettleState waits until every running member's state file has
+// committed the Raft index the member had applied when the call began
+// (metastore_node_fsm_committed_index against
+// metastore_node_fsm_applied_index). A scrape of /metrics reads the
+// state (the jobs' gauges), and a read commits the open transaction
+// first (fsm/commit.go), so in practice the first scrape makes each
+// member write what it applied: a measured window is charged with one
+// commit of its writes on every member, whatever the commit intervals.
+func (s *System) SettleState(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, settleStateMax)
+	defer cancel()
+	for _, p := range s.running() {
+		applied, err := s.metricOf(ctx, p, "metastore_node_fsm_applied_index")
+		if err != nil {
+			return err
+		}
+		for {
+			committed, err := s.metricOf(ctx, p, "metastore_node_fsm_committed_index")
+			if err != nil {
+				return err
+			}
+			if committed >= applied {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("mssut: member %s: state file committed at index %.0f, applied %.0f: %w", p.id, committed, applied, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
 // metricSum adds the samples of a Prometheus counter or histogram count
 // named name whose labels include every label of want (name="value"
 // pairs), over the running members' /metrics.

@@ -92,6 +92,33 @@ func TestSystem(t *testing.T) {
 	took := time.Since(start)
 	t.Logf("10 epochs of 2 concurrent tasks (Keys + Ack each): %s, %.0f acks/s", took.Round(time.Millisecond), 20/took.Seconds())
 
+	// SettleState returns once every member's state file holds what the
+	// member had applied. (Its scrapes of /metrics are reads, which
+	// commit, so this checks the metrics it relies on and its answer,
+	// not that it waits: a SettleState that returned at once would pass.)
+	applied := map[string]float64{}
+	for _, p := range sys.running() {
+		a, err := sys.metricOf(ctx, p, "metastore_node_fsm_applied_index")
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied[p.id] = a
+	}
+	t0 = time.Now()
+	if err := sys.SettleState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SettleState: %s", time.Since(t0).Round(time.Millisecond))
+	for _, p := range sys.running() {
+		c, err := sys.metricOf(ctx, p, "metastore_node_fsm_committed_index")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if applied[p.id] == 0 || c < applied[p.id] {
+			t.Fatalf("after SettleState member %s has committed index %.0f, below the %.0f it had applied", p.id, c, applied[p.id])
+		}
+	}
+
 	if n, err := sys.ReadManifest(ctx, job, "a", false); err != nil || n != 30 {
 		t.Fatalf("ReadManifest from the leader = %d, %v; want 30", n, err)
 	}

@@ -81,6 +81,17 @@ type System interface {
 	Restart(ctx context.Context, m Member) error
 }
 
+// StateSettler is a System whose members may hold applied writes in
+// memory before they write them to their files (the metastore's group
+// commits of its state file; a follower's interval is seconds long).
+// SettleState waits until every member's files hold what the member had
+// applied when the call began, so that a measurement of the bytes its
+// members write counts the writes of what it measured, and nothing
+// applied before it is left to be written inside the next one.
+type StateSettler interface {
+	SettleState(ctx context.Context) error
+}
+
 // Extras are the workloads only the metastore has, measured by its own
 // system.
 type Extras interface {

@@ -67,8 +67,12 @@ func manifestPoint(ctx context.Context, sys sut.System, p Params, pre *Preloaded
 	size := pre.Segments
 	w := newWorker(sys, pre.Job, pre.Task, p.KeyBatch, time.Now())
 	// Followers may still be applying the preload (a member acknowledges
-	// once a majority has the entries, not once all applied them): start
-	// counting once every member's writes have settled.
+	// once a majority has the entries, not once all applied them), or
+	// hold it applied and not yet written (StateSettler): start counting
+	// once every member's writes have settled.
+	if err := settleState(ctx, sys); err != nil {
+		return report.ManifestPoint{}, err
+	}
 	before, err := meter.settled(ctx)
 	if err != nil {
 		return report.ManifestPoint{}, err
@@ -96,7 +100,11 @@ func manifestPoint(ctx context.Context, sys sut.System, p Params, pre *Preloaded
 		pre.Next++
 		pre.Segments += len(segs)
 	}
-	// And stop once the followers have applied the measured acks too.
+	// And stop once the followers have applied the measured acks too,
+	// and every member has written them.
+	if err := settleState(ctx, sys); err != nil {
+		return report.ManifestPoint{}, err
+	}
 	after, err := meter.settled(ctx)
 	if err != nil {
 		return report.ManifestPoint{}, err
@@ -148,4 +156,17 @@ func MeasureRestore(ctx context.Context, sys sut.System, pre Preloaded, reads in
 		}
 	}
 	return r, nil
+}
+
+// settleState waits for sys's members to write what they applied, when
+// sys holds applied writes in memory (sut.StateSettler).
+func settleState(ctx context.Context, sys sut.System) error {
+	st, ok := sys.(sut.StateSettler)
+	if !ok {
+		return nil
+	}
+	if err := st.SettleState(ctx); err != nil {
+		return fmt.Errorf("%s: waiting for the members to write what they applied: %w", sys.Name(), err)
+	}
+	return nil
 }
