@@ -47,6 +47,8 @@ func TestValidateNamesTheSetting(t *testing.T) {
 		{"apply-inflight", func(c *Config) { c.ApplyInflight = -1 }},
 		{"gc-rate", func(c *Config) { c.GCRate = -1 }},
 		{"go-gc-percent", func(c *Config) { c.GoGCPercent = 0 }},
+		{"state-commit-entries", func(c *Config) { c.StateCommitEntries = 0 }},
+		{"state-commit-writes", func(c *Config) { c.StateCommitWrites = -1 }},
 		{"go-gc-percent", func(c *Config) { c.GoGCPercent = 1001 }},
 		{"log-level", func(c *Config) { c.LogLevel = "loud" }},
 		{"log-format", func(c *Config) { c.LogFormat = "xml" }},
