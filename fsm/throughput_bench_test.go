@@ -272,7 +272,7 @@ func BenchmarkAckStateManyBlobs(b *testing.B) {
 // as a leader, 16 entries a batch, with group commits: the apply of a
 // replay, per ack. (Until the in-memory state layer was removed, it
 // compared the same entries applied to memory: docs/benchmarks.md,
-// twenty-third round; tag experiment/state-in-memory-main.)
+// twenty-third round; commit f6cacf0 in main's history, tagged experiment/state-in-memory-main where the tag was kept.)
 //
 //	go test -run '^$' -bench BenchmarkReplayAcks -benchtime 10x ./fsm/
 func BenchmarkReplayAcks(b *testing.B) {
