@@ -426,9 +426,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	classify(r, req)
 	held := 0 // the rule holding the request (ActLate), once logged
-	defer func() {
+	recorded := false
+	// logNow logs req before the client can see how it ended, on the
+	// paths of a fault (a reply of an error, a dropped connection): the
+	// retry that starts is then logged after it. Other paths log when the
+	// handler returns.
+	logNow := func() {
 		req.Latency = time.Since(req.Start)
 		p.record(req)
+		recorded = true
+	}
+	defer func() {
+		if !recorded {
+			req.Latency = time.Since(req.Start)
+			p.record(req)
+		}
 		if held != 0 {
 			p.addHeld(held, -1)
 		}
@@ -481,8 +493,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				status = http.StatusServiceUnavailable
 			}
 			_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<20))
-			writeS3Error(w, status)
 			req.Status = status
+			logNow()
+			writeS3Error(w, status)
 			return
 		case ActTimeout:
 			var hold <-chan time.Time
@@ -495,6 +508,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			case <-hold:
 			case <-r.Context().Done():
 			}
+			logNow()
 			dropConn(w)
 			return
 		case ActLate:
@@ -525,6 +539,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 			}
+			logNow()
 			dropConn(w)
 			return
 		}
@@ -579,9 +594,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rl != nil && rl.Action == ActLoseReply {
 		if rl.Status != 0 {
-			writeS3Error(w, rl.Status)
 			req.Status = rl.Status
+			logNow()
+			writeS3Error(w, rl.Status)
 		} else {
+			logNow()
 			dropConn(w)
 		}
 		return
