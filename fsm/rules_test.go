@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/manifests"
 	"github.com/metastore/metastore/wire"
 )
 
@@ -20,7 +21,9 @@ import (
 //	epoch 5 completed
 //	epoch 7 pending, op acked
 //
-// plus "fresh" (no attempt) and "busy" (wire.MaxPendingEpochs pending epochs).
+// plus "fresh" (no attempt), "busy" (wire.MaxPendingEpochs pending epochs)
+// and "old" (epoch 1 completed by its only task in generation 1, then
+// attempt generation 2).
 func rulesFixture(t *testing.T) (*harness, map[string]wire.Task) {
 	h := newHarness(t)
 	tasks := map[string]wire.Task{
@@ -55,6 +58,11 @@ func rulesFixture(t *testing.T) (*harness, map[string]wire.Task) {
 	for n := uint64(1); n <= wire.MaxPendingEpochs; n++ {
 		h.begin("busy", 1, n)
 	}
+	h.putJob("old", wire.JobConfig{})
+	h.start("old", "o1", tasks["src"])
+	h.begin("old", 1, 1)
+	h.ack("old", 1, 1, "src", payloadsFor(tasks["src"], 1))
+	h.start("old", "o2", tasks["src"])
 	return h, tasks
 }
 
@@ -97,6 +105,7 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"ack from task not in attempt", fsm.CmdTaskAck, ack(2, 7, "ghost", nil), wire.ErrTaskNotInAttempt, "task"},
 		{"ack from task without capabilities", fsm.CmdTaskAck, ack(2, 7, "idle", nil), wire.ErrTaskNotExpected, "task"},
 		{"payload for a missing capability", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{wire.KindInput: []byte("o"), wire.KindState: []byte("s")}), wire.ErrCapabilityMissing, "payloads.state"},
+		{"manifest from a task without state", fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 2, Epoch: 7, Task: "src", Payloads: payloadsFor(src, 7), Manifest: &fsm.ManifestAck{Full: &manifests.Manifest{}}}, wire.ErrCapabilityMissing, "manifest"},
 		{"output payload from state task", fsm.CmdTaskAck, ack(2, 7, "op", map[fsm.Kind][]byte{wire.KindOutput: []byte("x")}), wire.ErrCapabilityMissing, "payloads.output"},
 		{"payload over the inline limit", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{wire.KindInput: make([]byte, wire.MaxInlinePayload+1)}), wire.ErrPayloadTooLarge, "payloads.input"},
 		{"payload of unknown kind", fsm.CmdTaskAck, ack(2, 7, "src", map[fsm.Kind][]byte{"offsets": []byte("x")}), wire.ErrInvalid, "payloads"},
@@ -109,6 +118,9 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"different ack for a completed epoch", fsm.CmdTaskAck, ack(2, 5, "src", payloadsFor(src, 99)), wire.ErrConflict, "task"},
 		{"empty ack for a completed epoch", fsm.CmdTaskAck, ack(2, 5, "op", nil), wire.ErrConflict, "task"},
 		{"different ack for an aborted epoch", fsm.CmdTaskAck, ack(2, 4, "src", payloadsFor(src, 99)), wire.ErrConflict, "task"},
+		// The same ack from the task of the next generation is not a retry:
+		// the epoch belongs to the generation before.
+		{"ack of an earlier generation's epoch", fsm.CmdTaskAck, fsm.TaskAck{Job: "old", Generation: 2, Epoch: 1, Task: "src", Payloads: payloadsFor(src, 1)}, wire.ErrEpochNotPending, "epoch"},
 		{"first ack for an aborted epoch", fsm.CmdTaskAck, ack(2, 4, "op", payloadsFor(op, 4)), wire.ErrEpochNotPending, "epoch"},
 		{"abort a completed epoch", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 5}, wire.ErrEpochNotPending, "epoch"},
 		{"abort epoch never begun", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 8}, wire.ErrNotFound, "epoch"},
