@@ -438,8 +438,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() {
 		if !recorded {
-			req.Latency = time.Since(req.Start)
-			p.record(req)
+			logNow()
 		}
 		if held != 0 {
 			p.addHeld(held, -1)
