@@ -83,6 +83,12 @@ func TestBrowserAttacks(t *testing.T) {
 		{"same-origin browser request with text/plain", "POST", "/v1/members", "", voter,
 			map[string]string{"Content-Type": "text/plain", "Origin": m.URL, "Sec-Fetch-Site": "same-origin"},
 			http.StatusUnsupportedMediaType, "unsupported_media_type"},
+		{"same-origin browser form POST (form type)", "POST", "/v1/members", "", voter,
+			map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Origin": m.URL, "Sec-Fetch-Site": "same-origin"},
+			http.StatusUnsupportedMediaType, "unsupported_media_type"},
+		{"same-origin browser POST without a Content-Type", "POST", "/v1/members", "", voter,
+			map[string]string{"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"},
+			http.StatusUnsupportedMediaType, "unsupported_media_type"},
 		{"form POST without browser marks but text/plain", "POST", "/v1/members", "", voter,
 			map[string]string{"Content-Type": "text/plain"},
 			http.StatusUnsupportedMediaType, "unsupported_media_type"},
@@ -141,7 +147,7 @@ func TestBrowserAttacks(t *testing.T) {
 }
 
 // TestAllowedOriginsAndHosts: the flags let a named origin and host in,
-// and nothing else.
+// and nothing else; "*" lets every origin and host in.
 func TestAllowedOriginsAndHosts(t *testing.T) {
 	m := testmember.StartSingleWith(t, func(c *config.Config) {
 		c.AllowedOrigins = []string{"https://console.example.com"}
@@ -161,6 +167,19 @@ func TestAllowedOriginsAndHosts(t *testing.T) {
 	// Probes answer whatever the Host (load balancers send their own).
 	if status, body := browserRequest(t, "GET", m.URL+"/readyz", "lb.internal", "", nil); status != http.StatusOK {
 		t.Fatalf("/readyz: %d %s", status, body)
+	}
+
+	// "*" lets every origin and every host in (operations.md).
+	wide := testmember.StartSingleWith(t, func(c *config.Config) {
+		c.AllowedOrigins = []string{"*"}
+		c.AllowedHosts = []string{"*"}
+	})
+	h = map[string]string{"Origin": "https://anything.example", "Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"}
+	if status, body := browserRequest(t, "PUT", wide.URL+"/v1/jobs/j", "any.example", `{}`, h); status != http.StatusOK {
+		t.Fatalf("--allowed-origins '*' and --allowed-hosts '*': %d %s", status, body)
+	}
+	if status, body := browserRequest(t, "GET", wide.URL+"/v1/status", "", "", map[string]string{"Sec-Fetch-Site": "cross-site"}); status != http.StatusOK {
+		t.Fatalf("--allowed-origins '*', a cross-site request without Origin: %d %s", status, body)
 	}
 }
 
