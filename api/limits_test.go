@@ -49,7 +49,8 @@ func get(t *testing.T, c *http.Client, url string, header ...string) (int, http.
 // TestRateLimitPerClient: a client flooding the member is answered 429
 // rate_limited with a Retry-After while another client's requests keep
 // succeeding; requests forwarded by a member (from a member's address) are
-// not counted, the forwarding header from anywhere else is; the
+// not counted, the forwarding header from anywhere else is, and so is a
+// request from a member's address without the header; the
 // rejections are counted by reason.
 func TestRateLimitPerClient(t *testing.T) {
 	m := testmember.StartSingleWith(t, func(c *config.Config) {
@@ -104,6 +105,16 @@ func TestRateLimitPerClient(t *testing.T) {
 		if status, _, body := get(t, worker, url, api.HeaderForwardedBy, "n2"); status != http.StatusOK {
 			t.Fatalf("forwarded request %d refused: %d %s", i, status, body)
 		}
+	}
+	// Without the header, a client at the member's own address (a
+	// process on the member's host) is limited like anyone.
+	workerLimited := false
+	for i := 0; i < 20 && !workerLimited; i++ {
+		status, _, _ := get(t, worker, url)
+		workerLimited = status == http.StatusTooManyRequests
+	}
+	if !workerLimited {
+		t.Fatal("a client at the member's address, without the forwarding header, is not limited")
 	}
 	// Probes are never limited.
 	for i := 0; i < 20; i++ {
