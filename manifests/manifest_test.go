@@ -52,6 +52,7 @@ func TestValidateDelta(t *testing.T) {
 		{"crc32c upper case", Delta{AddSegments: []Segment{{Key: "a", Length: 1, CRC32C: "E3069283"}}}, CodeInvalid},
 		{"crc32c short", Delta{AddSegments: []Segment{{Key: "a", Length: 1, CRC32C: "e306928"}}}, CodeInvalid},
 		{"base crc32c not hex", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 1, CRC32C: "e306928g"}}}}, CodeInvalid},
+		{"base of zero length", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 0}}}}, CodeInvalid},
 		{"base twice", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 1}, {Key: "b", Length: 1}}}}, CodeDuplicate},
 		{"segment at a new base", Delta{Materialize: &Materialization{Bases: []Base{{Key: "b", Length: 1}}}, AddSegments: []Segment{seg("b", 0, 1, 1, 1)}}, CodeDuplicate},
 	}
