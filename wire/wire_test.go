@@ -109,6 +109,57 @@ func TestShapeChecks(t *testing.T) {
 	}
 }
 
+// TestShapeBounds: each bound of a job's config, of an id and of free
+// text, at the value it allows and the first it refuses.
+func TestShapeBounds(t *testing.T) {
+	cfg := func(f func(*JobConfig)) JobConfig {
+		c := JobConfig{}.WithDefaults()
+		f(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		c     JobConfig
+		field string // "" : valid
+	}{
+		{"retained 1", cfg(func(c *JobConfig) { c.Retained = 1 }), ""},
+		{"retained 1000", cfg(func(c *JobConfig) { c.Retained = 1000 }), ""},
+		{"retained -1", cfg(func(c *JobConfig) { c.Retained = -1 }), "config.retained"},
+		{"retained 1001", cfg(func(c *JobConfig) { c.Retained = 1001 }), "config.retained"},
+		{"ack_timeout 100ms", cfg(func(c *JobConfig) { c.AckTimeout = Duration(100 * time.Millisecond) }), ""},
+		{"ack_timeout 168h", cfg(func(c *JobConfig) { c.AckTimeout = Duration(7 * 24 * time.Hour) }), ""},
+		{"ack_timeout 99ms", cfg(func(c *JobConfig) { c.AckTimeout = Duration(99 * time.Millisecond) }), "config.ack_timeout"},
+		{"ack_timeout over 168h", cfg(func(c *JobConfig) { c.AckTimeout = Duration(7*24*time.Hour + time.Second) }), "config.ack_timeout"},
+		{"history 1", cfg(func(c *JobConfig) { c.History = 1 }), ""},
+		{"history 10000", cfg(func(c *JobConfig) { c.History = 10000 }), ""},
+		{"history -1", cfg(func(c *JobConfig) { c.History = -1 }), "config.history"},
+		{"history 10001", cfg(func(c *JobConfig) { c.History = 10001 }), "config.history"},
+	} {
+		err := tc.c.Validate()
+		var re *RuleError
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.field != "" && (!errors.As(err, &re) || re.Code != CodeInvalid || re.Field != tc.field):
+			t.Errorf("%s: %v, want invalid_argument naming %s", tc.name, err, tc.field)
+		}
+	}
+	if err := CheckID("task", strings.Repeat("a", 128)); err != nil {
+		t.Errorf("an id of 128 bytes: %v", err)
+	}
+	if err := CheckID("task", strings.Repeat("a", 129)); err == nil {
+		t.Error("an id of 129 bytes passed")
+	}
+	for _, text := range []string{"del\x7f", "bad \ufffd utf-8", string([]byte{'a', 0xff})} {
+		if err := CheckText("reason", text); err == nil {
+			t.Errorf("CheckText accepts %q", text)
+		}
+	}
+	if err := CheckText("reason", strings.Repeat("x", MaxReasonLen)); err != nil {
+		t.Errorf("a text of MaxReasonLen bytes: %v", err)
+	}
+}
+
 // TestDependencies keeps the package free of everything but the standard
 // library and package manifests.
 func TestDependencies(t *testing.T) {
