@@ -1,0 +1,99 @@
+package fsm_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/manifests"
+	"github.com/metastore/metastore/wire"
+)
+
+// The collector's commands re-check each key against the state as of
+// their entry (blobs.go): the collector's list of candidates may be stale,
+// or proposed by a leader whose clock is ahead, and only what the entry
+// returns is deleted from the object store.
+
+// gcScene runs job "g" (one checkpoint retained) for two epochs: the second
+// materializes, so the first epoch's log blob (returned) loses its last
+// reference at the harness's clock when the second completes.
+func gcScene(t *testing.T) (h *harness, w *worker, old string) {
+	t.Helper()
+	h = newHarness(t)
+	h.putJob("g", wire.JobConfig{Retained: 1})
+	h.start("g", "a1", task(t, "t", "state", "incremental"))
+	w = &worker{job: "g", task: "t", gen: 1, acked: map[uint64]manifests.Manifest{}}
+	h.begin("g", 1, 1)
+	w.step(h, 1, false)
+	h.begin("g", 1, 2)
+	w.step(h, 2, true)
+	old = "g/t/log-1-1"
+	if s := blobState(h, old); s != wire.BlobLive {
+		t.Fatalf("%s is %q, want live", old, s)
+	}
+	if b, _, _ := h.f.Blob(old); b.Refs != 0 {
+		t.Fatalf("%s has %d references, want none", old, b.Refs)
+	}
+	return h, w, old
+}
+
+// markKeys applies blobs-deleting with grace and returns the keys marked.
+func (h *harness) markKeys(grace time.Duration, keys ...string) []string {
+	h.t.Helper()
+	return mustOK(h.t, h.mustApply(fsm.CmdBlobsDeleting, fsm.BlobKeys{Keys: keys, Grace: fsm.Duration(grace)})).([]string)
+}
+
+// TestBlobsDeletingRechecksGrace: blobs-deleting marks a blob only once it
+// has been unreferenced for the grace the command carries, by the entry's
+// time; a candidate proposed early (a leader whose clock is ahead, or a
+// blob unreferenced again since it was listed) is left alone.
+func TestBlobsDeletingRechecksGrace(t *testing.T) {
+	const grace = 10 * time.Minute
+	h, _, old := gcScene(t)
+	h.advance(grace - time.Nanosecond)
+	if got := h.markKeys(grace, old); len(got) != 0 {
+		t.Fatalf("marked %v one nanosecond before the grace ended", got)
+	}
+	if s := blobState(h, old); s != wire.BlobLive {
+		t.Fatalf("%s is %q after an early mark, want live", old, s)
+	}
+	h.advance(time.Nanosecond)
+	if got := h.markKeys(grace, old); !slices.Equal(got, []string{old}) {
+		t.Fatalf("marked %v when the grace ended, want %s", got, old)
+	}
+	h.fsck()
+}
+
+// TestBlobsDeletingRechecksState: blobs-deleting marks only live or
+// expired blobs; a key proposed again (by a stale list, or a second
+// leader) that is already deleting or gone, an intent whose lease runs,
+// or a referenced blob, is not marked and keeps its state.
+func TestBlobsDeletingRechecksState(t *testing.T) {
+	h, _, old := gcScene(t)
+	h.intents("g", 1, "g/t/open")
+	h.advance(time.Hour)
+	referenced := "g/t/log-1-2"
+	if got := h.markKeys(0, old, "g/t/open", referenced); !slices.Equal(got, []string{old}) {
+		t.Fatalf("marked %v, want only %s", got, old)
+	}
+	if got := h.markKeys(0, old); len(got) != 0 {
+		t.Fatalf("marked %v again while it is deleting", got)
+	}
+	gone := mustOK(t, h.mustApply(fsm.CmdBlobsGone, fsm.BlobKeys{Keys: []string{old}})).([]string)
+	if !slices.Equal(gone, []string{old}) {
+		t.Fatalf("gone %v, want %s", gone, old)
+	}
+	if got := h.markKeys(0, old); len(got) != 0 {
+		t.Fatalf("marked %v again after it was gone", got)
+	}
+	for k, want := range map[string]wire.BlobState{old: wire.BlobGone, "g/t/open": wire.BlobIntent, referenced: wire.BlobLive} {
+		if s := blobState(h, k); s != want {
+			t.Errorf("%s is %q, want %q", k, s, want)
+		}
+	}
+	if d, err := h.f.Deleting(10); err != nil || len(d) != 0 {
+		t.Fatalf("deleting %v %v, want none", d, err)
+	}
+	h.fsck()
+}
