@@ -97,3 +97,33 @@ func TestBlobsDeletingRechecksState(t *testing.T) {
 	}
 	h.fsck()
 }
+
+// TestBlobsGoneAndPurgeRecheckState: blobs-gone records only blobs marked
+// deleting (a stale or wrong key list cannot make a live blob, referenced
+// or not, or an intent read as deleted), and blobs-purge forgets only gone
+// ones (a deleting blob's delete is still to be done or confirmed).
+func TestBlobsGoneAndPurgeRecheckState(t *testing.T) {
+	h, _, old := gcScene(t)
+	h.intents("g", 1, "g/t/open")
+	h.advance(time.Hour)
+	referenced := "g/t/log-1-2"
+	if got := mustOK(t, h.mustApply(fsm.CmdBlobsGone, fsm.BlobKeys{Keys: []string{old, referenced, "g/t/open"}})).([]string); len(got) != 0 {
+		t.Fatalf("gone %v, none of them marked deleting", got)
+	}
+	if got := h.markKeys(0, old); !slices.Equal(got, []string{old}) {
+		t.Fatalf("marked %v, want %s", got, old)
+	}
+	h.advance(48 * time.Hour)
+	if got := mustOK(t, h.mustApply(fsm.CmdBlobsPurge, fsm.BlobKeys{Keys: []string{old, referenced, "g/t/open"}})).([]string); len(got) != 0 {
+		t.Fatalf("purged %v, none of them gone", got)
+	}
+	for k, want := range map[string]wire.BlobState{old: wire.BlobDeleting, "g/t/open": wire.BlobIntent, referenced: wire.BlobLive} {
+		if s := blobState(h, k); s != want {
+			t.Errorf("%s is %q, want %q", k, s, want)
+		}
+	}
+	if d, err := h.f.Deleting(10); err != nil || !slices.Equal(d, []string{old}) {
+		t.Fatalf("deleting %v %v, want %s", d, err, old)
+	}
+	h.fsck()
+}
