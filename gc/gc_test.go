@@ -164,9 +164,13 @@ func TestReferencedSinceLookedIsKept(t *testing.T) {
 func TestFailedDeletesStayDeletingAndAreRetried(t *testing.T) {
 	e := newEnv(t)
 	_, _, unreferenced := fill(e)
-	cfg := baseConfig()
-	cfg.DeleteTimeout = 20 * time.Millisecond
-	c := e.collector(cfg)
+	// The healthy calls get the default DeleteTimeout: a short one made the
+	// partial failure time out on a loaded machine (under -race) before the
+	// store had deleted the good keys. Only the hang needs it short.
+	c := e.collector(baseConfig())
+	short := baseConfig()
+	short.DeleteTimeout = 20 * time.Millisecond
+	hung := e.collector(short)
 	e.clock.Advance(grace)
 	bad := unreferenced[:2]
 	e.store.set(func(s *testStore) {
@@ -201,7 +205,7 @@ func TestFailedDeletesStayDeletingAndAreRetried(t *testing.T) {
 
 	// The store hangs: each call gives up after DeleteTimeout.
 	e.store.set(func(s *testStore) { s.failAll = nil; s.block = true })
-	rep = e.runOnce(c, RunOptions{})
+	rep = e.runOnce(hung, RunOptions{})
 	if rep.Deleted != 0 || rep.DeleteErrors != 2 || !strings.Contains(rep.Error, "deadline") {
 		t.Fatalf("store hangs: %+v", rep)
 	}
