@@ -127,3 +127,43 @@ func TestBlobsGoneAndPurgeRecheckState(t *testing.T) {
 	}
 	h.fsck()
 }
+
+// TestIntentsExpireRechecks: intents-expire ends an intent only once its
+// lease is over by the entry's time (a leader whose clock is ahead
+// proposes early), and only an intent: a key proposed again after it
+// expired, or once it is deleting, keeps its state.
+func TestIntentsExpireRechecks(t *testing.T) {
+	h, _, _ := gcScene(t)
+	h.intents("g", 1, "g/t/open")
+	expire := func() []string {
+		t.Helper()
+		return mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"g/t/open"}})).([]string)
+	}
+	h.advance(time.Hour - time.Nanosecond)
+	if got := expire(); len(got) != 0 {
+		t.Fatalf("expired %v before the lease ended", got)
+	}
+	if s := blobState(h, "g/t/open"); s != wire.BlobIntent {
+		t.Fatalf("g/t/open is %q before its lease ended, want intent", s)
+	}
+	h.advance(time.Nanosecond)
+	if got := expire(); !slices.Equal(got, []string{"g/t/open"}) {
+		t.Fatalf("expired %v when the lease ended, want g/t/open", got)
+	}
+	if got := expire(); len(got) != 0 {
+		t.Fatalf("expired %v again", got)
+	}
+	if got := h.markKeys(0, "g/t/open"); !slices.Equal(got, []string{"g/t/open"}) {
+		t.Fatalf("marked %v, want g/t/open", got)
+	}
+	if got := expire(); len(got) != 0 {
+		t.Fatalf("expired %v while it is deleting", got)
+	}
+	if s := blobState(h, "g/t/open"); s != wire.BlobDeleting {
+		t.Fatalf("g/t/open is %q, want deleting", s)
+	}
+	if d, err := h.f.Deleting(10); err != nil || !slices.Equal(d, []string{"g/t/open"}) {
+		t.Fatalf("deleting %v %v, want g/t/open", d, err)
+	}
+	h.fsck()
+}
