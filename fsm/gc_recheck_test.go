@@ -167,3 +167,26 @@ func TestIntentsExpireRechecks(t *testing.T) {
 	}
 	h.fsck()
 }
+
+// TestIntentCreateRefusesKeysInUse: an intent naming a key the store
+// already knows (live and referenced, deleting, gone, or another lease's
+// intent) is refused: its upload would overwrite a committed object, or
+// one the collector deleted or is deleting. The same request applied twice
+// is a retry.
+func TestIntentCreateRefusesKeysInUse(t *testing.T) {
+	h, _, old := gcScene(t)
+	h.intents("g", 1, "g/t/open")
+	h.intents("g", 1, "g/t/open") // a retried request: same lease
+	h.advance(time.Hour + time.Minute)
+	mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"g/t/open"}}))
+	if got := h.markKeys(0, old); !slices.Equal(got, []string{old}) {
+		t.Fatalf("marked %v, want %s", got, old)
+	}
+	h.intents("g", 1, "g/t/other")
+	for _, k := range []string{"g/t/log-1-2", old, "g/t/open", "g/t/other"} {
+		h.reject(wire.ErrConflict, fsm.CmdIntentCreate, fsm.IntentCreate{Job: "g", Generation: 1, Keys: []string{k}, LeaseUntil: h.now.Add(2 * time.Hour)})
+	}
+	mustOK(t, h.mustApply(fsm.CmdBlobsGone, fsm.BlobKeys{Keys: []string{old}}))
+	h.reject(wire.ErrConflict, fsm.CmdIntentCreate, fsm.IntentCreate{Job: "g", Generation: 1, Keys: []string{old}, LeaseUntil: h.now.Add(2 * time.Hour)})
+	h.fsck()
+}
