@@ -118,3 +118,40 @@ func TestOrphanSweepChecksLeadershipBeforeListing(t *testing.T) {
 		t.Fatal("an orphan was deleted after leadership was lost")
 	}
 }
+
+// An object whose intent this member applies only after the listing (its
+// state machine was behind: the leadership check before the Delete is what
+// brings it up to date) is not deleted: the sweep reads which keys are
+// known again after that check.
+func TestOrphanSweepRechecksKnownBeforeDelete(t *testing.T) {
+	e := newEnv(t)
+	fill(e)
+	old := e.clock.Now().Add(-2 * time.Hour)
+	for _, k := range []string{"j/t0/orphan-old", "j/t0/late-intent"} {
+		e.put(k, 10)
+		e.age(k, old)
+	}
+	listed, applied := false, false
+	s := &listingStore{testStore: e.store}
+	s.afterList = func() { listed = true }
+	c := e.collectorWith(baseConfig(), s, func(d *Deps) {
+		d.VerifyLeader = func(ctx context.Context) error {
+			if listed && !applied {
+				applied = true
+				e.do(fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 1, Task: "t0", Keys: []string{"j/t0/late-intent"}, LeaseUntil: e.clock.Now().Add(time.Hour)})
+			}
+			return e.verifyLeader(ctx)
+		}
+	})
+	rep := e.runOnce(c, RunOptions{Orphans: true})
+	if !applied {
+		t.Fatal("no leadership check after the listing")
+	}
+	if rep.OrphansDeleted != 1 || e.has("j/t0/orphan-old") {
+		t.Fatalf("sweep: %+v; the orphan in the store: %v", rep, e.has("j/t0/orphan-old"))
+	}
+	if !e.has("j/t0/late-intent") {
+		t.Fatal("an object whose intent was applied after the listing was swept")
+	}
+	e.checkReferencedPresent("j")
+}
