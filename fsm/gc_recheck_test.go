@@ -190,3 +190,34 @@ func TestIntentCreateRefusesKeysInUse(t *testing.T) {
 	h.reject(wire.ErrConflict, fsm.CmdIntentCreate, fsm.IntentCreate{Job: "g", Generation: 1, Keys: []string{old}, LeaseUntil: h.now.Add(2 * time.Hour)})
 	h.fsck()
 }
+
+// TestCommittedUnreferencedBlobIsACandidate: a blob an ack commits without
+// its manifest referencing it is unreferenced from the ack on: a GC
+// candidate at the ack's time, marked once the grace has passed.
+func TestCommittedUnreferencedBlobIsACandidate(t *testing.T) {
+	h, w, _ := gcScene(t)
+	h.begin("g", 1, 3)
+	h.intents("g", 1, "g/t/log-1-3", "g/t/spare")
+	h.advance(time.Minute)
+	acked := h.now
+	seg := manifests.Segment{Key: "g/t/log-1-3", Offset: 0, Length: 100, FirstSeq: w.seq + 1, LastSeq: w.seq + 1}
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "g", Generation: 1, Epoch: 3, Task: "t", Manifest: &fsm.ManifestAck{
+		Blobs: []fsm.BlobCommit{{Key: "g/t/log-1-3", Size: 100}, {Key: "g/t/spare", Size: 10}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg}}}}))
+	b, _, err := h.f.Blob("g/t/spare")
+	if err != nil || b.State != wire.BlobLive || b.Refs != 0 {
+		t.Fatalf("g/t/spare: %+v %v, want live without references", b, err)
+	}
+	if b.UnreferencedAt == nil || !b.UnreferencedAt.Equal(acked) {
+		t.Fatalf("g/t/spare unreferenced at %v, want the ack's time %s", b.UnreferencedAt, acked)
+	}
+	cands, err := h.f.GCCandidates(acked, 100)
+	if err != nil || !slices.Contains(cands, "g/t/spare") || slices.Contains(cands, "g/t/log-1-3") {
+		t.Fatalf("candidates %v %v, want g/t/spare and not g/t/log-1-3", cands, err)
+	}
+	h.advance(10 * time.Minute)
+	if got := h.markKeys(10*time.Minute, "g/t/spare", "g/t/log-1-3"); !slices.Equal(got, []string{"g/t/spare"}) {
+		t.Fatalf("marked %v, want g/t/spare", got)
+	}
+	h.fsck()
+}
