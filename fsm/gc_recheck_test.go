@@ -221,3 +221,54 @@ func TestCommittedUnreferencedBlobIsACandidate(t *testing.T) {
 	}
 	h.fsck()
 }
+
+// TestDetachedLineageReleasedWithItsLastEpoch: after an attempt-start of
+// version 2 (an entry of an earlier release: it does not release the
+// heads), the new attempt's first ack starts a fresh manifest and detaches
+// the old lineage, which keeps the references of its live epoch only until
+// that epoch is subsumed; then the lineage goes and its blobs are
+// candidates.
+func TestDetachedLineageReleasedWithItsLastEpoch(t *testing.T) {
+	h, _, _ := gcScene(t)
+	old := []string{"g/t/base-1-2", "g/t/log-1-2"}
+	data, err := fsm.EncodeVersion(fsm.CmdAttemptStart, 2, h.now, fsm.AttemptStart{Job: "g", AttemptID: "a2", Tasks: []wire.Task{task(t, "t", "state", "incremental")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := h.f.Apply(h.nextLog(data)).(*fsm.Result); res.Err != nil {
+		t.Fatalf("attempt-start version 2: %v", res.Err)
+	}
+	refs, _, err := h.f.ReferencedBlobs("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := refKeys(refs); !slices.Equal(got, old) {
+		t.Fatalf("referenced %v before the new attempt acked, want %v", got, old)
+	}
+	h.begin("g", 2, 3)
+	h.intents("g", 2, "g/t/fresh-3")
+	seg := manifests.Segment{Key: "g/t/fresh-3", Offset: 0, Length: 100, FirstSeq: 1, LastSeq: 1}
+	res := mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "g", Generation: 2, Epoch: 3, Task: "t", Manifest: &fsm.ManifestAck{
+		Blobs: []fsm.BlobCommit{{Key: "g/t/fresh-3", Size: 100}},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{seg}}}})).(*wire.AckResult)
+	if !res.Completed {
+		t.Fatal("epoch 3 did not complete")
+	}
+	if refs, _, err = h.f.ReferencedBlobs("g"); err != nil {
+		t.Fatal(err)
+	}
+	if got := refKeys(refs); !slices.Equal(got, []string{"g/t/fresh-3"}) {
+		t.Fatalf("referenced %v, want only the fresh manifest's blob", got)
+	}
+	cands, err := h.f.GCCandidates(h.now, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range old {
+		b, _, err := h.f.Blob(k)
+		if err != nil || b.Refs != 0 || !slices.Contains(cands, k) {
+			t.Errorf("%s: %+v %v, candidates %v: want it unreferenced and a candidate once the detached lineage's last epoch is subsumed", k, b, err, cands)
+		}
+	}
+	h.fsck()
+}
