@@ -144,8 +144,30 @@ func (h *harness) dump() fsm.Dump {
 // change nothing but the applied index.
 func (h *harness) reject(sentinel error, typ fsm.CommandType, payload any) *wire.RuleError {
 	h.t.Helper()
+	return h.rejectEncoded(sentinel, typ, h.encode(typ, payload))
+}
+
+// rejectVersion is reject for a command of an earlier payload version, as
+// an older leader wrote it (replayed under the rules of its version).
+func (h *harness) rejectVersion(sentinel error, typ fsm.CommandType, version uint8, payload any) *wire.RuleError {
+	h.t.Helper()
+	data, err := fsm.EncodeVersion(typ, version, h.now, payload)
+	if err != nil {
+		h.t.Fatalf("encode %s version %d: %v", typ, version, err)
+	}
+	return h.rejectEncoded(sentinel, typ, data)
+}
+
+// rejectEncoded is reject for a command already encoded.
+func (h *harness) rejectEncoded(sentinel error, typ fsm.CommandType, data []byte) *wire.RuleError {
+	h.t.Helper()
 	before := h.hash()
-	re := mustRule(h.t, h.mustApply(typ, payload), sentinel)
+	resp := h.f.Apply(h.nextLog(data))
+	res, ok := resp.(*fsm.Result)
+	if !ok || res.Index != h.index {
+		h.t.Fatalf("apply %s at index %d: response %T (%+v), want a *fsm.Result of that index", typ, h.index, resp, resp)
+	}
+	re := mustRule(h.t, res, sentinel)
 	if after := h.hash(); after != before {
 		h.t.Fatalf("%s refused with %v but the state changed", typ, re)
 	}

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/metastore/metastore/fsm"
@@ -78,5 +79,23 @@ func TestMemberAddressesChecked(t *testing.T) {
 	data[1] = 1 // the version-1 entry an older leader wrote
 	if res, ok := h.f.Apply(h.nextLog(data)).(*fsm.Result); !ok || res.Err != nil {
 		t.Fatalf("version-1 member record: %+v", res)
+	}
+	// Version 1 had checks of its own, which a replay still applies: an id,
+	// and addresses of 1 to 256 bytes.
+	long := strings.Repeat("a", 257)
+	for _, c := range []struct {
+		m     fsm.MemberUpsert
+		field string
+	}{
+		{fsm.MemberUpsert{ID: "z z", RaftAddr: "r:1", HTTPAddr: "h:1"}, "id"},
+		{fsm.MemberUpsert{ID: "zz", HTTPAddr: "h:1"}, "raft_addr"},
+		{fsm.MemberUpsert{ID: "zz", RaftAddr: long, HTTPAddr: "h:1"}, "raft_addr"},
+		{fsm.MemberUpsert{ID: "zz", RaftAddr: "r:1"}, "http_addr"},
+		{fsm.MemberUpsert{ID: "zz", RaftAddr: "r:1", HTTPAddr: long}, "http_addr"},
+	} {
+		re := h.rejectVersion(wire.ErrInvalid, fsm.CmdMemberUpsert, 1, c.m)
+		if re.Field != c.field {
+			t.Errorf("version-1 %+v: refused naming %q, want %s", c.m, re.Field, c.field)
+		}
 	}
 }
