@@ -156,6 +156,7 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"attempt with too many tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: manyTasks}, wire.ErrInvalid, "tasks"},
 		{"attempt with a task twice", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []wire.Task{src, op, src}}, wire.ErrInvalid, "tasks[].id"},
 		{"attempt with bad task id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: []wire.Task{{ID: "-x"}}}, wire.ErrInvalid, "tasks[].id"},
+		{"attempt with bad job id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "a job", AttemptID: "a3", Tasks: []wire.Task{src}}, wire.ErrInvalid, "job"},
 		{"attempt with bad attempt id", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "", Tasks: []wire.Task{src}}, wire.ErrInvalid, "attempt_id"},
 		{"epoch 0", fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2}, wire.ErrInvalid, "epoch"},
 		{"ack bad task id", fsm.CmdTaskAck, ack(2, 7, "", nil), wire.ErrInvalid, "task"},
