@@ -342,6 +342,14 @@ func TestEpochsIncreaseAcrossAborts(t *testing.T) {
 		t.Fatalf("epoch 8 still remembered: %v", err)
 	}
 	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 1, Epoch: 8})
+	// A write naming a forgotten epoch is told so, and one naming an epoch
+	// above the last begun that it was never begun.
+	if re := h.reject(wire.ErrNotFound, fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 1, Epoch: 8}); !strings.Contains(re.Message, "no longer remembered") {
+		t.Errorf("abort of forgotten epoch 8: %v", re)
+	}
+	if re := h.reject(wire.ErrNotFound, fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 1, Epoch: 10}); !strings.Contains(re.Message, "never begun") {
+		t.Errorf("abort of epoch 10, above the last begun: %v", re)
+	}
 	// A new attempt does not reset the numbering.
 	h.start("j", "a2", task(t, "s", "state"))
 	h.reject(wire.ErrEpochNotIncreasing, fsm.CmdEpochBegin, fsm.EpochBegin{Job: "j", Generation: 2, Epoch: 9})
