@@ -199,10 +199,14 @@ func TestRetentionAndPins(t *testing.T) {
 	if _, _, err := h.f.PlanRestore(fsm.RestoreRequest{Job: "clone", Task: "a", SourceJob: "j", Pin: "keep"}); !isRule(err, wire.ErrNotFound) {
 		t.Fatalf("restore of an unpinned savepoint: %v", err)
 	}
-	// Unpin of an epoch within retention keeps it.
+	// Unpin of an epoch within retention keeps it. Pins without a name do
+	// not clash with each other.
 	h.pin("j", 5, "")
-	if u := h.unpin("j", 5); u.State != wire.EpochCompleted {
-		t.Fatalf("unpin within retention: %+v", u)
+	h.pin("j", 6, "")
+	for _, n := range []uint64{5, 6} {
+		if u := h.unpin("j", n); u.State != wire.EpochCompleted {
+			t.Fatalf("unpin of epoch %d within retention: %+v", n, u)
+		}
 	}
 
 	// Lowering retention through the config subsumes at once.
