@@ -163,6 +163,13 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"abort reason with control characters", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 7, Reason: "bad\x00reason"}, wire.ErrInvalid, "reason"},
 		{"abort reason too long", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2, Epoch: 7, Reason: strings.Repeat("r", wire.MaxReasonLen+1)}, wire.ErrInvalid, "reason"},
 		{"pin bad name", fsm.CmdEpochPin, fsm.EpochPin{Job: "j", Epoch: 5, Name: "no spaces"}, wire.ErrInvalid, "name"},
+		{"abort bad job id", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "a job", Generation: 2, Epoch: 7}, wire.ErrInvalid, "job"},
+		{"abort generation 0", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Epoch: 7}, wire.ErrInvalid, "generation"},
+		{"abort epoch 0", fsm.CmdEpochAbort, fsm.EpochAbort{Job: "j", Generation: 2}, wire.ErrInvalid, "epoch"},
+		{"pin bad job id", fsm.CmdEpochPin, fsm.EpochPin{Job: "a job", Epoch: 5}, wire.ErrInvalid, "job"},
+		{"pin epoch 0", fsm.CmdEpochPin, fsm.EpochPin{Job: "j"}, wire.ErrInvalid, "epoch"},
+		{"unpin epoch 0", fsm.CmdEpochUnpin, fsm.EpochPin{Job: "j"}, wire.ErrInvalid, "epoch"},
+		{"delete bad job id", fsm.CmdJobDelete, fsm.JobDelete{Job: "a job"}, wire.ErrInvalid, "job"},
 		{"member without address", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m1", HTTPAddr: "h:1"}, wire.ErrInvalid, "raft_addr"},
 		{"member bad id", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m 1", RaftAddr: "r:1", HTTPAddr: "h:1"}, wire.ErrInvalid, "id"},
 	}
