@@ -129,6 +129,30 @@ func TestSignedSlotForged(t *testing.T) {
 	h.reject(wire.ErrInvalid, fsm.CmdSlotKeyInit, fsm.SlotKeyInit{Key: []byte("short")})
 }
 
+// TestSignedSlotShape: only a key of the signed shape reads as a signed
+// slot (SignedSlotOf, which the orphan sweep and the quota read, and the
+// ack's commit check): a task directory, a name of 56 lowercase hex
+// digits, and a lease a time can hold (at most 2^63-1 ns).
+func TestSignedSlotShape(t *testing.T) {
+	lease := t0.Add(time.Hour)
+	k := fsm.NewSlotSigner(testSlotKey).Keys("u", "t", 1, lease, 1, 1)[0]
+	if got, i, ok := fsm.SignedSlotOf(k); !ok || !got.Equal(lease) || i != 0 {
+		t.Fatalf("SignedSlotOf(%s) = %v %d %v, want %v 0 true", k, got, i, ok, lease)
+	}
+	name := k[strings.LastIndexByte(k, '/')+1:]
+	for _, tc := range []struct{ what, key string }{
+		{"no task directory", "u/" + name},
+		{"upper-case hex", "u/t/" + strings.ToUpper(name)},
+		{"a digit that is not hex", "u/t/" + name[:55] + "g"},
+		{"a short name", "u/t/" + name[:55]},
+		{"a lease above 2^63-1 ns", "u/t/8" + name[1:]},
+	} {
+		if got, _, ok := fsm.SignedSlotOf(tc.key); ok {
+			t.Errorf("%s: SignedSlotOf(%s) reads a signed slot with lease %v", tc.what, tc.key, got)
+		}
+	}
+}
+
 // TestSignedSlotLeaseAndFence: a signed slot's lease and attempt hold as
 // a recorded intent's: an ack after the lease is refused (expired), and
 // one of another attempt is fenced; another job cannot commit it.
