@@ -84,6 +84,15 @@ func TestRulesChangeNothing(t *testing.T) {
 	for i := range manyTasks {
 		manyTasks[i] = wire.Task{ID: fmt.Sprintf("t%d", i)}
 	}
+	// Upload intents of job j's task op (generation 2), by batch or by key.
+	lease := h.now.Add(time.Hour)
+	batchOf := func(job, task, id string, count int) fsm.IntentCreate {
+		return fsm.IntentCreate{Job: job, Generation: 2, Task: task, Batch: id, Count: count, LeaseUntil: lease}
+	}
+	manyKeys := make([]string, wire.MaxIntents+1)
+	for i := range manyKeys {
+		manyKeys[i] = fmt.Sprintf("j/op/k%d", i)
+	}
 
 	cases := []ruleCase{
 		// Unknown job, no attempt.
@@ -170,6 +179,18 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"pin epoch 0", fsm.CmdEpochPin, fsm.EpochPin{Job: "j"}, wire.ErrInvalid, "epoch"},
 		{"unpin epoch 0", fsm.CmdEpochUnpin, fsm.EpochPin{Job: "j"}, wire.ErrInvalid, "epoch"},
 		{"delete bad job id", fsm.CmdJobDelete, fsm.JobDelete{Job: "a job"}, wire.ErrInvalid, "job"},
+		{"intents bad job id", fsm.CmdIntentCreate, batchOf("a job", "op", testBatch, 1), wire.ErrInvalid, "job"},
+		{"intents bad task id", fsm.CmdIntentCreate, batchOf("j", "-x", testBatch, 1), wire.ErrInvalid, "task"},
+		{"intents generation 0", fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Task: "op", Batch: testBatch, Count: 1, LeaseUntil: lease}, wire.ErrInvalid, "generation"},
+		{"intents short batch id", fsm.CmdIntentCreate, batchOf("j", "op", "0123abcd", 1), wire.ErrInvalid, "batch"},
+		{"intents batch id not lowercase hex", fsm.CmdIntentCreate, batchOf("j", "op", strings.ToUpper(testBatch), 1), wire.ErrInvalid, "batch"},
+		{"intents batch naming keys", fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 2, Task: "op", Batch: testBatch, Count: 1, Keys: []string{"j/op/k"}, LeaseUntil: lease}, wire.ErrInvalid, "keys"},
+		{"intents batch of no key", fsm.CmdIntentCreate, batchOf("j", "op", testBatch, 0), wire.ErrInvalid, "count"},
+		{"intents batch too large", fsm.CmdIntentCreate, batchOf("j", "op", testBatch, wire.MaxIntents+1), wire.ErrInvalid, "count"},
+		{"intents keys with a count", fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 2, Task: "op", Keys: []string{"j/op/k"}, Count: 1, LeaseUntil: lease}, wire.ErrInvalid, "count"},
+		{"intents of no key", fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 2, Task: "op", LeaseUntil: lease}, wire.ErrInvalid, "count"},
+		{"intents too many keys", fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 2, Task: "op", Keys: manyKeys, LeaseUntil: lease}, wire.ErrInvalid, "count"},
+		{"intents bad key", fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 2, Task: "op", Keys: []string{"j/../k"}, LeaseUntil: lease}, wire.ErrInvalid, "keys"},
 		{"member without address", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m1", HTTPAddr: "h:1"}, wire.ErrInvalid, "raft_addr"},
 		{"member bad id", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m 1", RaftAddr: "r:1", HTTPAddr: "h:1"}, wire.ErrInvalid, "id"},
 	}
