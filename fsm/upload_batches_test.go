@@ -119,6 +119,13 @@ func TestUploadBatchUnusedKeyKnown(t *testing.T) {
 	if !known[keys[0]] || !known[keys[1]] {
 		t.Fatalf("Known(%v) = %v: an upload to a live batch would be swept as an orphan", keys, known)
 	}
+	// The batch's name under another task's or job's directory is not a key
+	// of the batch.
+	for _, k := range []string{"u/s/" + testBatch + "00000000", "v/t/" + testBatch + "00000001"} {
+		if recorded(h, k) || blobState(h, k) != "" {
+			t.Errorf("%s, not a key of the batch, reads as one (%q)", k, blobState(h, k))
+		}
+	}
 }
 
 // TestUploadBatchExpires: when the lease ends, the collector's
@@ -140,6 +147,10 @@ func TestUploadBatchExpires(t *testing.T) {
 		t.Fatalf("expired %v before the lease ended", got)
 	}
 	h.advance(2 * time.Hour)
+	// Only the batch's own first key names its lease entry.
+	if got := mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"u/s/" + testBatch + "00000000"}})).([]string); len(got) != 0 {
+		t.Fatalf("another task's key of the batch's name expired %v", got)
+	}
 	due, err := h.f.ExpiredIntents(h.now, 100)
 	if err != nil {
 		t.Fatal(err)
