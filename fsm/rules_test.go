@@ -181,6 +181,8 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"delete bad job id", fsm.CmdJobDelete, fsm.JobDelete{Job: "a job"}, wire.ErrInvalid, "job"},
 		{"intents bad job id", fsm.CmdIntentCreate, batchOf("a job", "op", testBatch, 1), wire.ErrInvalid, "job"},
 		{"intents bad task id", fsm.CmdIntentCreate, batchOf("j", "-x", testBatch, 1), wire.ErrInvalid, "task"},
+		{"intents stale generation", fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 1, Task: "op", Batch: testBatch, Count: 1, LeaseUntil: lease}, wire.ErrFenced, "generation"},
+		{"intents future generation", fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Generation: 3, Task: "op", Keys: []string{"j/op/k"}, LeaseUntil: lease}, wire.ErrInvalid, "generation"},
 		{"intents generation 0", fsm.CmdIntentCreate, fsm.IntentCreate{Job: "j", Task: "op", Batch: testBatch, Count: 1, LeaseUntil: lease}, wire.ErrInvalid, "generation"},
 		{"intents short batch id", fsm.CmdIntentCreate, batchOf("j", "op", "0123abcd", 1), wire.ErrInvalid, "batch"},
 		{"intents batch id not lowercase hex", fsm.CmdIntentCreate, batchOf("j", "op", strings.ToUpper(testBatch), 1), wire.ErrInvalid, "batch"},
