@@ -279,3 +279,42 @@ func TestUploadBatchExpiresWithItsJob(t *testing.T) {
 	}
 	h.fsck()
 }
+
+// TestIntentKeysInUse: an intent-create naming its keys answers a retried
+// request (the same job and lease, each key still an intent) with the
+// intents it recorded and changes nothing; a key in use otherwise is
+// refused: another job's intent, an intent of another lease, an intent
+// that expired.
+func TestIntentKeysInUse(t *testing.T) {
+	h := newBatchHarness(t)
+	h.putJob("v", wire.JobConfig{Retained: 1})
+	h.start("v", "b1", task(t, "t", "state"))
+	lease := h.now.Add(time.Hour)
+	create := func(job string, lease time.Time, keys ...string) fsm.IntentCreate {
+		return fsm.IntentCreate{Job: job, Generation: 1, Task: "t", Keys: keys, LeaseUntil: lease}
+	}
+	mustOK(t, h.mustApply(fsm.CmdIntentCreate, create("u", lease, "u/t/a", "u/t/b")))
+	before := h.hash()
+	mustOK(t, h.mustApply(fsm.CmdIntentCreate, create("u", lease, "u/t/a", "u/t/b")))
+	if h.hash() != before {
+		t.Fatal("a retried intent-create changed the state")
+	}
+	for _, tc := range []struct {
+		what string
+		p    fsm.IntentCreate
+	}{
+		{"another job's intent", create("v", lease, "u/t/a")},
+		{"an intent of another lease", create("u", lease.Add(time.Second), "u/t/b")},
+	} {
+		if re := h.reject(wire.ErrConflict, fsm.CmdIntentCreate, tc.p); re.Field != "keys" {
+			t.Errorf("%s: refused naming %q, want keys", tc.what, re.Field)
+		}
+	}
+	h.advance(2 * time.Hour)
+	if got := mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"u/t/a"}})).([]string); !slices.Equal(got, []string{"u/t/a"}) {
+		t.Fatalf("expired %v, want u/t/a", got)
+	}
+	if re := h.reject(wire.ErrConflict, fsm.CmdIntentCreate, create("u", lease, "u/t/a")); re.Field != "keys" {
+		t.Errorf("an expired intent: refused naming %q, want keys", re.Field)
+	}
+}
