@@ -147,9 +147,11 @@ func TestUploadBatchExpires(t *testing.T) {
 		t.Fatalf("expired %v before the lease ended", got)
 	}
 	h.advance(2 * time.Hour)
-	// Only the batch's own first key names its lease entry.
-	if got := mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"u/s/" + testBatch + "00000000"}})).([]string); len(got) != 0 {
-		t.Fatalf("another task's key of the batch's name expired %v", got)
+	// Only the batch's own first key names its lease entry: neither
+	// another task's key of the batch's name nor another unused key of the
+	// batch expires anything.
+	if got := mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"u/s/" + testBatch + "00000000", keys[2]}})).([]string); len(got) != 0 {
+		t.Fatalf("keys that do not name the batch's lease entry expired %v", got)
 	}
 	due, err := h.f.ExpiredIntents(h.now, 100)
 	if err != nil {
@@ -210,11 +212,29 @@ func TestUploadBatchKeyNeverAnIntentAgain(t *testing.T) {
 	if err != nil || !slices.Contains(cands, keys[0]) {
 		t.Fatalf("candidates %v %v, want %s", cands, err, keys[0])
 	}
+	// Not before the grace has passed since its last reference went.
+	if early := mustOK(t, h.mustApply(fsm.CmdBlobsDeleting, fsm.BlobKeys{Keys: []string{keys[0]}, Grace: fsm.Duration(time.Minute)})).([]string); len(early) != 0 {
+		t.Fatalf("marked %v within the grace", early)
+	}
 	marked := mustOK(t, h.mustApply(fsm.CmdBlobsDeleting, fsm.BlobKeys{Keys: []string{keys[0]}})).([]string)
 	if !slices.Equal(marked, []string{keys[0]}) {
 		t.Fatalf("marked %v", marked)
 	}
+	// A blob deleting, or gone, is not marked again; only a blob deleting
+	// goes, and only a gone one is purged.
+	if again := mustOK(t, h.mustApply(fsm.CmdBlobsDeleting, fsm.BlobKeys{Keys: marked})).([]string); len(again) != 0 {
+		t.Fatalf("marked %v again while deleting", again)
+	}
+	if purged := mustOK(t, h.mustApply(fsm.CmdBlobsPurge, fsm.BlobKeys{Keys: append(slices.Clone(marked), keys[1])})).([]string); len(purged) != 0 {
+		t.Fatalf("purged %v, neither gone", purged)
+	}
+	if gone := mustOK(t, h.mustApply(fsm.CmdBlobsGone, fsm.BlobKeys{Keys: []string{keys[1]}})).([]string); len(gone) != 0 || blobState(h, keys[1]) != wire.BlobLive {
+		t.Fatalf("blobs-gone of live %s answered %v (now %q)", keys[1], gone, blobState(h, keys[1]))
+	}
 	mustOK(t, h.mustApply(fsm.CmdBlobsGone, fsm.BlobKeys{Keys: marked}))
+	if again := mustOK(t, h.mustApply(fsm.CmdBlobsDeleting, fsm.BlobKeys{Keys: marked})).([]string); len(again) != 0 {
+		t.Fatalf("marked %v again once gone", again)
+	}
 	h.advance(30 * time.Minute) // the lease (an hour) still runs
 	mustOK(t, h.mustApply(fsm.CmdBlobsPurge, fsm.BlobKeys{Keys: marked}))
 	if s := blobState(h, keys[0]); s != "" {
@@ -284,7 +304,8 @@ func TestUploadBatchExpiresWithItsJob(t *testing.T) {
 // request (the same job and lease, each key still an intent) with the
 // intents it recorded and changes nothing; a key in use otherwise is
 // refused: another job's intent, an intent of another lease, an intent
-// that expired.
+// that expired. Intents-expire ends an intent once its lease has ended by
+// the proposer's clock, and a repeated one changes nothing.
 func TestIntentKeysInUse(t *testing.T) {
 	h := newBatchHarness(t)
 	h.putJob("v", wire.JobConfig{Retained: 1})
@@ -310,9 +331,17 @@ func TestIntentKeysInUse(t *testing.T) {
 			t.Errorf("%s: refused naming %q, want keys", tc.what, re.Field)
 		}
 	}
+	// Intents expire when their lease ends by the proposer's clock, once.
+	if got := mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"u/t/a"}})).([]string); len(got) != 0 {
+		t.Fatalf("expired %v before the lease ended", got)
+	}
 	h.advance(2 * time.Hour)
 	if got := mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"u/t/a"}})).([]string); !slices.Equal(got, []string{"u/t/a"}) {
 		t.Fatalf("expired %v, want u/t/a", got)
+	}
+	before = h.hash()
+	if got := mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: []string{"u/t/a"}})).([]string); len(got) != 0 || h.hash() != before {
+		t.Fatalf("a repeated intents-expire expired %v again (state changed: %v)", got, h.hash() != before)
 	}
 	if re := h.reject(wire.ErrConflict, fsm.CmdIntentCreate, create("u", lease, "u/t/a")); re.Field != "keys" {
 		t.Errorf("an expired intent: refused naming %q, want keys", re.Field)
