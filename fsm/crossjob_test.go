@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -289,6 +290,19 @@ func TestBlobObservation(t *testing.T) {
 	}
 	if c, _, _ := h.f.Blob("j/t/c"); c.State != wire.BlobLive || c.AwaitingObservation {
 		t.Fatalf("blob of a version-1 ack: %+v", c)
+	}
+	// A missing object is flagged even when its size (0, as the collector
+	// reports a missing one) is the declared size.
+	h.intents("j", 1, "j/t/empty")
+	h.begin("j", 1, 3)
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 3, Task: "t", Manifest: &fsm.ManifestAck{
+		Blobs: []fsm.BlobCommit{{Key: "j/t/empty", Size: 0}}, Delta: &manifests.Delta{}}}))
+	gone := mustOK(t, h.mustApply(fsm.CmdBlobsObserved, fsm.BlobsObserved{Blobs: []fsm.BlobObservation{{Key: "j/t/empty", Missing: true}}})).(*fsm.ObservedResult)
+	if !slices.Equal(gone.Flagged, []string{"j/t/empty"}) {
+		t.Fatalf("a missing blob of the declared size: %+v", gone)
+	}
+	if e, _, _ := h.f.Blob("j/t/empty"); !e.Flagged || e.Observed == nil || !e.Observed.Missing {
+		t.Fatalf("missing blob record: %+v", e)
 	}
 	h.fsck()
 }
