@@ -67,6 +67,9 @@ func TestTokenCreateLookupRevoke(t *testing.T) {
 		t.Fatal("a revoked token is still found")
 	}
 	h.reject(wire.ErrNotFound, fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: w.Accessor})
+	if re := h.reject(wire.ErrInvalid, fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: "XYZ"}); re.Field != "accessor" {
+		t.Fatalf("revocation of a malformed accessor: %v", re)
+	}
 	mustOK(t, h.mustApply(fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: op.Accessor, Force: true}))
 	toks, _, err := h.f.Tokens()
 	if err != nil || len(toks) != 0 {
