@@ -40,6 +40,23 @@ func TestTokenCreateLookupRevoke(t *testing.T) {
 
 	w := fsm.TokenCreate{Accessor: "2222222222222222", Hash: wire.TokenHash("s-w"), Role: wire.RoleWorker, JobPrefix: "team-"}
 	mustOK(t, h.mustApply(fsm.CmdTokenCreate, w))
+	// A create under an existing accessor with the same secret is a repeat
+	// only with the same role, scope and description.
+	wj := fsm.TokenCreate{Accessor: "3333333333333333", Hash: wire.TokenHash("s-wj"), Role: wire.RoleWorker, Job: "a"}
+	mustOK(t, h.mustApply(fsm.CmdTokenCreate, wj))
+	for _, tc := range []struct {
+		what string
+		p    fsm.TokenCreate
+	}{
+		{"another description", fsm.TokenCreate{Accessor: op.Accessor, Hash: op.Hash, Role: op.Role, Description: "other"}},
+		{"another job prefix", fsm.TokenCreate{Accessor: w.Accessor, Hash: w.Hash, Role: w.Role, JobPrefix: "other-"}},
+		{"another job", fsm.TokenCreate{Accessor: wj.Accessor, Hash: wj.Hash, Role: wj.Role, Job: "b"}},
+	} {
+		if re := h.reject(wire.ErrConflict, fsm.CmdTokenCreate, tc.p); re.Field != "accessor" {
+			t.Errorf("%s: refused naming %q, want accessor", tc.what, re.Field)
+		}
+	}
+	mustOK(t, h.mustApply(fsm.CmdTokenRevoke, fsm.TokenRevoke{Accessor: wj.Accessor}))
 
 	got := lookup(t, h, "s-w")
 	if got == nil || got.Accessor != w.Accessor || got.Role != wire.RoleWorker || !got.Covers("team-x") || got.Covers("other") || got.Covers("team") {
