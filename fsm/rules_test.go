@@ -160,6 +160,8 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"retained too high", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{Retained: 1001}}, wire.ErrInvalid, "config.retained"},
 		{"retained negative", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{Retained: -1}}, wire.ErrInvalid, "config.retained"},
 		{"ack timeout too short", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{AckTimeout: fsm.Duration(time.Millisecond)}}, wire.ErrInvalid, "config.ack_timeout"},
+		{"ack timeout too long", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{AckTimeout: fsm.Duration(7*24*time.Hour + time.Second)}}, wire.ErrInvalid, "config.ack_timeout"},
+		{"history negative", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{History: -1}}, wire.ErrInvalid, "config.history"},
 		{"history too long", fsm.CmdJobPut, fsm.JobPut{Job: "j", Config: wire.JobConfig{History: 10001}}, wire.ErrInvalid, "config.history"},
 		{"attempt without tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3"}, wire.ErrInvalid, "tasks"},
 		{"attempt with too many tasks", fsm.CmdAttemptStart, fsm.AttemptStart{Job: "j", AttemptID: "a3", Tasks: manyTasks}, wire.ErrInvalid, "tasks"},
