@@ -241,6 +241,12 @@ func TestValidateBeforeProposal(t *testing.T) {
 	if err := inc.Validate(); !isRule(err, wire.ErrInvalid) {
 		t.Errorf("incremental without state: %v", err)
 	}
+	// A description that is not UTF-8 cannot come in as JSON either (it
+	// decodes with U+FFFD in place of the bad bytes).
+	tok := &fsm.TokenCreate{Accessor: "0123456789abcdef", Hash: wire.TokenHash("x"), Role: wire.RoleOperator, Description: "d\xff"}
+	if err := tok.Validate(); !isRule(err, wire.ErrInvalid) {
+		t.Errorf("description not UTF-8: %v", err)
+	}
 	jp := &fsm.JobPut{Job: "j"}
 	if err := jp.Validate(); err != nil {
 		t.Fatal(err)
