@@ -187,6 +187,13 @@ func TestUploadBatchExpires(t *testing.T) {
 		t.Fatalf("usage %+v after the batch expired, want no intent", u)
 	}
 	checkUsage(t, h.f, "after expiry", "u")
+	// A replay of the request stamped by a proposer whose clock is behind
+	// the lease (the batch record is gone) finds its keys' records: refused.
+	replay := fsm.IntentCreate{Job: "u", Generation: 1, Task: "t", Batch: testBatch, Count: 3, LeaseUntil: t0.Add(time.Hour)}
+	h.now = t0.Add(30 * time.Minute)
+	if re := h.reject(wire.ErrConflict, fsm.CmdIntentCreate, replay); re.Field != "batch" {
+		t.Fatalf("replay of the expired batch: %v", re)
+	}
 	h.fsck()
 }
 
