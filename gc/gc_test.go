@@ -135,18 +135,10 @@ func TestReferencedSinceLookedIsKept(t *testing.T) {
 	victim := unref[0]
 	c := e.collector(baseConfig())
 	e.clock.Advance(grace)
-	e.mu.Lock()
-	e.beforeApply = func(cmd fsm.Command) {
-		if cmd.Type != fsm.CmdBlobsDeleting {
-			return
-		}
-		e.beforeApply = nil
+	e.beforeFirst(fsm.CmdBlobsDeleting, func() {
 		// A worker's ack lands first and references the victim again.
-		e.mu.Unlock()
 		e.epoch(w, 10, false, manifests.Segment{Key: victim, Offset: 0, Length: 10})
-		e.mu.Lock()
-	}
-	e.mu.Unlock()
+	})
 	rep := e.runOnce(c, RunOptions{})
 	if rep.MarksProposed != len(unref) || rep.Marked != len(unref)-1 || rep.Deleted != len(unref)-1 {
 		t.Fatalf("report %+v, want %d proposed, %d marked", rep, len(unref), len(unref)-1)

@@ -506,3 +506,20 @@ func (s *testStore) deleteCalls() [][]string {
 }
 
 func isNotFound(err error) bool { return errors.Is(err, blobstore.ErrNotFound) }
+
+// beforeFirst has fn run once, without e.mu held, just before the first
+// command of type typ proposed from now on is applied: what lands in the
+// state between the collector's read and its proposal.
+func (e *env) beforeFirst(typ fsm.CommandType, fn func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.beforeApply = func(cmd fsm.Command) {
+		if cmd.Type != typ {
+			return
+		}
+		e.beforeApply = nil
+		e.mu.Unlock()
+		fn()
+		e.mu.Lock()
+	}
+}

@@ -23,20 +23,12 @@ func TestGraceRestartsWhenReleasedAgain(t *testing.T) {
 	victim := unref[0]
 	c := e.collector(baseConfig())
 	e.clock.Advance(grace)
-	e.mu.Lock()
-	e.beforeApply = func(cmd fsm.Command) {
-		if cmd.Type != fsm.CmdBlobsDeleting {
-			return
-		}
-		e.beforeApply = nil
+	e.beforeFirst(fsm.CmdBlobsDeleting, func() {
 		// Epoch 10 references the victim again; epoch 11 materializes
 		// and, with one checkpoint retained, releases it at once.
-		e.mu.Unlock()
 		e.epoch(w, 10, false, manifests.Segment{Key: victim, Offset: 0, Length: 10})
 		e.epoch(w, 11, true)
-		e.mu.Lock()
-	}
-	e.mu.Unlock()
+	})
 	rep := e.runOnce(c, RunOptions{})
 	if rep.MarksProposed != len(unref) || rep.Marked != len(unref)-1 {
 		t.Fatalf("report %+v, want %d proposed, %d marked", rep, len(unref), len(unref)-1)
