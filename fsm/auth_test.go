@@ -130,7 +130,7 @@ func TestTokenCreateValidation(t *testing.T) {
 		"worker bad prefix":  {Accessor: "0123456789abcdef", Hash: hash, Role: wire.RoleWorker, JobPrefix: "a/b"},
 		"long description":   {Accessor: "0123456789abcdef", Hash: hash, Role: wire.RoleOperator, Description: strings.Repeat("d", wire.MaxReasonLen+1)},
 	} {
-		t.Run(name, func(t *testing.T) { h.reject(wire.ErrInvalid, fsm.CmdTokenCreate, p) })
+		h.run(t, name, func(*testing.T) { h.reject(wire.ErrInvalid, fsm.CmdTokenCreate, p) })
 	}
 }
 

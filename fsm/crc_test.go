@@ -84,7 +84,7 @@ func TestCRC32CShapeRefused(t *testing.T) {
 		{"full base", "full", "manifest.full.bases.crc32c", &fsm.ManifestAck{Blobs: commit, Full: &manifests.Manifest{Bases: []manifests.Base{{Key: "c/blob", Length: 10, CRC32C: " 1b2c3d4"}}}}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+		h.run(t, tc.name, func(t *testing.T) {
 			re := h.reject(wire.ErrInvalid, fsm.CmdTaskAck, fsm.TaskAck{Job: "c", Generation: 1, Epoch: 1, Task: tc.task, Manifest: tc.m})
 			if re.Field != tc.field {
 				t.Fatalf("refused naming field %q (%v), want %q", re.Field, re, tc.field)

@@ -116,7 +116,7 @@ func TestApplyPanicsOnBadEntry(t *testing.T) {
 	h := newHarness(t)
 	h.putJob("j", wire.JobConfig{})
 	for _, tc := range badEntries(t) {
-		t.Run(tc.name, func(t *testing.T) {
+		h.run(t, tc.name, func(t *testing.T) {
 			before, idx := h.dump(), h.f.AppliedIndex()
 			bad := &raft.Log{Index: idx + 1, Term: 1, Type: raft.LogCommand, Data: tc.data}
 			msg := panicOf(func() { h.f.Apply(bad) })

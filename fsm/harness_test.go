@@ -50,6 +50,19 @@ func openFSM(t testing.TB, path string) *fsm.FSM {
 	return f
 }
 
+// run runs fn as subtest name of t with the harness reporting to the
+// subtest, so that a failed check of the harness (h.reject, h.dump, ...)
+// fails that subtest and not its parent.
+func (h *harness) run(t *testing.T, name string, fn func(t *testing.T)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		parent := h.t
+		h.t = t
+		defer func() { h.t = parent }()
+		fn(t)
+	})
+}
+
 // reopen closes the file and opens it again, as a restarted member does.
 func (h *harness) reopen() {
 	h.t.Helper()

@@ -202,8 +202,7 @@ func TestRulesChangeNothing(t *testing.T) {
 		{"member bad id", fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "m 1", RaftAddr: "r:1", HTTPAddr: "h:1"}, wire.ErrInvalid, "id"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			h.t = t
+		h.run(t, tc.name, func(t *testing.T) {
 			re := h.reject(tc.want, tc.typ, tc.payload)
 			if tc.field != "" && re.Field != tc.field {
 				t.Errorf("error %v names field %q, want %q", re, re.Field, tc.field)
@@ -213,7 +212,6 @@ func TestRulesChangeNothing(t *testing.T) {
 			}
 		})
 	}
-	h.t = t
 
 	// The fixture is what the cases assumed, and still is.
 	if j := h.job("j"); j.Generation != 2 || j.LastEpoch != 7 || !slices.Equal(j.Pending, []uint64{7}) || !slices.Equal(j.Retained, []uint64{3, 5}) || !slices.Equal(j.Ended, []uint64{4}) {

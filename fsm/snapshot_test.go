@@ -351,7 +351,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	fillEverything(h)
 	h.putJob("mine", wire.JobConfig{})
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+		h.run(t, tc.name, func(t *testing.T) {
 			before, idx := h.dump(), h.f.AppliedIndex()
 			if err := h.f.Restore(io.NopCloser(bytes.NewReader(tc.data))); err == nil {
 				t.Fatal("restore succeeded")
