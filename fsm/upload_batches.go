@@ -246,8 +246,10 @@ func createBatch(t *txn, c Command, p *IntentCreate) (any, error) {
 	}
 	// A key with a record is not the batch's to hand out. Ids are unique
 	// (time and random bytes), so this finds nothing but a replay of a
-	// batch that expired, whose lease ended before the replay was
-	// recorded and which the check above refused already.
+	// batch whose record is gone (it expired, its keys' records remain).
+	// The lease check above refuses most such replays; not one stamped
+	// by a proposer whose clock is behind the lease, which only this
+	// check refuses.
 	for _, k := range []string{ub.key(0), ub.key(ub.Count - 1)} {
 		if b, err := t.storedBlob(k); err != nil {
 			return nil, err
