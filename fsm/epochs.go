@@ -113,10 +113,13 @@ func mustEpoch(t *txn, j *jobRecord, n uint64) (*epochRecord, error) {
 	return e, nil
 }
 
-// missingEpochErr is the answer for epoch n of j, which has no record.
+// missingEpochErr is the answer for epoch n of j, which has no record. An
+// epoch at or below the last begun one was either forgotten (beyond the
+// job's history) or skipped (epochs may be begun out of step); the state
+// keeps nothing that tells the two apart, so the answer names both.
 func missingEpochErr(j *jobRecord, n uint64) error {
 	if n <= j.LastEpoch {
-		return ruleErr(wire.CodeNotFound, "epoch", "epoch %d of job %q is no longer remembered", n, j.ID)
+		return ruleErr(wire.CodeNotFound, "epoch", "epoch %d of job %q is no longer remembered (beyond the job's history), or was skipped and never begun", n, j.ID)
 	}
 	return ruleErr(wire.CodeNotFound, "epoch", "epoch %d of job %q was never begun", n, j.ID)
 }
