@@ -26,12 +26,6 @@ var (
 	authURLKey      = []byte("url_key")
 )
 
-func init() {
-	register(CmdTokenCreate, "token-create", 1, applyTokenCreate)
-	register(CmdTokenRevoke, "token-revoke", 1, applyTokenRevoke)
-	register(CmdURLKeyInit, "url-key-init", 1, applyURLKeyInit)
-}
-
 // tokenRecord is a token's record. It never holds the secret.
 type tokenRecord struct {
 	// Accessor names the token in lists and revocations; it is not a
@@ -125,14 +119,7 @@ func (p *TokenCreate) same(t *tokenRecord) bool {
 	return t.Hash == p.Hash && t.Role == p.Role && t.Job == p.Job && t.JobPrefix == p.JobPrefix && t.Description == p.Description
 }
 
-func applyTokenCreate(t *txn, c Command) (any, error) {
-	var p TokenCreate
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
+func applyTokenCreate(t *txn, c Command, p *TokenCreate) (any, error) {
 	if p.Bootstrap {
 		exists := false
 		if err := t.scan(bucketAuth, authTokenPrefix, func(_, _ []byte) (bool, error) {
@@ -177,14 +164,14 @@ type TokenRevoke struct {
 	Force    bool   `json:"force,omitempty"`
 }
 
-func applyTokenRevoke(t *txn, c Command) (any, error) {
-	var p TokenRevoke
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func (p *TokenRevoke) Validate() error {
 	if !accessorPattern.MatchString(p.Accessor) {
-		return nil, ruleErr(wire.CodeInvalid, "accessor", "%q is not 16 lowercase hex digits", p.Accessor)
+		return ruleErr(wire.CodeInvalid, "accessor", "%q is not 16 lowercase hex digits", p.Accessor)
 	}
+	return nil
+}
+
+func applyTokenRevoke(t *txn, c Command, p *TokenRevoke) (any, error) {
 	tok, err := t.token(p.Accessor)
 	if err != nil {
 		return nil, err
@@ -229,14 +216,14 @@ type URLKeyInit struct {
 // URLKeyLen is the length of the object-URL signing key.
 const URLKeyLen = 32
 
-func applyURLKeyInit(t *txn, c Command) (any, error) {
-	var p URLKeyInit
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func (p *URLKeyInit) Validate() error {
 	if len(p.Key) != URLKeyLen {
-		return nil, ruleErr(wire.CodeInvalid, "key", "the signing key is %d bytes, not %d", len(p.Key), URLKeyLen)
+		return ruleErr(wire.CodeInvalid, "key", "the signing key is %d bytes, not %d", len(p.Key), URLKeyLen)
 	}
+	return nil
+}
+
+func applyURLKeyInit(t *txn, c Command, p *URLKeyInit) (any, error) {
 	b := t.b(bucketAuth)
 	if b.Get(authURLKey) != nil {
 		return false, nil

@@ -14,8 +14,6 @@ import (
 // affect the others, exactly as if each had its own entry.
 const CmdBatch CommandType = 16
 
-func init() { register(CmdBatch, "batch", 1, applyBatchCommand) }
-
 // MaxBatchCommands bounds the commands of one batch entry.
 const MaxBatchCommands = 4096
 

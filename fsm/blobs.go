@@ -9,21 +9,6 @@ import (
 	"github.com/metastore/metastore/wire"
 )
 
-func init() {
-	// Version 2 records the attempt generation in each intent.
-	// Version 3 is version 2 in MessagePack (payloads.go).
-	// Version 4 may record one upload batch (upload_batches.go) instead
-	// of a record per key: the payload names the batch and its size, not
-	// the keys (the API's requests do; a payload naming keys is applied
-	// as before).
-	register(CmdIntentCreate, "intent-create", 4, applyIntentCreate)
-	binaryFrom(CmdIntentCreate, 3)
-	register(CmdIntentsExpire, "intents-expire", 1, applyIntentsExpire)
-	register(CmdBlobsDeleting, "blobs-deleting", 1, applyBlobsDeleting)
-	register(CmdBlobsGone, "blobs-gone", 1, applyBlobsGone)
-	register(CmdBlobsPurge, "blobs-purge", 1, applyBlobsPurge)
-}
-
 // blobState is the lifecycle state of a blob (wire.BlobState shows it).
 type blobState string
 
@@ -106,14 +91,7 @@ func (p *IntentCreate) Validate() error {
 	return nil
 }
 
-func applyIntentCreate(t *txn, c Command) (any, error) {
-	var p IntentCreate
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
+func applyIntentCreate(t *txn, c Command, p *IntentCreate) (any, error) {
 	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
@@ -125,7 +103,7 @@ func applyIntentCreate(t *txn, c Command) (any, error) {
 		if c.Version < 4 {
 			return nil, ruleErr(wire.CodeInvalid, "batch", "intent-create version %d has no upload batches (from version 4)", c.Version)
 		}
-		return createBatch(t, c, &p)
+		return createBatch(t, c, p)
 	}
 	for _, k := range p.Keys {
 		if b, err := t.blob(k); err != nil {
@@ -171,11 +149,7 @@ type BlobKeys struct {
 
 // applyIntentsExpire ends intents whose lease is over (by the proposer's
 // clock) and that no ack committed: they become GC candidates.
-func applyIntentsExpire(t *txn, c Command) (any, error) {
-	var p BlobKeys
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func applyIntentsExpire(t *txn, c Command, p *BlobKeys) (any, error) {
 	expired := []string{}
 	for _, k := range p.Keys {
 		// A batch's lease entry names its first key (upload_batches.go).
@@ -226,11 +200,7 @@ func deletable(b *blobRecord, now time.Time, grace time.Duration) bool {
 // applyBlobsDeleting marks blobs deleting, re-checking each against the
 // state as of this entry: a blob referenced since the leader looked is left
 // alone. It returns the keys marked; only those may be deleted.
-func applyBlobsDeleting(t *txn, c Command) (any, error) {
-	var p BlobKeys
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func applyBlobsDeleting(t *txn, c Command, p *BlobKeys) (any, error) {
 	marked := []string{}
 	for _, k := range p.Keys {
 		b, err := t.blob(k)
@@ -254,11 +224,7 @@ func applyBlobsDeleting(t *txn, c Command) (any, error) {
 }
 
 // applyBlobsGone records that the object store confirmed the deletes.
-func applyBlobsGone(t *txn, c Command) (any, error) {
-	var p BlobKeys
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func applyBlobsGone(t *txn, c Command, p *BlobKeys) (any, error) {
 	gone := []string{}
 	for _, k := range p.Keys {
 		b, err := t.blob(k)
@@ -285,11 +251,7 @@ func applyBlobsGone(t *txn, c Command) (any, error) {
 }
 
 // applyBlobsPurge forgets tombstones.
-func applyBlobsPurge(t *txn, c Command) (any, error) {
-	var p BlobKeys
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func applyBlobsPurge(t *txn, c Command, p *BlobKeys) (any, error) {
 	purged := []string{}
 	for _, k := range p.Keys {
 		b, err := t.blob(k)

@@ -8,21 +8,6 @@ import (
 	"github.com/metastore/metastore/wire"
 )
 
-func init() {
-	// Version 2 refuses epochs above wire.MaxEpoch; entries of version 1 were
-	// accepted up to 2^64-1 and replay as they were applied.
-	register(CmdEpochBegin, "epoch-begin", 2, applyEpochBegin)
-	// Version 2 adds the cross-job and upload-slot rules (crossjob.go);
-	// entries of version 1 are applied by the rules they were written under.
-	// Version 3 is version 2 in MessagePack (payloads.go).
-	register(CmdTaskAck, "task-ack", 3, applyTaskAck)
-	binaryFrom(CmdTaskAck, 3)
-	register(CmdEpochAbort, "epoch-abort", 1, applyEpochAbort)
-	register(CmdEpochPin, "epoch-pin", 1, applyEpochPin)
-	register(CmdEpochUnpin, "epoch-unpin", 1, applyEpochUnpin)
-	register(CmdEpochsTimeout, "epochs-timeout", 1, applyEpochsTimeout)
-}
-
 // EpochBegin opens an epoch.
 type EpochBegin struct {
 	Job        string `json:"job"`
@@ -45,6 +30,14 @@ func checkEpochBound(epoch uint64) error {
 		return ruleErr(wire.CodeInvalid, "epoch", "%d is above the largest epoch, %d (2^63-1)", epoch, uint64(wire.MaxEpoch))
 	}
 	return nil
+}
+
+// checkAt checks a begin of version v as that version did.
+func (p *EpochBegin) checkAt(v uint8) error {
+	if v < 2 {
+		return p.validateV1()
+	}
+	return p.Validate()
 }
 
 // validateV1 is the check of version 1 entries: any positive epoch.
@@ -162,18 +155,7 @@ type EpochsTimeout struct {
 	Epochs []EpochRef `json:"epochs"`
 }
 
-func applyEpochBegin(t *txn, c Command) (any, error) {
-	var p EpochBegin
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	validate := p.Validate
-	if c.Version < 2 {
-		validate = p.validateV1
-	}
-	if err := validate(); err != nil {
-		return nil, err
-	}
+func applyEpochBegin(t *txn, c Command, p *EpochBegin) (any, error) {
 	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
@@ -221,29 +203,7 @@ func applyEpochBegin(t *txn, c Command) (any, error) {
 	return e, t.putJob(j)
 }
 
-func applyTaskAck(t *txn, c Command) (any, error) {
-	var p TaskAck
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	res, err := ackTask(t, c, &p)
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-func applyEpochAbort(t *txn, c Command) (any, error) {
-	var p EpochAbort
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
+func applyEpochAbort(t *txn, c Command, p *EpochAbort) (any, error) {
 	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
@@ -278,14 +238,7 @@ func applyEpochAbort(t *txn, c Command) (any, error) {
 	return t.epoch(p.Job, p.Epoch)
 }
 
-func applyEpochPin(t *txn, c Command) (any, error) {
-	var p EpochPin
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
+func applyEpochPin(t *txn, c Command, p *EpochPin) (any, error) {
 	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
@@ -320,14 +273,7 @@ func applyEpochPin(t *txn, c Command) (any, error) {
 	return e, t.putEpoch(e)
 }
 
-func applyEpochUnpin(t *txn, c Command) (any, error) {
-	var p EpochPin
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
+func applyEpochUnpin(t *txn, c Command, p *EpochPin) (any, error) {
 	j, err := writableJob(t, p.Job)
 	if err != nil {
 		return nil, err
@@ -362,11 +308,7 @@ func applyEpochUnpin(t *txn, c Command) (any, error) {
 	return t.epoch(p.Job, p.Epoch)
 }
 
-func applyEpochsTimeout(t *txn, c Command) (any, error) {
-	var p EpochsTimeout
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func applyEpochsTimeout(t *txn, c Command, p *EpochsTimeout) (any, error) {
 	aborted := []EpochRef{}
 	for _, ref := range p.Epochs {
 		j, err := t.job(ref.Job)

@@ -10,19 +10,6 @@ import (
 	"github.com/metastore/metastore/wire"
 )
 
-func init() {
-	// Version 2 checks the form of the addresses (CheckMemberAddr); entries
-	// of version 1 replay under the length check they were applied with.
-	register(CmdMemberUpsert, "member-upsert", 2, applyMemberUpsert)
-	register(CmdMemberRemove, "member-remove", 1, applyMemberRemove)
-	register(CmdJobPut, "job-put", 1, applyJobPut)
-	// Version 3 releases the task manifests (lineages) the new attempt
-	// does not extend as they are: see releaseHeads. Entries of versions 1
-	// and 2 are applied as they were written, without it.
-	register(CmdAttemptStart, "attempt-start", 3, applyAttemptStart)
-	register(CmdJobDelete, "job-delete", 1, applyJobDelete)
-}
-
 // MemberUpsert records a member's addresses.
 type MemberUpsert struct {
 	ID       string `json:"id"`
@@ -40,6 +27,14 @@ func (m *MemberUpsert) Validate() error {
 		return err
 	}
 	return CheckMemberAddr("http_addr", m.HTTPAddr)
+}
+
+// checkAt checks an upsert of version v as that version did.
+func (m *MemberUpsert) checkAt(v uint8) error {
+	if v < 2 {
+		return m.validateV1()
+	}
+	return m.Validate()
 }
 
 // validateV1 is the check of version 1 entries: non-empty addresses of at
@@ -62,28 +57,13 @@ type MemberRemove struct {
 	ID string `json:"id"`
 }
 
-func applyMemberUpsert(t *txn, c Command) (any, error) {
-	var p MemberUpsert
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	validate := p.Validate
-	if c.Version < 2 {
-		validate = p.validateV1
-	}
-	if err := validate(); err != nil {
-		return nil, err
-	}
-	m := memberRecord(p)
+func applyMemberUpsert(t *txn, c Command, p *MemberUpsert) (any, error) {
+	m := memberRecord(*p)
 	t.memberChanged(p.ID)
 	return &m, t.putRecord(bucketMembers, []byte(p.ID), &m)
 }
 
-func applyMemberRemove(t *txn, c Command) (any, error) {
-	var p MemberRemove
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func applyMemberRemove(t *txn, c Command, p *MemberRemove) (any, error) {
 	t.memberChanged(p.ID)
 	return nil, t.del(bucketMembers, []byte(p.ID))
 }
@@ -102,14 +82,7 @@ func (p *JobPut) Validate() error {
 	return p.Config.Validate()
 }
 
-func applyJobPut(t *txn, c Command) (any, error) {
-	var p JobPut
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
+func applyJobPut(t *txn, c Command, p *JobPut) (any, error) {
 	j, err := t.job(p.Job)
 	if err != nil {
 		return nil, err
@@ -206,14 +179,7 @@ func (p *AttemptStart) contentHash() string {
 	return hexSum(h)
 }
 
-func applyAttemptStart(t *txn, c Command) (any, error) {
-	var p AttemptStart
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
+func applyAttemptStart(t *txn, c Command, p *AttemptStart) (any, error) {
 	j, err := t.job(p.Job)
 	if err != nil {
 		return nil, err

@@ -138,26 +138,98 @@ type handler struct {
 	apply      func(tx *txn, c Command) (any, error)
 }
 
-var handlers = map[CommandType]handler{}
+// handlers is the command table, built once by init below.
+var handlers map[CommandType]handler
 
-// register adds a command type to the dispatch table. Registering a type
-// twice is a programming error.
-func register(t CommandType, name string, version uint8, apply func(tx *txn, c Command) (any, error)) {
-	if t == CmdUnknown {
-		panic("fsm: cannot register the unknown command type")
+// The command table: every command type with its name (logs, metrics),
+// its current payload version, the first version whose payload is
+// MessagePack (0: JSON only), and the state operation it applies. Each
+// handler but the batch's is handle's: decode the payload, check its
+// shape, make that one call. A type's versions are never taken back: an
+// entry is applied by the rules of the version it was written at.
+func init() {
+	handlers = map[CommandType]handler{
+		// Version 2 checks the form of the addresses (CheckMemberAddr);
+		// entries of version 1 replay under the length check they were
+		// applied with.
+		CmdMemberUpsert: handle("member-upsert", 2, 0, applyMemberUpsert),
+		CmdMemberRemove: handle("member-remove", 1, 0, applyMemberRemove),
+		CmdJobPut:       handle("job-put", 1, 0, applyJobPut),
+		// Version 3 releases the task manifests (lineages) the new attempt
+		// does not extend as they are: see releaseHeads. Entries of
+		// versions 1 and 2 are applied as they were written, without it.
+		CmdAttemptStart: handle("attempt-start", 3, 0, applyAttemptStart),
+		CmdJobDelete:    handle("job-delete", 1, 0, applyJobDelete),
+
+		// Version 2 refuses epochs above wire.MaxEpoch; entries of version
+		// 1 were accepted up to 2^64-1 and replay as they were applied.
+		CmdEpochBegin: handle("epoch-begin", 2, 0, applyEpochBegin),
+		// Version 2 adds the cross-job and upload-slot rules (crossjob.go);
+		// entries of version 1 are applied by the rules they were written
+		// under. Version 3 is version 2 in MessagePack (payloads.go).
+		CmdTaskAck:       handle("task-ack", 3, 3, ackTask),
+		CmdEpochAbort:    handle("epoch-abort", 1, 0, applyEpochAbort),
+		CmdEpochPin:      handle("epoch-pin", 1, 0, applyEpochPin),
+		CmdEpochUnpin:    handle("epoch-unpin", 1, 0, applyEpochUnpin),
+		CmdEpochsTimeout: handle("epochs-timeout", 1, 0, applyEpochsTimeout),
+
+		// Version 2 records the attempt generation in each intent. Version
+		// 3 is version 2 in MessagePack (payloads.go). Version 4 may record
+		// one upload batch (upload_batches.go) instead of a record per key:
+		// the payload names the batch and its size, not the keys (the
+		// API's requests do; a payload naming keys is applied as before).
+		CmdIntentCreate:  handle("intent-create", 4, 3, applyIntentCreate),
+		CmdIntentsExpire: handle("intents-expire", 1, 0, applyIntentsExpire),
+		CmdBlobsDeleting: handle("blobs-deleting", 1, 0, applyBlobsDeleting),
+		CmdBlobsGone:     handle("blobs-gone", 1, 0, applyBlobsGone),
+		CmdBlobsPurge:    handle("blobs-purge", 1, 0, applyBlobsPurge),
+		// Version 2 is version 1 in MessagePack (payloads.go).
+		CmdBlobsObserved: handle("blobs-observed", 2, 2, applyBlobsObserved),
+
+		CmdBatch: {name: "batch", version: 1, apply: applyBatchCommand},
+
+		CmdTokenCreate: handle("token-create", 1, 0, applyTokenCreate),
+		CmdTokenRevoke: handle("token-revoke", 1, 0, applyTokenRevoke),
+		CmdURLKeyInit:  handle("url-key-init", 1, 0, applyURLKeyInit),
+		CmdSlotKeyInit: handle("slot-key-init", 1, 0, applySlotKeyInit),
+		CmdSlotCutoff:  handle("slot-cutoff", 1, 0, applySlotCutoff),
 	}
-	if _, dup := handlers[t]; dup {
-		panic(fmt.Sprintf("fsm: command type %d registered twice", t))
-	}
-	handlers[t] = handler{name: name, version: version, apply: apply}
 }
 
-// binaryFrom records that the payloads of type t are MessagePack from
-// version v on (payloads.go).
-func binaryFrom(t CommandType, v uint8) {
-	h := handlers[t]
-	h.binaryFrom = v
-	handlers[t] = h
+// handle is the handler of a command whose payload is a P: it decodes the
+// payload, checks its shape (checkShape) and hands it to op, the state
+// operation, whose answer it returns (none with an error).
+func handle[P any, PP interface{ *P }, R any](name string, version, binaryFrom uint8, op func(t *txn, c Command, p PP) (R, error)) handler {
+	apply := func(t *txn, c Command) (any, error) {
+		p := PP(new(P))
+		if err := decodePayload(c, p); err != nil {
+			return nil, err
+		}
+		if err := checkShape(p, c.Version); err != nil {
+			return nil, err
+		}
+		v, err := op(t, c, p)
+		if err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
+	return handler{name: name, version: version, binaryFrom: binaryFrom, apply: apply}
+}
+
+// checkShape runs the checks of a payload that need no state: checkAt for
+// a payload whose checks changed between versions (an entry is checked as
+// its version was), Validate for the others (the API and the proposers run
+// it before proposing). The collector's and leader loops' own commands
+// have none.
+func checkShape(p any, version uint8) error {
+	switch v := p.(type) {
+	case interface{ checkAt(version uint8) error }:
+		return v.checkAt(version)
+	case interface{ Validate() error }:
+		return v.Validate()
+	}
+	return nil
 }
 
 // DecodePayload decodes the command's payload into v, a pointer to the

@@ -70,15 +70,8 @@ func jobDeletedErr(job string, ts *jobTombstone) error {
 	return ruleErr(wire.CodeJobDeleted, "job", "job %q was deleted at %s (its last generation was %d); its workers must stop", job, ts.DeletedAt.Format(time.RFC3339), ts.Generation)
 }
 
-func applyJobDelete(t *txn, c Command) (any, error) {
-	var p JobDelete
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	return deleteJob(t, &p, c.Time)
+func applyJobDelete(t *txn, c Command, p *JobDelete) (any, error) {
+	return deleteJob(t, p, c.Time)
 }
 
 // deleteJob checks, then deletes. A repeated delete answers the tombstone.

@@ -16,12 +16,6 @@ import (
 // ETag is what `verify` later compares against, so a blob rewritten after
 // its ack (a replayed upload URL) is reported even at the same size.
 
-func init() {
-	// Version 2 is version 1 in MessagePack (payloads.go).
-	register(CmdBlobsObserved, "blobs-observed", 2, applyBlobsObserved)
-	binaryFrom(CmdBlobsObserved, 2)
-}
-
 // BlobObservation is one entry of a blobs-observed command.
 type BlobObservation struct {
 	Key     string `json:"key"`
@@ -61,14 +55,7 @@ func (p *BlobsObserved) Validate() error {
 // applyBlobsObserved records observations of live blobs still waiting for
 // one (AwaitingObservation); a blob observed already, or no longer live,
 // is left alone (a repeated or late proposal changes nothing).
-func applyBlobsObserved(t *txn, c Command) (any, error) {
-	var p BlobsObserved
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
+func applyBlobsObserved(t *txn, c Command, p *BlobsObserved) (any, error) {
 	out := &ObservedResult{Observed: []string{}, Flagged: []string{}, Declared: []uint64{}}
 	for _, o := range p.Blobs {
 		b, err := t.blob(o.Key)

@@ -70,11 +70,6 @@ var (
 	metaSlotCutoff = []byte("slot_cutoff")
 )
 
-func init() {
-	register(CmdSlotKeyInit, "slot-key-init", 1, applySlotKeyInit)
-	register(CmdSlotCutoff, "slot-cutoff", 1, applySlotCutoff)
-}
-
 // SlotKeyInit sets the key that signs upload slots, unless one is set: the
 // first proposal wins and later ones change nothing. Its entry is also
 // what makes a cluster hand out signed slots: a member of a release
@@ -84,14 +79,14 @@ type SlotKeyInit struct {
 	Key []byte `json:"key"`
 }
 
-func applySlotKeyInit(t *txn, c Command) (any, error) {
-	var p SlotKeyInit
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func (p *SlotKeyInit) Validate() error {
 	if len(p.Key) != SlotKeyLen {
-		return nil, ruleErr(wire.CodeInvalid, "key", "the slot key is %d bytes, not %d", len(p.Key), SlotKeyLen)
+		return ruleErr(wire.CodeInvalid, "key", "the slot key is %d bytes, not %d", len(p.Key), SlotKeyLen)
 	}
+	return nil
+}
+
+func applySlotKeyInit(t *txn, c Command, p *SlotKeyInit) (any, error) {
 	meta := t.b(bucketMeta)
 	if meta.Get(metaSlotKey) != nil {
 		return false, nil
@@ -106,14 +101,14 @@ type SlotCutoff struct {
 	Until time.Time `json:"until"`
 }
 
-func applySlotCutoff(t *txn, c Command) (any, error) {
-	var p SlotCutoff
-	if err := decodePayload(c, &p); err != nil {
-		return nil, err
-	}
+func (p *SlotCutoff) Validate() error {
 	if p.Until.IsZero() {
-		return nil, ruleErr(wire.CodeInvalid, "until", "a slot cut-off needs a time")
+		return ruleErr(wire.CodeInvalid, "until", "a slot cut-off needs a time")
 	}
+	return nil
+}
+
+func applySlotCutoff(t *txn, c Command, p *SlotCutoff) (any, error) {
 	cur := t.slotCutoff()
 	if p.Until.After(cur) {
 		cur = p.Until.UTC()
