@@ -80,6 +80,28 @@ func TestAcksFencingCases(t *testing.T) {
 	}
 }
 
+// TestAcksBeginOrder: begins answered ok for a job increase in real-time
+// order; a retried begin of the same epoch and generation, a concurrent
+// one and a failed one are not violations.
+func TestAcksBeginOrder(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ops  []history.Op
+		ok   bool
+	}{
+		{"older epoch begun later", steps(step{begin("j", 2, 1), 0, 10}, step{begin("j", 1, 1), 20, 30}), false},
+		{"same epoch begun again by a new generation", steps(step{begin("j", 2, 1), 0, 10}, step{begin("j", 2, 2), 20, 30}), false},
+		{"same begin retried", steps(step{begin("j", 2, 1), 0, 10}, step{begin("j", 2, 1), 20, 30}), true},
+		{"concurrent begins", steps(step{begin("j", 2, 1), 0, 30}, step{begin("j", 1, 1), 10, 20}), true},
+		{"older epoch's begin failed", steps(step{begin("j", 2, 1), 0, 10}, step{outcome(begin("j", 1, 1), history.Fail), 20, 30}), true},
+		{"newer epoch begun later", steps(step{begin("j", 1, 1), 0, 10}, step{begin("j", 2, 1), 20, 30}), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			checkAcks(t, &Input{Ops: c.ops}, c.ok, "")
+		})
+	}
+}
+
 func (e EpochFinal) with(f func(*EpochFinal)) EpochFinal {
 	f(&e)
 	return e
