@@ -102,6 +102,58 @@ func TestAcksBeginOrder(t *testing.T) {
 	}
 }
 
+func restoreOp(job, task string, epoch, readEpoch uint64, value string) history.Op {
+	return history.Op{Kind: history.KindRestore, Job: job, Task: task, Epoch: epoch, ReadEpoch: readEpoch, Value: value, Client: 3}
+}
+
+func withManifest(o history.Op, keys ...string) history.Op {
+	o.HasManifest, o.Keys = true, keys
+	return o
+}
+
+// TestAcksValuesRead: every payload a read or restore returned is one an
+// ack that may have taken effect (ok or unknown, never failed, never
+// another kind of operation) sent for that job, epoch and task; likewise
+// every manifest a restore returned.
+func TestAcksValuesRead(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ops  []history.Op
+		ok   bool
+		want string
+	}{
+		{"restore of a value an unknown ack sent",
+			steps(step{outcome(ack("j", 3, "src-0", "v3", false), history.Unknown), 0, 10}, step{restoreOp("j", "src-0", 0, 3, "v3"), 20, 30}), true, ""},
+		{"restore of a value only a failed ack sent",
+			steps(step{outcome(ack("j", 3, "src-0", "v3", false), history.Fail), 0, 10}, step{restoreOp("j", "src-0", 0, 3, "v3"), 20, 30}), false, "which no ack of that epoch sent"},
+		{"restore of epoch 3 returning a value no ack sent",
+			steps(step{ack("j", 3, "src-0", "v3", false), 0, 10}, step{restoreOp("j", "src-0", 3, 3, "forged"), 20, 30}), false, "which no ack of that epoch sent"},
+		{"read of a value no ack sent",
+			steps(step{ack("j", 3, "src-0", "v3", false), 0, 10}, step{history.Op{Kind: history.KindRead, Job: "j", Task: "src-0", ReadEpoch: 3, Value: "forged", Client: 2}, 20, 30}), false, "which no ack of that epoch sent"},
+		{"read of a zombie's value",
+			steps(step{ack("j", 3, "src-0", "v3", false), 0, 10},
+				step{history.Op{Kind: history.KindZombieAck, Job: "j", Epoch: 3, Task: "src-0", Value: "zombie", Outcome: history.Unknown, Client: 4}, 5, 15},
+				step{restoreOp("j", "src-0", 0, 3, "zombie"), 20, 30}), false, "which no ack of that epoch sent"},
+		// A restore whose plan named no capabilities records no payload.
+		{"restore whose payload was not recorded",
+			steps(step{ack("j", 3, "src-0", "v3", false), 0, 10}, step{restoreOp("j", "src-0", 0, 3, ""), 20, 30}), true, ""},
+		{"restore without a payload",
+			steps(step{ack("j", 3, "agg-0", "", false), 0, 10}, step{withManifest(restoreOp("j", "agg-0", 0, 3, ""), "k1"), 20, 30}), false, "manifest of 1 blobs no ack"},
+		{"restore of the manifest an ack sent",
+			steps(step{withManifest(ack("j", 3, "agg-0", "a3", false), "k1", "k2"), 0, 10}, step{withManifest(restoreOp("j", "agg-0", 0, 3, "a3"), "k2", "k1"), 20, 30}), true, ""},
+		{"restore of a manifest no ack sent",
+			steps(step{withManifest(ack("j", 3, "agg-0", "a3", false), "k1", "k2"), 0, 10}, step{withManifest(restoreOp("j", "agg-0", 0, 3, "a3"), "k1", "k3"), 20, 30}), false, "manifest of 2 blobs no ack"},
+		{"restore of a manifest when the ack sent none",
+			steps(step{ack("j", 3, "agg-0", "a3", false), 0, 10}, step{withManifest(restoreOp("j", "agg-0", 0, 3, "a3")), 20, 30}), false, "manifest of 0 blobs no ack"},
+		{"restore whose blob bytes differ",
+			steps(step{history.Op{Kind: history.KindRestore, Job: "j", Task: "agg-0", Outcome: history.Fail, Code: "content_mismatch", Error: "crc"}, 20, 30}), false, "never uploaded"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			checkAcks(t, &Input{Ops: c.ops}, c.ok, c.want)
+		})
+	}
+}
+
 func (e EpochFinal) with(f func(*EpochFinal)) EpochFinal {
 	f(&e)
 	return e
