@@ -154,6 +154,33 @@ func TestAcksValuesRead(t *testing.T) {
 	}
 }
 
+func manifestRead(job string, epoch uint64, task string, keys ...string) history.Op {
+	return history.Op{Kind: history.KindManifest, Job: job, Epoch: epoch, Task: task, HasManifest: true, Keys: keys, Client: 5}
+}
+
+// TestAcksManifestReads: the manifest of a completed epoch read twice is
+// the same, and is one an ack sent.
+func TestAcksManifestReads(t *testing.T) {
+	sent := step{withManifest(ack("j", 3, "agg-0", "a3", true), "k1", "k2"), 0, 10}
+	for _, c := range []struct {
+		name string
+		ops  []history.Op
+		ok   bool
+		want string
+	}{
+		{"read twice, the same", steps(sent, step{manifestRead("j", 3, "agg-0", "k2", "k1"), 20, 30}, step{manifestRead("j", 3, "agg-0", "k1", "k2"), 40, 50}), true, ""},
+		{"changed between two reads", steps(sent,
+			step{withManifest(ack("j", 3, "agg-0", "a3", false), "k1"), 5, 10}, // a second ack sent another
+			step{manifestRead("j", 3, "agg-0", "k1", "k2"), 20, 30}, step{manifestRead("j", 3, "agg-0", "k1"), 40, 50}), false, "changed between two reads"},
+		{"read of a manifest no ack sent", steps(sent, step{manifestRead("j", 3, "agg-0", "k1", "k9"), 20, 30}), false, "blobs no ack of that epoch sent"},
+		{"failed read", steps(sent, step{outcome(manifestRead("j", 3, "agg-0", "k9"), history.Fail), 20, 30}), true, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			checkAcks(t, &Input{Ops: c.ops}, c.ok, c.want)
+		})
+	}
+}
+
 func (e EpochFinal) with(f func(*EpochFinal)) EpochFinal {
 	f(&e)
 	return e
