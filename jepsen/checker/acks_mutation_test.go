@@ -3,6 +3,7 @@ package checker
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metastore/metastore/jepsen/history"
 )
@@ -181,7 +182,60 @@ func TestAcksManifestReads(t *testing.T) {
 	}
 }
 
+// oneJob is the end of a run where job j, in its attempt of generation g,
+// holds the epochs eps.
+func oneJob(g uint64, eps ...EpochFinal) *Final {
+	return &Final{Jobs: map[string]*JobFinal{"j": {Generation: g, Epochs: eps}}}
+}
+
+// done is epoch e completed with one task's ack and checkpoint.
+func done(e uint64, task, value string) EpochFinal {
+	return EpochFinal{Epoch: e, Generation: 1, State: "completed", Expected: 1, Acked: 1,
+		Tasks: map[string]TaskCheckpoint{task: {Value: value}}, Acks: map[string]AckRecord{task: {}}}
+}
+
 func (e EpochFinal) with(f func(*EpochFinal)) EpochFinal {
 	f(&e)
 	return e
+}
+
+// TestAcksFinalEpochs: the checks of the final epochs against each
+// other: generations never decrease, completion times increase with the
+// epoch (within the clock slack and twice the injected skew), a completed
+// epoch has every expected ack, a pending epoch belongs to the current
+// attempt, and a final state not collected is no verdict of "ok".
+func TestAcksFinalEpochs(t *testing.T) {
+	b := newHB()
+	b.add(ack("j", 1, "src-0", "s1", true), 0, 10)
+	b.add(ack("j", 2, "src-0", "s2", true), 20, 30)
+	doneAt := func(d time.Duration) func(*EpochFinal) {
+		return func(e *EpochFinal) { c := b.t0.Add(time.Minute + d); e.CompletedAt = &c }
+	}
+	e1, e2 := done(1, "src-0", "s1").with(doneAt(0)), done(2, "src-0", "s2")
+	for _, c := range []struct {
+		name string
+		f    *Final
+		skew time.Duration
+		ok   bool
+		want string
+	}{
+		{"valid", oneJob(1, e1, e2.with(doneAt(time.Second))), 0, true, ""},
+		{"listed out of order", oneJob(1, e2.with(doneAt(10*time.Second)), e1), 0, true, ""},
+		{"not collected", &Final{CollectErr: "timeout"}, 0, false, "final state not collected"},
+		{"generation decreases", oneJob(2, e1.with(func(e *EpochFinal) { e.Generation = 2 }), e2), 0, false, "below the generation"},
+		{"completed out of order beyond the slack", oneJob(1, e1, e2.with(doneAt(-3*time.Second))), 0, false, "before the older epoch"},
+		{"completed out of order within the slack", oneJob(1, e1, e2.with(doneAt(-time.Second))), 0, true, ""},
+		{"out of order within slack and twice the skew", oneJob(1, e1, e2.with(doneAt(-5*time.Second))), 2 * time.Second, true, ""},
+		{"out of order beyond slack and twice the skew", oneJob(1, e1, e2.with(doneAt(-7*time.Second))), 2 * time.Second, false, "before the older epoch"},
+		{"completed short of an expected ack", oneJob(1, e1, e2.with(func(e *EpochFinal) { e.Expected = 2 })), 0, false, "completed with 1 of 2 expected acks"},
+		{"completed with more acks than expected", oneJob(1, e1, e2.with(func(e *EpochFinal) {
+			e.Acked, e.Acks = 2, map[string]AckRecord{"src-0": {}, "src-1": {}}
+		})), 0, false, "completed with 2 of 1 expected acks"},
+		{"pending epoch of a superseded generation", oneJob(2, e1, e2, EpochFinal{Epoch: 3, Generation: 1, State: "pending", Expected: 1}), 0, false, "still pending"},
+		{"pending epoch of a generation newer than the job's", oneJob(1, e1, e2, EpochFinal{Epoch: 3, Generation: 2, State: "pending", Expected: 1}), 0, false, "still pending"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			checkAcks(t, &Input{Ops: b.ops, Final: c.f, ClockSkew: c.skew}, c.ok, c.want)
+		})
+	}
 }
