@@ -239,3 +239,54 @@ func TestAcksFinalEpochs(t *testing.T) {
 		})
 	}
 }
+
+// TestAcksHistoryAgainstFinal: each operation of the history against the
+// final state of its job.
+func TestAcksHistoryAgainstFinal(t *testing.T) {
+	s1 := step{ack("j", 1, "src-0", "s1", true), 0, 10}
+	e1 := done(1, "src-0", "s1")
+	await := func(epoch uint64, completed bool) history.Op {
+		return history.Op{Kind: history.KindAwait, Job: "j", Epoch: epoch, Completed: completed, Client: 4}
+	}
+	state := func(s string) func(*EpochFinal) {
+		return func(e *EpochFinal) {
+			e.State = s
+			if s != "completed" {
+				e.Tasks = nil
+			}
+		}
+	}
+	hashed := func(o history.Op, h string) history.Op {
+		o.Hash = h
+		return o
+	}
+	for _, c := range []struct {
+		name string
+		ops  []history.Op
+		f    *Final
+		ok   bool
+		want string
+	}{
+		{"begun epoch forgotten", steps(s1, step{begin("j", 2, 1), 20, 30}), oneJob(1, e1), false, "epoch 2 was begun"},
+		{"begun epoch remembered", steps(s1, step{begin("j", 2, 1), 20, 30}), oneJob(1, e1, EpochFinal{Epoch: 2, Generation: 1, State: "pending", Expected: 1}), true, ""},
+		{"awaited completion, then aborted", steps(s1, step{await(2, true), 20, 30}), oneJob(1, e1, EpochFinal{Epoch: 2, Generation: 1, State: "aborted", Expected: 1}), false, "was seen completed"},
+		{"awaited completion, then subsumed", steps(s1, step{await(1, true), 20, 30}), oneJob(1, e1.with(state("subsumed"))), true, ""},
+		{"awaited completion, completed", steps(s1, step{await(1, true), 20, 30}), oneJob(1, e1), true, ""},
+		{"await that did not see completion, aborted", steps(s1, step{await(2, false), 20, 30}), oneJob(1, e1, EpochFinal{Epoch: 2, Generation: 1, State: "aborted", Expected: 1}), true, ""},
+		{"awaited completion of a forgotten epoch", steps(step{await(1, true), 20, 30}), oneJob(1), true, ""},
+		{"ack of unknown outcome not held", steps(s1, step{outcome(ack("j", 2, "src-0", "s2", false), history.Unknown), 20, 30}),
+			oneJob(1, e1, EpochFinal{Epoch: 2, Generation: 1, State: "pending", Expected: 1}), true, ""},
+		{"ok ack of a forgotten epoch", steps(s1, step{ack("j", 2, "src-0", "s2", false), 20, 30}), oneJob(1, e1), false, "does not remember the epoch"},
+		{"ok ack whose answer gave no hash", steps(step{hashed(s1.op, ""), 0, 10}), oneJob(1, e1.with(func(e *EpochFinal) { e.Acks = map[string]AckRecord{"src-0": {Hash: "h1"}} })), true, ""},
+		{"completing ack, then subsumed", steps(s1), oneJob(1, e1.with(state("subsumed"))), true, ""},
+		{"completing ack, then pending", steps(s1), oneJob(1, e1.with(state("pending"))), false, "lost completion"},
+		{"checkpoint lacks an acknowledged task", steps(s1), oneJob(1, e1.with(func(e *EpochFinal) { e.Tasks = map[string]TaskCheckpoint{} })), false, "lacks task src-0"},
+		{"pending epoch holds acknowledged manifests", steps(s1, step{withManifest(ack("j", 2, "agg-0", "a2", false), "k1"), 20, 30}),
+			oneJob(1, e1, EpochFinal{Epoch: 2, Generation: 1, State: "pending", Expected: 2, Acked: 1,
+				Tasks: map[string]TaskCheckpoint{"agg-0": {HasManifest: true, Keys: []string{"k1"}}}, Acks: map[string]AckRecord{"agg-0": {}}}), true, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			checkAcks(t, &Input{Ops: c.ops, Final: c.f}, c.ok, c.want)
+		})
+	}
+}
