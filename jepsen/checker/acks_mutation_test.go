@@ -290,3 +290,22 @@ func TestAcksHistoryAgainstFinal(t *testing.T) {
 		})
 	}
 }
+
+// TestAcksCheckpointManifests: a completed checkpoint holds the manifest
+// its ok ack sent, and no manifest no ack of the epoch sent.
+func TestAcksCheckpointManifests(t *testing.T) {
+	a := step{withManifest(ack("j", 1, "agg-0", "a1", true), "k1", "k2"), 0, 10}
+	holding := func(keys ...string) *Final {
+		e := done(1, "agg-0", "a1")
+		e.Tasks = map[string]TaskCheckpoint{"agg-0": {Value: "a1", HasManifest: true, Keys: keys}}
+		return oneJob(1, e)
+	}
+	checkAcks(t, &Input{Ops: steps(a), Final: holding("k2", "k1")}, true, "")
+	checkAcks(t, &Input{Ops: steps(a), Final: holding("k1", "k3")}, false, "holds a manifest of 2 blobs no ack of that epoch sent")
+	checkAcks(t, &Input{Ops: steps(a), Final: holding("k1", "k3")}, false, "but one of 2 blobs was acknowledged")
+	// The checkpoint holds the manifest of the ack of unknown outcome
+	// that followed (sent, so not a value never written), not the one
+	// acknowledged ok: the ok ack's manifest is lost.
+	u := step{outcome(withManifest(ack("j", 1, "agg-0", "a1", false), "k1"), history.Unknown), 20, 30}
+	checkAcks(t, &Input{Ops: steps(a, u), Final: holding("k1")}, false, "but one of 2 blobs was acknowledged")
+}
