@@ -309,3 +309,13 @@ func TestAcksCheckpointManifests(t *testing.T) {
 	u := step{outcome(withManifest(ack("j", 1, "agg-0", "a1", false), "k1"), history.Unknown), 20, 30}
 	checkAcks(t, &Input{Ops: steps(a, u), Final: holding("k1")}, false, "but one of 2 blobs was acknowledged")
 }
+
+// TestAcksJobsApart: the operations of one job are checked against that
+// job's final state only.
+func TestAcksJobsApart(t *testing.T) {
+	k := ack("k", 1, "src-0", "k1", true)
+	ops := steps(step{ack("j", 1, "src-0", "s1", true), 0, 10}, step{k, 0, 10})
+	f := oneJob(1, done(1, "src-0", "s1"))
+	f.Jobs["k"] = &JobFinal{Generation: 1, Epochs: []EpochFinal{done(1, "src-0", "k1")}}
+	checkAcks(t, &Input{Ops: ops, Final: f}, true, "")
+}
