@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/metastore/metastore/jepsen/history"
@@ -61,5 +62,33 @@ func TestLinearizableCases(t *testing.T) {
 				t.Fatalf("ok = %v, want %v: %s %v", v.OK, c.ok, v.Summary, v.Problems)
 			}
 		})
+	}
+}
+
+// TestLinearizableExplanations: a stale read (behind a certain
+// completion or an await returned before the read began) is named so; an
+// illegal history without one is not called stale.
+func TestLinearizableExplanations(t *testing.T) {
+	b := newHB()
+	b.add(awaitOp("j", 3, true, 4), 0, 10)
+	b.add(ack("j", 3, "src-0", "v3", false), 0, 5)
+	b.add(read("j", 0, 2), 20, 25)
+	v := Linearizable(&Input{Ops: b.ops})
+	if v.OK || !strings.Contains(strings.Join(v.Problems, "\n"), "stale read") {
+		t.Fatalf("a read behind an awaited completion: %s %v", v.Summary, v.Problems)
+	}
+
+	ops := steps(step{ack("j", 1, "src-0", "s1", true), 0, 10},
+		step{read("j", 0, 2), 5, 8},                     // concurrent with the completion
+		step{read("j", 0, 3), 10, 11},                   // begun as the completion returned: concurrent too
+		step{ack("j", 2, "src-0", "s2", false), 12, 15}, // may not have completed epoch 2
+		step{read("j", 1, 2), 20, 25},                   // so not stale
+		step{read("j", 7, 2), 30, 35})                   // never written: illegal
+	v = Linearizable(&Input{Ops: ops})
+	if v.OK {
+		t.Fatal("a read of an epoch never acknowledged accepted")
+	}
+	if got := strings.Join(v.Problems, "\n"); strings.Contains(got, "stale read") || !strings.Contains(got, "no order of its operations explains every read") {
+		t.Fatalf("explanation: %s", got)
 	}
 }
