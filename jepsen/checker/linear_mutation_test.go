@@ -3,6 +3,7 @@ package checker
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metastore/metastore/jepsen/history"
 )
@@ -90,5 +91,22 @@ func TestLinearizableExplanations(t *testing.T) {
 	}
 	if got := strings.Join(v.Problems, "\n"); strings.Contains(got, "stale read") || !strings.Contains(got, "no order of its operations explains every read") {
 		t.Fatalf("explanation: %s", got)
+	}
+}
+
+// TestLinearizableTimeoutIsFailure: porcupine giving up is no verdict of
+// "linearizable". The history is illegal (a read of an epoch never
+// acknowledged at the end) behind many concurrent completions of unknown
+// outcome, which porcupine cannot search within a millisecond.
+func TestLinearizableTimeoutIsFailure(t *testing.T) {
+	b := newHB()
+	for e := uint64(1); e <= 40; e++ {
+		b.add(outcome(ack("j", e, "src-0", "v", false), history.Unknown), int(e), 1000+int(e))
+		b.add(read("j", e, 100+int(e)), 2000+int(e), 3000)
+	}
+	b.add(read("j", 99, 500), 4000, 4001)
+	v := Linearizable(&Input{Ops: b.ops, LinearizabilityTimeout: time.Millisecond})
+	if v.OK || !strings.Contains(v.Summary, "timed out") {
+		t.Fatalf("%s", v.Summary)
 	}
 }
