@@ -1,0 +1,36 @@
+package checker
+
+import (
+	"strings"
+	"testing"
+)
+
+// Tests written in a mutation audit of cluster.go and checker.go.
+
+func TestConvergence(t *testing.T) {
+	m := func(id, hash string, index uint64) MemberFinal { return MemberFinal{ID: id, Hash: hash, Index: index} }
+	for _, c := range []struct {
+		name string
+		f    *Final
+		want string // empty: ok
+	}{
+		{"converged", &Final{Members: []MemberFinal{m("n1", "h", 7), m("n2", "h", 7), m("n3", "h", 7)}}, ""},
+		{"no final state", nil, "no final state"},
+		{"unhealthy", &Final{HealthErr: "no leader", Members: []MemberFinal{m("n1", "h", 7)}}, "not healthy"},
+		{"hash not read", &Final{Members: []MemberFinal{m("n1", "h", 7), {ID: "n2", HashErr: "refused"}}}, "n2: state hash: refused"},
+		{"other hash", &Final{Members: []MemberFinal{m("n1", "h", 7), m("n2", "x", 7)}}, "n2 at index 7 hash x"},
+		{"other index", &Final{Members: []MemberFinal{m("n1", "h", 7), m("n2", "h", 8)}}, "n2 at index 8 hash h"},
+		{"fsck error", &Final{Members: []MemberFinal{m("n1", "h", 7), {ID: "n2", Hash: "h", Index: 7, FsckErr: "timeout"}}}, "n2: fsck: timeout"},
+		{"fsck problem", &Final{Members: []MemberFinal{m("n1", "h", 7), {ID: "n2", Hash: "h", Index: 7, FsckProblems: []string{"refs of k1: 2, recount 1"}}}}, "n2: fsck: refs of k1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := Convergence(&Input{Final: c.f})
+			if v.OK != (c.want == "") {
+				t.Fatalf("ok = %v: %s %v", v.OK, v.Summary, v.Problems)
+			}
+			if c.want != "" && !strings.Contains(strings.Join(v.Problems, "\n"), c.want) {
+				t.Fatalf("no %q in %v", c.want, v.Problems)
+			}
+		})
+	}
+}
