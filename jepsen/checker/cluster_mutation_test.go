@@ -34,3 +34,20 @@ func TestConvergence(t *testing.T) {
 		})
 	}
 }
+
+func TestLogsAndPassed(t *testing.T) {
+	f := &Final{Members: []MemberFinal{{ID: "n1"}, {ID: "n2", LogFindings: []string{"panic: boom"}}}}
+	v := Logs(&Input{Final: f})
+	if v.OK || !strings.Contains(strings.Join(v.Problems, "\n"), "n2 log: panic: boom") {
+		t.Fatalf("a member's panic accepted: %s %v", v.Summary, v.Problems)
+	}
+	if !Logs(&Input{Final: &Final{Members: []MemberFinal{{ID: "n1"}}}}).OK {
+		t.Fatal("clean logs refused")
+	}
+	if Passed([]Verdict{{Name: "a", OK: true}, v}) {
+		t.Fatal("Passed with a failed verdict")
+	}
+	if !Passed([]Verdict{{Name: "a", OK: true}, {Name: "b", OK: true}}) {
+		t.Fatal("not Passed with every verdict ok")
+	}
+}
