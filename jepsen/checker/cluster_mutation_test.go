@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -49,5 +50,25 @@ func TestLogsAndPassed(t *testing.T) {
 	}
 	if !Passed([]Verdict{{Name: "a", OK: true}, {Name: "b", OK: true}}) {
 		t.Fatal("not Passed with every verdict ok")
+	}
+}
+
+// TestScanLogCases: what ScanLog reports, line by line.
+func TestScanLogCases(t *testing.T) {
+	eio := regexp.MustCompile(`input/output error$`)
+	for _, c := range []struct {
+		line   string
+		report bool
+	}{
+		{"fatal error: concurrent map writes", true},
+		{"http: panic in handler GET /v1/jobs: boom", true},
+		{"panic: faultpoint: crash at gc.after-mark", false},
+		{"fatal error: write raft.db: input/output error", true}, // only panics are expected
+		{"panic: write raft.db: input/output error", false},
+	} {
+		got := ScanLog(c.line, eio)
+		if (len(got) > 0) != c.report {
+			t.Errorf("%q: findings %q", c.line, got)
+		}
 	}
 }
