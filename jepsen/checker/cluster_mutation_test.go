@@ -72,3 +72,15 @@ func TestScanLogCases(t *testing.T) {
 		}
 	}
 }
+
+// TestVerdictProblemsBounded: a verdict lists at most MaxProblems
+// violations and counts them all.
+func TestVerdictProblemsBounded(t *testing.T) {
+	var p problems
+	for i := 0; i < MaxProblems+5; i++ {
+		p.addf("v%d", i)
+	}
+	if len(p.list) != MaxProblems || p.total != MaxProblems+5 {
+		t.Fatalf("listed %d of %d", len(p.list), p.total)
+	}
+}
