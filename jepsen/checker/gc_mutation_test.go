@@ -1,0 +1,71 @@
+package checker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/jepsen/history"
+	"github.com/metastore/metastore/jepsen/s3proxy"
+)
+
+// Tests written in a mutation audit of gc.go: each case is the smallest
+// history on which one rule of Protections, GCSafety, LiveSet or
+// GCLiveness decides the verdict.
+
+// s3req is a request of member n1 for metastore key k (prefix "ms/"),
+// started at ms milliseconds and lasting one.
+func s3req(b *hb, op s3proxy.Op, k string, ms, status int) s3proxy.Request {
+	r := s3proxy.Request{Op: op, Key: "ms/" + k, Start: b.ms(ms), Latency: time.Millisecond, Forwarded: true, Upstream: status, Client: "n1"}
+	if op == s3proxy.OpDeleteBatch {
+		r.Key, r.Keys = "", []string{"ms/" + k}
+	}
+	return r
+}
+
+func safety(t *testing.T, in *Input, ok bool) {
+	t.Helper()
+	in.S3Prefix = "ms/"
+	v := GCSafety(in)
+	if v.OK != ok {
+		t.Fatalf("gc-safety ok = %v, want %v: %s %v", v.OK, ok, v.Summary, v.Problems)
+	}
+}
+
+func manAck(job string, g, epoch uint64, task string, keys ...string) history.Op {
+	return history.Op{Kind: history.KindAck, Job: job, Gen: g, Epoch: epoch, Task: task, HasManifest: true, Keys: keys, Client: 1}
+}
+
+// TestProtectionHeads: a key is protected from the ok answer of an ack
+// whose manifest holds it until the task's next ack without it is
+// invoked or a new attempt of the job is invoked, or the end.
+func TestProtectionHeads(t *testing.T) {
+	del := s3proxy.OpDeleteBatch
+	for _, c := range []struct {
+		name string
+		ops  []step
+		at   int // the delete's start
+		ok   bool
+	}{
+		{"before the ack answered", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}}, 5, true},
+		{"as the ack answered", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}}, 30, false},
+		{"the last ack's manifest, to the end", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}}, 5000, false},
+		{"up to the invocation of the ack that drops it", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}, {manAck("j", 1, 2, "agg-0"), 100, 110}}, 99, false},
+		{"after the ack that drops it", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}, {manAck("j", 1, 2, "agg-0"), 100, 110}}, 101, true},
+		{"a next ack that keeps it, before it answered", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}, {manAck("j", 1, 2, "agg-0", "k", "k2"), 100, 110}}, 104, false},
+		{"an ack without a manifest", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}, {ack("j", 2, "agg-0", "a2", false), 100, 110}}, 150, false},
+		{"a failed ack's manifest", []step{{outcome(manAck("j", 1, 1, "agg-0", "k"), history.Fail), 20, 30}}, 50, true},
+		{"another operation invoked", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}, {read("j", 0, 2), 40, 45}}, 50, false},
+		{"an attempt invoked before the ack", []step{{attempt("j", 1), 0, 10}, {manAck("j", 1, 1, "agg-0", "k"), 20, 30}}, 50, false},
+		{"a new attempt invoked", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}, {attempt("j", 2), 100, 110}}, 150, true},
+		{"a new attempt invoked after the drop", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}, {manAck("j", 1, 2, "agg-0"), 100, 110}, {attempt("j", 2), 200, 210}}, 150, true},
+		{"a new attempt of another job", []step{{manAck("j", 1, 1, "agg-0", "k"), 20, 30}, {attempt("k", 2), 100, 110}}, 150, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newHB()
+			for _, s := range c.ops {
+				b.add(s.op, s.from, s.to)
+			}
+			safety(t, &Input{Ops: b.ops, S3: []s3proxy.Request{s3req(b, del, "k", c.at, 200)}}, c.ok)
+		})
+	}
+}
