@@ -69,3 +69,45 @@ func TestProtectionHeads(t *testing.T) {
 		})
 	}
 }
+
+// TestProtectionIntents: an upload's key is protected from its answer
+// until its lease's end less a margin (and the injected skew), or until
+// the first ack that commits it is invoked, whichever is first.
+func TestProtectionIntents(t *testing.T) {
+	del := s3proxy.OpDeleteBatch
+	upload := func(b *hb, leaseMS int) history.Op {
+		exp := b.ms(leaseMS)
+		return history.Op{Kind: history.KindUpload, Job: "j", Task: "agg-0", Key: "k", Expires: &exp, Client: 1}
+	}
+	commit := func(out history.Outcome) history.Op {
+		a := ack("j", 1, "agg-0", "a1", false)
+		a.Commits, a.Outcome = []string{"k"}, out
+		return a
+	}
+	for _, c := range []struct {
+		name string
+		// lease end (ms), commits (as acks at [from,to]), delete, skew
+		lease   int
+		commits []step
+		at      int
+		skew    time.Duration
+		ok      bool
+	}{
+		{"inside the lease", 10_000, nil, 5000, 0, false},
+		{"in the margin before the lease's end", 10_000, nil, 9500, 0, true},
+		{"before the margin and the skew", 10_000, nil, 5500, 3 * time.Second, false},
+		{"in the skew before the margin", 10_000, nil, 7500, 3 * time.Second, true},
+		{"after the commit was invoked (the ack failed)", 60_000, []step{{commit(history.Fail), 20, 25}}, 30, 0, true},
+		{"after the first of two commits", 60_000, []step{{commit(history.Fail), 20, 25}, {commit(history.Unknown), 40, 50}}, 30, 0, true},
+		{"commit invoked after the lease's end", 5_000, []step{{commit(history.Fail), 10_000, 10_010}}, 6_000, 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newHB()
+			b.add(upload(b, c.lease), 0, 10)
+			for _, s := range c.commits {
+				b.add(s.op, s.from, s.to)
+			}
+			safety(t, &Input{Ops: b.ops, S3: []s3proxy.Request{s3req(b, del, "k", c.at, 200)}, ClockSkew: c.skew}, c.ok)
+		})
+	}
+}
