@@ -111,3 +111,40 @@ func TestProtectionIntents(t *testing.T) {
 		})
 	}
 }
+
+// TestProtectionPins: the keys of a pinned epoch's manifests (read ok)
+// are protected from the pin's ok answer to the invocation of the first
+// unpin of that job and epoch invoked after it.
+func TestProtectionPins(t *testing.T) {
+	del := s3proxy.OpDeleteBatch
+	pin := history.Op{Kind: history.KindPin, Job: "j", Epoch: 1, Client: 6}
+	unpin := func(job string, epoch uint64) history.Op {
+		return history.Op{Kind: history.KindUnpin, Job: job, Epoch: epoch, Client: 6}
+	}
+	man := step{manifestRead("j", 1, "agg-0", "p"), 120, 130}
+	for _, c := range []struct {
+		name string
+		ops  []step
+		at   int
+		ok   bool
+	}{
+		{"pinned", []step{{pin, 100, 110}, man}, 200, false},
+		{"before the pin", []step{{pin, 100, 110}, man}, 50, true},
+		{"after the unpin", []step{{pin, 100, 110}, man, {unpin("j", 1), 300, 310}}, 320, true},
+		{"failed pin", []step{{outcome(pin, history.Fail), 100, 110}, man}, 200, true},
+		{"failed manifest read", []step{{pin, 100, 110}, {outcome(manifestRead("j", 1, "agg-0", "p"), history.Fail), 120, 130}}, 200, true},
+		{"another operation invoked", []step{{pin, 100, 110}, man, {read("j", 0, 2), 150, 160}}, 200, false},
+		{"unpin of another job", []step{{pin, 100, 110}, man, {unpin("k", 1), 150, 160}}, 200, false},
+		{"unpin of another epoch", []step{{pin, 100, 110}, man, {unpin("j", 2), 150, 160}}, 200, false},
+		{"an unpin before the pin", []step{{unpin("j", 1), 0, 10}, {pin, 100, 110}, man}, 200, false},
+		{"between two unpins", []step{{pin, 100, 110}, man, {unpin("j", 1), 300, 310}, {unpin("j", 1), 400, 410}}, 350, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newHB()
+			for _, s := range c.ops {
+				b.add(s.op, s.from, s.to)
+			}
+			safety(t, &Input{Ops: b.ops, S3: []s3proxy.Request{s3req(b, del, "p", c.at, 200)}}, c.ok)
+		})
+	}
+}
