@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -145,6 +146,54 @@ func TestProtectionPins(t *testing.T) {
 				b.add(s.op, s.from, s.to)
 			}
 			safety(t, &Input{Ops: b.ops, S3: []s3proxy.Request{s3req(b, del, "p", c.at, 200)}}, c.ok)
+		})
+	}
+}
+
+// TestGCSafetyRequests: which S3 requests and which failed restores of
+// the history count as a deletion or a miss of a protected key.
+func TestGCSafetyRequests(t *testing.T) {
+	b := newHB()
+	b.add(manAck("j", 1, 1, "agg-0", "k"), 20, 30) // k protected from 30 on
+	single := s3req(b, s3proxy.OpDelete, "k", 50, 204)
+	unforwarded := s3req(b, s3proxy.OpDeleteBatch, "k", 50, 0)
+	unforwarded.Forwarded = false
+	unprefixed := s3req(b, s3proxy.OpDeleteBatch, "k", 50, 200)
+	unprefixed.Keys = []string{"k"}
+	for _, c := range []struct {
+		name string
+		req  s3proxy.Request
+		ok   bool
+	}{
+		{"DeleteObject", single, false},
+		{"DeleteObjects not forwarded", unforwarded, true},
+		{"DeleteObjects of a key outside the prefix", unprefixed, true},
+		{"HEAD answered 404", s3req(b, s3proxy.OpHead, "k", 50, 404), false},
+		{"GET answered 200", s3req(b, s3proxy.OpGet, "k", 50, 200), true},
+		{"GET answered 404 for a key outside the prefix", s3proxy.Request{Op: s3proxy.OpGet, Key: "k", Start: b.ms(50), Latency: time.Millisecond, Forwarded: true, Upstream: 404}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			safety(t, &Input{Ops: b.ops, S3: []s3proxy.Request{c.req}}, c.ok)
+		})
+	}
+
+	failed := func(kind history.Kind, code string) history.Op {
+		return history.Op{Kind: kind, Job: "j", Task: "agg-0", Key: "k", Outcome: history.Fail, Code: code, Error: "blob k: " + code, Client: 3}
+	}
+	for _, c := range []struct {
+		name string
+		op   history.Op
+		ok   bool
+	}{
+		{"restore: blob not found", failed(history.KindRestore, "not_found"), false},
+		{"restore: blob deleting", failed(history.KindRestore, "conflict"), false},
+		{"restore failed otherwise", failed(history.KindRestore, "timeout"), true},
+		{"upload of an existing key refused", failed(history.KindUpload, "conflict"), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ops := append(slices.Clone(b.ops), c.op)
+			ops[1].ID, ops[1].Invoke, ops[1].Complete = 1, b.ms(50), b.ms(60)
+			safety(t, &Input{Ops: ops}, c.ok)
 		})
 	}
 }
