@@ -2,6 +2,7 @@ package checker
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,6 +195,28 @@ func TestGCSafetyRequests(t *testing.T) {
 			ops := append(slices.Clone(b.ops), c.op)
 			ops[1].ID, ops[1].Invoke, ops[1].Complete = 1, b.ms(50), b.ms(60)
 			safety(t, &Input{Ops: ops}, c.ok)
+		})
+	}
+}
+
+// TestGCSafetyEnd: the final check needs the final state and the bucket's
+// listing; without either, gc-safety does not pass.
+func TestGCSafetyEnd(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		change func(*Final)
+		want   string
+	}{
+		{"final state incomplete", func(f *Final) { f.CollectErr = "epochs of j: timeout" }, "final state incomplete: epochs of j"},
+		{"bucket not listed", func(f *Final) { f.BucketErr = "list: timeout" }, "final state incomplete: list: timeout"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ops, f := liveRun()
+			c.change(f)
+			v := GCSafety(&Input{Ops: ops, Final: f})
+			if v.OK || !strings.Contains(v.Summary, c.want) {
+				t.Fatalf("%s %v", v.Summary, v.Problems)
+			}
 		})
 	}
 }
