@@ -220,3 +220,36 @@ func TestGCSafetyEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestLiveSetWorkingManifests: which acks of the current attempt make a
+// task's working manifest, and how certain each of its keys is.
+func TestLiveSetWorkingManifests(t *testing.T) {
+	f := func() *Final {
+		return &Final{Jobs: map[string]*JobFinal{"j": {Generation: 1}}}
+	}
+	for _, c := range []struct {
+		name    string
+		ops     []step
+		key     string
+		live    bool
+		certain bool
+	}{
+		{"only an ack of unknown outcome", []step{{outcome(manAck("j", 1, 1, "agg-0", "u"), history.Unknown), 20, 30}}, "u", true, false},
+		{"a failed ack after the last ok one: the ok one's key", []step{{manAck("j", 1, 1, "agg-0", "w"), 20, 30}, {outcome(manAck("j", 1, 2, "agg-0", "x"), history.Fail), 40, 50}}, "w", true, true},
+		{"a failed ack after the last ok one: its own key", []step{{manAck("j", 1, 1, "agg-0", "w"), 20, 30}, {outcome(manAck("j", 1, 2, "agg-0", "x"), history.Fail), 40, 50}}, "x", false, false},
+		{"an ack without a manifest after the last one with", []step{{manAck("j", 1, 1, "agg-0", "w"), 20, 30}, {ack("j", 2, "agg-0", "a2", false), 40, 50}}, "w", true, true},
+		// agg-0 (looked at first) may hold s, agg-1 certainly does.
+		{"possible in one task, certain in another", []step{{outcome(manAck("j", 1, 1, "agg-0", "s"), history.Unknown), 20, 30}, {manAck("j", 1, 1, "agg-1", "s"), 20, 30}}, "s", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newHB()
+			for _, s := range c.ops {
+				b.add(s.op, s.from, s.to)
+			}
+			l, ok := LiveSet(b.ops, f())[c.key]
+			if ok != c.live || l.Certain != c.certain {
+				t.Fatalf("%s: live %v %+v, want live %v certain %v", c.key, ok, l, c.live, c.certain)
+			}
+		})
+	}
+}
