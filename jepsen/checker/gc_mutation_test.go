@@ -253,3 +253,48 @@ func TestLiveSetWorkingManifests(t *testing.T) {
 		})
 	}
 }
+
+// TestGCLivenessCases: what the bucket may hold at the end beyond the
+// live set, and what makes no verdict.
+func TestGCLivenessCases(t *testing.T) {
+	ahead := func(f *Final) *time.Time { t := f.GCStart.Add(time.Minute); return &t }
+	recent := func(f *Final) *time.Time { t := f.GCStart.Add(-time.Second); return &t }
+	for _, c := range []struct {
+		name string
+		key  string
+		rec  func(*Final) BlobRecord
+		skew time.Duration
+		want string // empty: ok
+	}{
+		{"record not readable", "j/x1", func(*Final) BlobRecord { return BlobRecord{Err: "timeout"} }, 0, "no usable record (timeout)"},
+		{"possibly live but deleting", "j/b6", func(*Final) BlobRecord { return BlobRecord{State: "deleting", Refs: 1} }, 0, "leak: object j/b6"},
+		{"deleting with a recent lease", "j/x2", func(f *Final) BlobRecord { return BlobRecord{State: "deleting", LeaseUntil: recent(f)} }, 0, "leak: object j/x2"},
+		{"deleting, unreferenced by a leader ahead", "j/x3", func(f *Final) BlobRecord { return BlobRecord{State: "deleting", UnreferencedAt: ahead(f)} }, 90 * time.Second, "leak: object j/x3"},
+		{"referenced, unreferenced by a leader ahead", "j/x4", func(f *Final) BlobRecord { return BlobRecord{State: "live", Refs: 1, UnreferencedAt: ahead(f)} }, 90 * time.Second, "leak: object j/x4"},
+		{"unreferenced inside its grace under skew", "j/x5", func(f *Final) BlobRecord { return BlobRecord{State: "live", UnreferencedAt: recent(f)} }, 90 * time.Second, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ops, f := liveRun()
+			f.Bucket = append(f.Bucket, c.key)
+			f.Records[c.key] = c.rec(f)
+			v := GCLiveness(&Input{Ops: ops, Final: f, ClockSkew: c.skew})
+			if v.OK != (c.want == "") || c.want != "" && !strings.Contains(strings.Join(v.Problems, "\n"), c.want) {
+				t.Fatalf("%s %v", v.Summary, v.Problems)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name string
+		f    *Final
+		want string
+	}{
+		{"no final state", nil, "no final state"},
+		{"bucket not listed", &Final{BucketErr: "list: timeout"}, "bucket not listed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if v := GCLiveness(&Input{Final: c.f}); v.OK || !strings.Contains(v.Summary, c.want) {
+				t.Fatalf("%s %v", v.Summary, v.Problems)
+			}
+		})
+	}
+}
