@@ -131,7 +131,10 @@ func Acks(in *Input) Verdict {
 		case o.Kind == history.KindRestore && o.Code == workload.CodeContent:
 			p.addf("restore of job %s task %s read bytes that were never uploaded: %s", o.Job, o.Task, o.Error)
 		case (o.Kind == history.KindRead || o.Kind == history.KindRestore) && o.Outcome == history.OK && o.ReadEpoch > 0:
-			if o.Value != "" && !valueSent(o.Job, o.ReadEpoch, o.Task, o.Value) {
+			// A read records the payload whenever it records an epoch, so
+			// its empty payload is one an ack must have sent too; a
+			// restore's empty payload is a task without that kind.
+			if (o.Value != "" || o.Kind == history.KindRead) && !valueSent(o.Job, o.ReadEpoch, o.Task, o.Value) {
 				p.addf("%s of job %s task %s returned epoch %d with payload %q, which no ack of that epoch sent", o.Kind, o.Job, o.Task, o.ReadEpoch, short(o.Value))
 			}
 			if o.HasManifest && !manifestSent(o.Job, o.ReadEpoch, o.Task, o.Keys) {
@@ -242,7 +245,9 @@ func Acks(in *Input) Verdict {
 				if tc.Value != o.Value {
 					p.addf("lost ack: job %s checkpoint %d task %s holds %q, but %q was acknowledged ok at %s", job, o.Epoch, o.Task, short(tc.Value), short(o.Value), at(t0, o.Complete))
 				}
-				if o.HasManifest && tc.HasManifest && !sameKeys(tc.Keys, o.Keys) {
+				// A checkpoint without a manifest lost an acked one of
+				// blobs (an acked manifest of none restores as none).
+				if o.HasManifest && (tc.HasManifest || len(o.Keys) > 0) && !sameKeys(tc.Keys, o.Keys) {
 					p.addf("lost ack: job %s checkpoint %d task %s holds a manifest of %d blobs, but one of %d blobs was acknowledged ok at %s", job, o.Epoch, o.Task, len(tc.Keys), len(o.Keys), at(t0, o.Complete))
 				}
 			}
