@@ -1,0 +1,70 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/fsm"
+)
+
+// memberApplied reports whether n's state machine holds a member record id.
+func memberApplied(t *testing.T, n *Node, id string) bool {
+	t.Helper()
+	ms, err := n.fsm.Members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func memberUpsert(id string) fsm.MemberUpsert {
+	return fsm.MemberUpsert{ID: id, RaftAddr: id + ".example:1", HTTPAddr: id + ".example:2"}
+}
+
+// pollUntil polls cond every millisecond until it holds, or fails the test
+// after timeout.
+func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(time.Millisecond) // polling a condition
+	}
+}
+
+// TestAbandonedCommandIsNeverProposed: a caller whose deadline passes while
+// its command waits for an in-flight slot is told ctx's error (nothing
+// proposed), and the proposer, when it gets the slot, drops the command
+// instead of proposing it, frees the slot, and goes on with the next
+// command.
+func TestAbandonedCommandIsNeverProposed(t *testing.T) {
+	n := startLeader(t, func(c *config.Config) { c.ApplyInflight = 1 })
+	n.inflight <- struct{}{} // an entry in flight
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, _, err := n.Propose(ctx, fsm.CmdMemberUpsert, memberUpsert("gone"))
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("a command still waiting for a slot when its caller gave up: %v, want context.DeadlineExceeded alone", err)
+	}
+	<-n.inflight // the entry in flight is answered; the proposer takes the slot
+	// The proposer finds its only command abandoned: it frees the slot.
+	pollUntil(t, 5*time.Second, "the in-flight slot freed after an abandoned command", func() bool { return len(n.inflight) == 0 })
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if _, _, err := n.Propose(ctx2, fsm.CmdMemberUpsert, memberUpsert("after")); err != nil {
+		t.Fatalf("the command after an abandoned one: %v", err)
+	}
+	if memberApplied(t, n, "gone") {
+		t.Fatal("a command whose caller was told nothing was proposed was applied")
+	}
+}
