@@ -68,3 +68,35 @@ func TestAbandonedCommandIsNeverProposed(t *testing.T) {
 		t.Fatal("a command whose caller was told nothing was proposed was applied")
 	}
 }
+
+// TestBatchesBoundedByApplyBatch: the commands queued while an entry is in
+// flight go in entries of at most cfg.ApplyBatch commands each.
+func TestBatchesBoundedByApplyBatch(t *testing.T) {
+	const batch, count = 4, 10
+	n := startLeader(t, func(c *config.Config) { c.ApplyBatch, c.ApplyInflight = batch, 1 })
+	n.inflight <- struct{}{} // an entry in flight
+	var (
+		idx  []uint64
+		errs []error
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		idx, errs = proposeMembers(n, "q", count)
+	}()
+	pollUntil(t, 10*time.Second, "the commands queued", func() bool { return len(n.proposals) >= count-1 })
+	<-n.inflight
+	<-done
+	per := map[uint64]int{}
+	for i := range count {
+		if errs[i] != nil {
+			t.Fatalf("command %d: %v", i, errs[i])
+		}
+		per[idx[i]]++
+	}
+	for index, k := range per {
+		if k > batch {
+			t.Fatalf("entry %d carried %d commands, more than --apply-batch %d (indexes %v)", index, k, batch, idx)
+		}
+	}
+}
