@@ -3,11 +3,15 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // memberApplied reports whether n's state machine holds a member record id.
@@ -97,6 +101,43 @@ func TestBatchesBoundedByApplyBatch(t *testing.T) {
 	for index, k := range per {
 		if k > batch {
 			t.Fatalf("entry %d carried %d commands, more than --apply-batch %d (indexes %v)", index, k, batch, idx)
+		}
+	}
+}
+
+// TestBatchesBoundedInBytes: commands queued while an entry is in flight go
+// in entries of at most maxBatchBytes of commands; the command that does not
+// fit goes in the next entry, and every caller gets its own answer.
+func TestBatchesBoundedInBytes(t *testing.T) {
+	n := startLeader(t, func(c *config.Config) { c.ApplyInflight = 1 })
+	n.inflight <- struct{}{} // an entry in flight
+	const count = 3
+	big := strings.Repeat("x", 1536<<10) // three do not fit in maxBatchBytes, two do
+	idx, errs := make([]uint64, count), make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// An id this long is a rule violation: answered with the index
+			// of its entry.
+			_, idx[i], errs[i] = n.Propose(ctx, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: fmt.Sprintf("%d%s", i, big), RaftAddr: "x.example:1", HTTPAddr: "x.example:2"})
+		})
+	}
+	pollUntil(t, 10*time.Second, "the commands queued", func() bool { return len(n.proposals) >= count-1 })
+	<-n.inflight
+	wg.Wait()
+	per := map[uint64]int{}
+	for i := range count {
+		var rule *wire.RuleError
+		if !errors.As(errs[i], &rule) || idx[i] == 0 {
+			t.Fatalf("command %d: %v at index %d, want its own rule violation", i, errs[i], idx[i])
+		}
+		per[idx[i]]++
+	}
+	for index, k := range per {
+		if k*len(big) > maxBatchBytes {
+			t.Fatalf("entry %d carried %d commands of %d bytes, more than maxBatchBytes (indexes %v)", index, k, len(big), idx)
 		}
 	}
 }
