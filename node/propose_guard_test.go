@@ -141,3 +141,43 @@ func TestBatchesBoundedInBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestGiveUpWhileTheQueueIsFull: a caller whose command cannot even be
+// queued (the queue is full while an entry is in flight) gives up at its
+// deadline with ctx's error, and its command is never proposed.
+func TestGiveUpWhileTheQueueIsFull(t *testing.T) {
+	n := startLeader(t, func(c *config.Config) { c.ApplyBatch, c.ApplyInflight = 2, 1 })
+	n.inflight <- struct{}{}       // an entry in flight
+	queued := cap(n.proposals) + 1 // the proposer holds one, waiting for the slot
+	var (
+		errs []error
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		_, errs = proposeMembers(n, "f", queued)
+	}()
+	pollUntil(t, 10*time.Second, "the queue full", func() bool { return len(n.proposals) == cap(n.proposals) })
+
+	wait, cancelWait := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelWait()
+	err := within(t, wait, "Propose with a full queue", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, _, err := n.Propose(ctx, fsm.CmdMemberUpsert, memberUpsert("late"))
+		return err
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("a command that could not be queued: %v, want context.DeadlineExceeded alone", err)
+	}
+	<-n.inflight
+	<-done
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("queued command %d: %v", i, err)
+		}
+	}
+	if memberApplied(t, n, "late") {
+		t.Fatal("a command whose caller was told nothing was proposed was applied")
+	}
+}
