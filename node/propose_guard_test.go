@@ -181,3 +181,21 @@ func TestGiveUpWhileTheQueueIsFull(t *testing.T) {
 		t.Fatal("a command whose caller was told nothing was proposed was applied")
 	}
 }
+
+// TestApplyTimeoutBoundsTheWait: a caller without a deadline waits for at
+// most cfg.ApplyTimeout; a command still queued then was never proposed
+// and is answered with the deadline's error alone.
+func TestApplyTimeoutBoundsTheWait(t *testing.T) {
+	n := startLeader(t, func(c *config.Config) { c.ApplyTimeout, c.ApplyInflight = 300*time.Millisecond, 1 })
+	n.inflight <- struct{}{} // an entry in flight that is not answered in time
+	defer func() { <-n.inflight }()
+	wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := within(t, wait, "Propose without a deadline", func() error {
+		_, _, err := n.Propose(context.Background(), fsm.CmdMemberUpsert, memberUpsert("slow"))
+		return err
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("a command queued past cfg.ApplyTimeout: %v, want context.DeadlineExceeded alone", err)
+	}
+}
