@@ -199,3 +199,45 @@ func TestApplyTimeoutBoundsTheWait(t *testing.T) {
 		t.Fatalf("a command queued past cfg.ApplyTimeout: %v, want context.DeadlineExceeded alone", err)
 	}
 }
+
+// blockMainGoroutine starts a backup restore whose reader delivers nothing
+// until the returned release is called: Raft's main goroutine copies the
+// snapshot and takes no entry meanwhile. Release is also registered as a
+// cleanup (it runs before the node's shutdown).
+func blockMainGoroutine(t *testing.T, n *Node) (release func(), restored <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	meta, prepared := preparedBackup(ctx, t, n)
+	gate := &gatedReader{r: prepared, reading: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate.release) }) }
+	t.Cleanup(release)
+	ch := make(chan error, 1)
+	go func() { ch <- n.raft.Restore(meta, gate, time.Minute) }()
+	select {
+	case <-gate.reading:
+	case <-ctx.Done():
+		t.Fatal("Raft never read the backup")
+	}
+	return release, ch
+}
+
+// TestGivingUpOnAHandedOverCommandIsUnknownOutcome: once the proposer has
+// taken a command to hand it to Raft, a caller that gives up is told the
+// outcome is unknown, never ctx's error alone (which says nothing was
+// proposed): here Raft takes the entry after the caller gave up.
+func TestGivingUpOnAHandedOverCommandIsUnknownOutcome(t *testing.T) {
+	n := startLeader(t, func(*config.Config) {})
+	release, restored := blockMainGoroutine(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, _, err := n.Propose(ctx, fsm.CmdMemberUpsert, memberUpsert("pending"))
+	if !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("gave up on a command handed to Raft: %v, want ErrUnknownOutcome wrapping context.DeadlineExceeded", err)
+	}
+	release()
+	if err := <-restored; err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+}
