@@ -241,3 +241,61 @@ func TestGivingUpOnAHandedOverCommandIsUnknownOutcome(t *testing.T) {
 		t.Fatalf("restore: %v", err)
 	}
 }
+
+// TestShutdownDoesNotDisownAHandedOverCommand: a command being handed to
+// Raft when the member shuts down is answered ErrUnknownOutcome (Raft does
+// not say whether it took it), never ErrShutdown alone (nothing proposed)
+// nor Raft's own error; a command
+// still queued behind it (the proposer busy handing the first to Raft) is
+// answered ErrShutdown by its caller, and never proposed.
+func TestShutdownDoesNotDisownAHandedOverCommand(t *testing.T) {
+	n := startLeader(t, func(*config.Config) {})
+	release, _ := blockMainGoroutine(t, n)
+	propose := func(id string) <-chan error {
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _, err := n.Propose(ctx, fsm.CmdMemberUpsert, memberUpsert(id))
+			res <- err
+		}()
+		return res
+	}
+	handed := propose("handed")
+	// The proposer took the command (its entry's in-flight slot) and waits
+	// for Raft's main goroutine to take the entry.
+	pollUntil(t, 5*time.Second, "the command handed to Raft", func() bool { return len(n.inflight) == 1 && len(n.proposals) == 0 })
+	queued := propose("queued")
+	pollUntil(t, 5*time.Second, "the second command queued", func() bool { return len(n.proposals) == 1 })
+	go func() {
+		// The proposer, blocked handing the first command to Raft, does
+		// not stop within this: Raft is then shut down, which fails the
+		// hand-over.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = n.Shutdown(ctx)
+	}()
+	<-n.ctx.Done() // shutting down
+	wait, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelWait()
+	select {
+	case err := <-queued:
+		if !errors.Is(err, ErrShutdown) || errors.Is(err, ErrUnknownOutcome) {
+			t.Fatalf("a command still queued at shutdown: %v, want ErrShutdown alone", err)
+		}
+	case <-wait.Done():
+		t.Fatal("the queued command was not answered")
+	}
+	select {
+	case err := <-handed:
+		if !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, ErrShutdown) {
+			t.Fatalf("a command handed to Raft when it shut down: %v, want ErrUnknownOutcome wrapping ErrShutdown", err)
+		}
+	case <-wait.Done():
+		t.Fatal("the handed-over command was not answered")
+	}
+	release() // Raft's shutdown waits for its main goroutine
+	if memberApplied(t, n, "queued") {
+		t.Fatal("a command whose caller was told nothing was proposed was applied")
+	}
+}
