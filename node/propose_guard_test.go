@@ -299,3 +299,29 @@ func TestShutdownDoesNotDisownAHandedOverCommand(t *testing.T) {
 		t.Fatal("a command whose caller was told nothing was proposed was applied")
 	}
 }
+
+// TestRefusedWhileShuttingDown: once Shutdown has begun (a leader may still
+// be handing leadership over), writes, reads and membership changes are
+// refused with ErrShutdown and nothing is proposed.
+func TestRefusedWhileShuttingDown(t *testing.T) {
+	n := startLeader(t, func(*config.Config) {})
+	before := n.raft.LastIndex()
+	n.closing.Store(true) // what Shutdown sets first
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := n.Propose(ctx, fsm.CmdMemberUpsert, memberUpsert("late")); !errors.Is(err, ErrShutdown) || errors.Is(err, ErrUnknownOutcome) {
+		t.Errorf("Propose while shutting down: %v, want ErrShutdown alone", err)
+	}
+	if _, err := n.LinearizableRead(ctx); !errors.Is(err, ErrShutdown) {
+		t.Errorf("LinearizableRead while shutting down: %v, want ErrShutdown", err)
+	}
+	if err := n.AddVoter(ctx, "n2", n.cfg.RaftAddr, "n2.example:2"); !errors.Is(err, ErrShutdown) {
+		t.Errorf("AddVoter while shutting down: %v, want ErrShutdown", err)
+	}
+	if err := n.RemoveServer(ctx, "n1"); !errors.Is(err, ErrShutdown) {
+		t.Errorf("RemoveServer while shutting down: %v, want ErrShutdown", err)
+	}
+	if after := n.raft.LastIndex(); after != before {
+		t.Errorf("last log index %d -> %d: something was proposed while shutting down", before, after)
+	}
+}
