@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,4 +45,20 @@ func TestDiskFullRefusesBeforeProposing(t *testing.T) {
 		}
 		return err == nil
 	})
+}
+
+// TestMapRaftErrorNoSpace: a Raft write that failed for want of space (the
+// leader's log append) is reported as a *DiskFullError carrying the cause,
+// and the guard then refuses further writes.
+func TestMapRaftErrorNoSpace(t *testing.T) {
+	n := &Node{disk: &DiskGuard{dir: "/data", minFree: 100, statfs: func(string) (uint64, error) { return 10, nil }, now: time.Now}}
+	cause := fmt.Errorf("store logs: %w", syscall.ENOSPC)
+	err := n.mapRaftError(cause)
+	var dfe *DiskFullError
+	if !errors.As(err, &dfe) || !errors.Is(dfe.Cause, syscall.ENOSPC) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("mapRaftError(%v) = %v, want a *DiskFullError with the cause", cause, err)
+	}
+	if err := n.disk.Check(); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("the guard after a write failed for space: %v, want ErrDiskFull", err)
+	}
 }
