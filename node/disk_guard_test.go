@@ -62,3 +62,54 @@ func TestMapRaftErrorNoSpace(t *testing.T) {
 		t.Fatalf("the guard after a write failed for space: %v, want ErrDiskFull", err)
 	}
 }
+
+// TestDiskGuard: the guard refuses below the minimum only (exactly the
+// minimum free is enough), re-reads the free space every
+// diskCheckIntervalNear near the minimum and at once after a write failed
+// for want of space, never refuses when the free space cannot be measured
+// or the minimum is 0.
+func TestDiskGuard(t *testing.T) {
+	var (
+		free uint64 = 100
+		fail error
+		now  = time.Unix(1_000_000, 0)
+	)
+	g := &DiskGuard{dir: "/data", minFree: 100,
+		statfs: func(string) (uint64, error) { return free, fail },
+		now:    func() time.Time { return now }}
+	if err := g.Check(); err != nil {
+		t.Fatalf("exactly the minimum free: %v, want nil", err)
+	}
+	free = 99
+	now = now.Add(diskCheckIntervalNear) // near the minimum: re-read this often
+	var dfe *DiskFullError
+	if err := g.Check(); !errors.As(err, &dfe) || dfe.Free != 99 || dfe.MinFree != 100 || dfe.Cause != nil {
+		t.Fatalf("one byte below the minimum, %s later: %v, want a *DiskFullError with 99 bytes free", diskCheckIntervalNear, err)
+	}
+	free = 150
+	now = now.Add(diskCheckIntervalNear)
+	if err := g.Check(); err != nil {
+		t.Fatalf("space freed, %s later: %v, want nil", diskCheckIntervalNear, err)
+	}
+	free = 40 // a write fails for want of space: re-read at once
+	cause := fmt.Errorf("write: %w", syscall.ENOSPC)
+	if e := g.Full(cause); e.Free != 40 || !errors.Is(e.Cause, syscall.ENOSPC) {
+		t.Fatalf("Full: %+v, want 40 bytes free (re-read at once) and the cause", e)
+	}
+	if err := g.Check(); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("after a write failed for space: %v, want ErrDiskFull", err)
+	}
+	fail = errors.New("statfs failed")
+	now = now.Add(diskCheckIntervalNear)
+	if err := g.Check(); err != nil {
+		t.Fatalf("free space cannot be measured: %v, want nil (a statfs failure must not stop writes)", err)
+	}
+	fail = nil
+	off := &DiskGuard{dir: "/data", statfs: func(string) (uint64, error) { return 0, nil }, now: time.Now}
+	if err := off.Check(); err != nil {
+		t.Fatalf("minimum 0 with nothing free: %v, want nil (refusing disabled)", err)
+	}
+	if st := off.Status(); st.WritesRefused {
+		t.Fatalf("minimum 0: status %+v says writes are refused", st)
+	}
+}
