@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/node"
 	"github.com/metastore/metastore/wire"
 )
@@ -34,4 +35,52 @@ func TestAddVoterChecksBeforeProposing(t *testing.T) {
 	if st.LastLogIndex != before || len(st.Members) != 1 {
 		t.Fatalf("last log index %d -> %d, members %+v: a refused change was proposed", before, st.LastLogIndex, st.Members)
 	}
+}
+
+// TestMembershipChangesKeepAQuorumOfReachableVoters: with one of three
+// voters down, removing another (live) voter is refused with
+// ErrQuorumAtRisk, since the two left would include the one down, and
+// nothing changes; removing the one that is down is accepted. A follower
+// refuses membership changes with ErrNotLeader.
+func TestMembershipChangesKeepAQuorumOfReachableVoters(t *testing.T) {
+	nodes := startCluster(t, 3, func(*config.Config) {})
+	leader := waitLeader(t, nodes)
+	for _, tn := range others(nodes, leader) {
+		// With the leader's record replicated, AddVoter of the leader
+		// (a voter already, record up to date) would have nothing to
+		// propose: only the leader check refuses it.
+		waitFor(t, 10*time.Second, "the leader's member record on "+tn.cfg.NodeID, func() bool { return hasMember(t, tn.fsm, leader.cfg.NodeID) })
+		if err := tn.node.AddVoter(ctxT(t), leader.cfg.NodeID, leader.cfg.RaftAdvertiseAddr(), leader.cfg.HTTPAdvertiseAddr()); !errors.Is(err, node.ErrNotLeader) {
+			t.Fatalf("AddVoter on follower %s: %v, want ErrNotLeader", tn.cfg.NodeID, err)
+		}
+		if err := tn.node.RemoveServer(ctxT(t), "nope"); !errors.Is(err, node.ErrNotLeader) {
+			t.Fatalf("RemoveServer on follower %s: %v, want ErrNotLeader", tn.cfg.NodeID, err)
+		}
+		break
+	}
+
+	down := others(nodes, leader)[0]
+	down.stop()
+	live := others(nodes, down)
+	onLeader(t, live, "removing a live voter while another is down", func(l *testNode) error {
+		other := others(live, l)[0]
+		err := l.node.RemoveServer(ctxT(t), other.cfg.NodeID)
+		if errors.Is(err, node.ErrQuorumAtRisk) {
+			return nil
+		}
+		if err == nil {
+			t.Fatalf("removing %s while %s is down was accepted: of the two voters left, only %s can be reached", other.cfg.NodeID, down.cfg.NodeID, l.cfg.NodeID)
+		}
+		return err
+	})
+	if st := waitLeader(t, live).node.Status(); len(st.Members) != 3 {
+		t.Fatalf("members after a refused removal: %+v", st.Members)
+	}
+	onLeader(t, live, "removing the voter that is down", func(l *testNode) error {
+		err := l.node.RemoveServer(ctxT(t), down.cfg.NodeID)
+		if errors.Is(err, node.ErrUnknownMember) {
+			return nil // an earlier attempt with an unknown outcome did it
+		}
+		return err
+	})
 }
