@@ -84,3 +84,35 @@ func TestMembershipChangesKeepAQuorumOfReachableVoters(t *testing.T) {
 		return err
 	})
 }
+
+// TestLeaderRemovesItself: a leader removing itself writes the removal of
+// its member record first (it cannot write once it has left), then leaves
+// the configuration; the others go on without it.
+func TestLeaderRemovesItself(t *testing.T) {
+	nodes := startCluster(t, 3, func(*config.Config) {})
+	leader := waitLeader(t, nodes)
+	waitFor(t, 15*time.Second, "member records of all nodes on the leader", func() bool {
+		for _, tn := range nodes {
+			if !hasMember(t, leader.fsm, tn.cfg.NodeID) {
+				return false
+			}
+		}
+		return true
+	})
+	if err := leader.node.RemoveServer(ctxT(t), leader.cfg.NodeID); err != nil {
+		t.Fatalf("the leader removing itself: %v", err)
+	}
+	rest := others(nodes, leader)
+	waitFor(t, 10*time.Second, "the removed leader gone from the configuration and the member records", func() bool {
+		ls := leaders(rest)
+		if len(ls) != 1 {
+			return false
+		}
+		for _, m := range ls[0].node.Status().Members {
+			if m.ID == leader.cfg.NodeID {
+				return false
+			}
+		}
+		return !hasMember(t, ls[0].fsm, leader.cfg.NodeID)
+	})
+}
