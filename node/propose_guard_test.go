@@ -205,11 +205,17 @@ func TestApplyTimeoutBoundsTheWait(t *testing.T) {
 // snapshot and takes no entry meanwhile. Release is also registered as a
 // cleanup (it runs before the node's shutdown).
 func blockMainGoroutine(t *testing.T, n *Node) (release func(), restored <-chan error) {
+	return blockMainGoroutineWith(t, n, nil)
+}
+
+// blockMainGoroutineWith is blockMainGoroutine whose backup, once
+// released, fails to read with fail (nil: it is read whole).
+func blockMainGoroutineWith(t *testing.T, n *Node, fail error) (release func(), restored <-chan error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	meta, prepared := preparedBackup(ctx, t, n)
-	gate := &gatedReader{r: prepared, reading: make(chan struct{}), release: make(chan struct{})}
+	gate := &gatedReader{r: prepared, reading: make(chan struct{}), release: make(chan struct{}), fail: fail}
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate.release) }) }
 	t.Cleanup(release)
@@ -250,7 +256,10 @@ func TestGivingUpOnAHandedOverCommandIsUnknownOutcome(t *testing.T) {
 // answered ErrShutdown by its caller, and never proposed.
 func TestShutdownDoesNotDisownAHandedOverCommand(t *testing.T) {
 	n := startLeader(t, func(*config.Config) {})
-	release, _ := blockMainGoroutine(t, n)
+	// The backup fails to read once released: a restore that went on past
+	// the shutdown would reach hashicorp/raft's FSM step, which panics when
+	// it finds Raft shut down.
+	release, _ := blockMainGoroutineWith(t, n, errors.New("backup read refused after the shutdown"))
 	propose := func(id string) <-chan error {
 		res := make(chan error, 1)
 		go func() {

@@ -18,11 +18,17 @@ type gatedReader struct {
 	once    sync.Once
 	reading chan struct{}
 	release chan struct{}
+	// fail, when set, is what every read answers once released: the
+	// restore then fails while Raft copies the backup.
+	fail error
 }
 
 func (g *gatedReader) Read(p []byte) (int, error) {
 	g.once.Do(func() { close(g.reading) })
 	<-g.release
+	if g.fail != nil {
+		return 0, g.fail
+	}
 	return g.r.Read(p)
 }
 
