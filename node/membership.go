@@ -185,7 +185,9 @@ func (n *Node) checkQuorumAfter(ctx context.Context, servers []raft.Server, add 
 		voters = append(voters, *add)
 	}
 	if len(voters) == 0 {
-		return nil // Raft refuses removing the last voter itself
+		// Refused here, before any step: Raft would refuse it too, but
+		// only after a self-removal has deleted the member's record.
+		return fmt.Errorf("%w: removing %s would leave no voter", ErrQuorumAtRisk, removeID)
 	}
 	probes := make([]error, len(voters))
 	var wg sync.WaitGroup

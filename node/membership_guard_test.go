@@ -116,3 +116,19 @@ func TestLeaderRemovesItself(t *testing.T) {
 		return !hasMember(t, ls[0].fsm, leader.cfg.NodeID)
 	})
 }
+
+// TestRemovingTheLastVoterChangesNothing: RemoveServer of the only voter
+// is refused before any step, as a definite refusal (ErrQuorumAtRisk, not
+// an unknown outcome), and the member keeps its record. It used to delete
+// the record first (a self-removal's order) and then fail in Raft.
+func TestRemovingTheLastVoterChangesNothing(t *testing.T) {
+	tn := startSingle(t, testLogger(t), "n1", t.TempDir())
+	waitFor(t, 5*time.Second, "own member record", func() bool { return hasMember(t, tn.fsm, "n1") })
+	err := tn.node.RemoveServer(ctxT(t), "n1")
+	if !errors.Is(err, node.ErrQuorumAtRisk) || errors.Is(err, node.ErrUnknownOutcome) {
+		t.Fatalf("removing the only voter: %v, want ErrQuorumAtRisk", err)
+	}
+	if !hasMember(t, tn.fsm, "n1") {
+		t.Fatalf("the refused removal of the last voter deleted its member record (members %v)", memberIDs(t, tn.fsm))
+	}
+}
