@@ -51,6 +51,11 @@ type heartbeatGate struct {
 	// member is the Raft instance whose role and term decide; nil until
 	// Raft runs.
 	member atomic.Pointer[raftRole]
+	// fastMu is held (read) by a heartbeat on the fast path from the gate's
+	// check until the handler returns; stopFastPath takes it to turn the
+	// path off (fastOff) once no heartbeat is on it.
+	fastMu  sync.RWMutex
+	fastOff bool
 }
 
 // raftRole is what the gate reads of Raft: *raft.Raft has both.
@@ -94,9 +99,13 @@ func (g *heartbeatGate) SetHeartbeatHandler(fn func(raft.RPC)) {
 		g.NetworkTransport.SetHeartbeatHandler(nil)
 		return
 	}
-	g.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
-		if g.fast(rpc) {
-			fn(rpc)
+	g.NetworkTransport.SetHeartbeatHandler(g.handler(fn))
+}
+
+// handler is the transport's heartbeat handler around fast path fn.
+func (g *heartbeatGate) handler(fn func(raft.RPC)) func(raft.RPC) {
+	return func(rpc raft.RPC) {
+		if g.runFast(rpc, fn) {
 			return
 		}
 		// The connection's goroutine waits for the answer the main
@@ -106,7 +115,32 @@ func (g *heartbeatGate) SetHeartbeatHandler(fn func(raft.RPC)) {
 		case <-g.stop:
 			rpc.Respond(nil, raft.ErrTransportShutdown)
 		}
-	})
+	}
+}
+
+// runFast runs fn on a heartbeat that passes the gate, unless the fast
+// path was turned off, and reports whether it did.
+func (g *heartbeatGate) runFast(rpc raft.RPC, fn func(raft.RPC)) bool {
+	g.fastMu.RLock()
+	defer g.fastMu.RUnlock()
+	if g.fastOff || !g.fast(rpc) {
+		return false
+	}
+	fn(rpc)
+	return true
+}
+
+// stopFastPath turns the fast path off, once the heartbeats on it have
+// returned; later heartbeats go to Raft's main goroutine. The node calls
+// it before Raft's shutdown: a heartbeat that passed Raft's own shutdown
+// check on the fast path just before Raft stopped saw a member no longer
+// a follower and wrote its term to the stable store, which the node
+// closes right after Raft and the transport, and Raft panicked ("failed
+// to save current term").
+func (g *heartbeatGate) stopFastPath() {
+	g.fastMu.Lock()
+	defer g.fastMu.Unlock()
+	g.fastOff = true
 }
 
 // fast reports whether a heartbeat may be handled beside the main

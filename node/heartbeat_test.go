@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -329,5 +330,69 @@ func TestStalledLeaderLosesLeadership(t *testing.T) {
 			t.Fatal("the old leader still leads 10s after its append returned")
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// TestStopFastPathWaitsForTheFastPath: a heartbeat on the fast path holds
+// the gate until its handler returns, so stopFastPath (called before
+// Raft's shutdown) waits for it; after stopFastPath a heartbeat of the
+// member's term goes to Raft's main goroutine. A heartbeat still on the
+// fast path when the node closed its stores made Raft panic ("failed to
+// save current term: closed").
+func TestStopFastPathWaitsForTheFastPath(t *testing.T) {
+	g := newHeartbeatProbe(t).recv
+	g.setMember(role{raft.Follower, 7})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	h := g.handler(func(rpc raft.RPC) {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		rpc.Respond(&raft.AppendEntriesResponse{Term: 7, Success: true}, nil)
+	})
+	heartbeat := func() raft.RPC {
+		return raft.RPC{Command: &raft.AppendEntriesRequest{Term: 7}, RespChan: make(chan raft.RPCResponse, 1)}
+	}
+	go h(heartbeat())
+	<-entered
+	if g.fastMu.TryLock() {
+		g.fastMu.Unlock()
+		t.Fatal("a heartbeat on the fast path does not hold the gate: stopFastPath would not wait for it")
+	}
+	stopped := make(chan struct{})
+	go func() { g.stopFastPath(); close(stopped) }()
+	close(release)
+	<-stopped
+
+	done := make(chan struct{})
+	go func() { h(heartbeat()); close(done) }()
+	select {
+	case rpc := <-g.Consumer():
+		rpc.Respond(&raft.AppendEntriesResponse{Term: 7, Success: true}, nil)
+	case <-done:
+		t.Fatal("a heartbeat took the fast path after stopFastPath")
+	}
+	<-done
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the fast-path handler ran %d times, want 1", n)
+	}
+}
+
+// TestShutdownTurnsTheFastPathOff: the node's shutdown turns the heartbeat
+// fast path off (before Raft's shutdown and the stores' close, see
+// heartbeatGate.stopFastPath).
+func TestShutdownTurnsTheFastPathOff(t *testing.T) {
+	n := startLeader(t, func(*config.Config) {})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.trans.fastMu.RLock()
+	off := n.trans.fastOff
+	n.trans.fastMu.RUnlock()
+	if !off {
+		t.Fatal("the heartbeat fast path is still on after the node shut down")
 	}
 }

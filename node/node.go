@@ -765,6 +765,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	// for disk space to apply a batch (fsm.ApplyBatch): end that wait.
 	n.fsm.StopWaiting()
 	_ = n.stopDiskWaits()
+	// No heartbeat may be handled beside Raft's goroutines from here on:
+	// the stores close after Raft (heartbeatGate.stopFastPath).
+	n.trans.stopFastPath()
 	var errs []error
 	if err := n.raft.Shutdown().Error(); err != nil {
 		errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
