@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/jepsen/history"
+	"github.com/metastore/metastore/jepsen/s3proxy"
 	"github.com/metastore/metastore/jepsen/workload"
 )
 
@@ -24,7 +25,9 @@ import (
 //     pinned checkpoint holds, and every payload a read or restore
 //     returned, is one a worker sent for that job, epoch and task in an
 //     ack that may have taken effect (ok or unknown); blob bytes read back
-//     equal what was uploaded; manifests of a completed epoch read twice
+//     equal what was uploaded, and a restore whose range read failed its
+//     acked CRC32C on every attempt (workload.CodeChecksum) had a GET of
+//     that blob corrupted by the S3 proxy during it; manifests of a completed epoch read twice
 //     are equal.
 //   - epochs strictly increasing: begins answered ok for a job increase in
 //     real-time order; the final epochs' generations never decrease and
@@ -130,6 +133,10 @@ func Acks(in *Input) Verdict {
 		switch {
 		case o.Kind == history.KindRestore && o.Code == workload.CodeContent:
 			p.addf("restore of job %s task %s read bytes that were never uploaded: %s", o.Job, o.Task, o.Error)
+		case o.Kind == history.KindRestore && o.Code == workload.CodeChecksum:
+			if !corruptedGet(in, o.Key, o.Invoke, o.Complete) {
+				p.addf("restore of job %s task %s read bytes of blob %s whose CRC32C differs from the one acked, on every attempt, and the S3 proxy corrupted no GET of it during the restore: %s", o.Job, o.Task, o.Key, o.Error)
+			}
 		case (o.Kind == history.KindRead || o.Kind == history.KindRestore) && o.Outcome == history.OK && o.ReadEpoch > 0:
 			// A read records the payload whenever it records an epoch, so
 			// its empty payload is one an ack must have sent too; a
@@ -254,4 +261,19 @@ func Acks(in *Input) Verdict {
 		}
 	}
 	return p.verdict("acks", fmt.Sprintf("%d ok acks and %d final epochs consistent; no fenced write accepted", nAcks, nEpochs), start)
+}
+
+// corruptedGet reports whether the S3 proxy flipped bytes of an answer to
+// a GET of blob key that reached it between from and to (the s3-corrupt-get
+// fault): the one legitimate reason a range read fails its CRC32C.
+func corruptedGet(in *Input, key string, from, to time.Time) bool {
+	if key == "" {
+		return false
+	}
+	for _, r := range in.S3 {
+		if r.Op == s3proxy.OpGet && r.Flipped > 0 && r.Key == in.S3Prefix+key && !r.Start.Before(from) && !r.Start.After(to) {
+			return true
+		}
+	}
+	return false
 }

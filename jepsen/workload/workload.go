@@ -400,9 +400,15 @@ func (w *Workload) restore(ctx context.Context, c *client.Client, id int, job, t
 	for _, rg := range r.Ranges() {
 		if err := w.readRange(octx, c, rg); err != nil {
 			op.Key = rg.Key
-			if errors.Is(err, ErrContent) {
+			switch {
+			case errors.Is(err, ErrContent):
 				w.h.FinishAs(op, history.Fail, CodeContent, err)
-			} else {
+			case errors.Is(err, client.ErrChecksum):
+				// Every attempt read bytes other than those the ack
+				// declared: a violation unless the S3 proxy corrupted
+				// the answers (the checkers decide).
+				w.h.FinishAs(op, history.Fail, CodeChecksum, err)
+			default:
 				w.h.Finish(op, err, false)
 			}
 			return nil, err
@@ -415,6 +421,12 @@ func (w *Workload) restore(ctx context.Context, c *client.Client, id int, job, t
 // CodeContent is the history code of a read whose bytes differ from what
 // was uploaded.
 const CodeContent = "content_mismatch"
+
+// CodeChecksum is the history code of a restore whose range read failed
+// the CRC32C its ack declared on every attempt (client.ErrChecksum): the
+// bytes read back differ from those uploaded, unless the S3 proxy
+// corrupted each answer (s3-corrupt-get).
+const CodeChecksum = "checksum_mismatch"
 
 // ErrContent is a blob read whose bytes differ from what was uploaded.
 var ErrContent = errors.New("workload: blob content differs from what was uploaded")
