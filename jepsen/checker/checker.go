@@ -5,7 +5,8 @@
 // Verdict per checker:
 //
 //   - linearizable: each job's latest completed checkpoint, as seen by
-//     linearizable reads, awaits and acks, is linearizable (porcupine);
+//     linearizable reads (the readers' and restores of the latest
+//     checkpoint), awaits and acks, is linearizable (porcupine);
 //   - acks: no acknowledged write lost, no value that was never written,
 //     epochs strictly increasing, no write of a fenced generation accepted;
 //   - gc-safety: no referenced blob deleted or answered 404, every blob

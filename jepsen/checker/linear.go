@@ -28,8 +28,10 @@ import (
 //     E > L). An epoch completes at most once and completing E aborts the
 //     pending epochs below it, so completions are strictly increasing: E
 //     <= L is illegal for a certain completion.
-//   - read -> E': a linearizable read of the latest checkpoint (restore
-//     plan of the source task) observed E'; legal iff E' == L.
+//   - read -> E': a linearizable read of the latest checkpoint observed
+//     E'; legal iff E' == L. Reads are the readers' (restore plan of the
+//     source task) and the restores of the latest checkpoint answered ok
+//     (the verifier's and every worker's reset: the same route, any task).
 //   - await(E) -> completed: AwaitEpoch saw E completed (or subsumed);
 //     legal iff L >= E.
 type linInput struct {
@@ -38,6 +40,9 @@ type linInput struct {
 	Epoch   uint64
 	Certain bool
 	Member  string
+	// Restore is the task of a read that was a restore (a worker's or the
+	// verifier's), empty for a reader's read.
+	Restore string
 }
 
 type linOutput struct {
@@ -102,6 +107,9 @@ func linModel() porcupine.Model {
 				}
 				return fmt.Sprintf("maybe-complete(%d)", in.Epoch)
 			case "read":
+				if in.Restore != "" {
+					return fmt.Sprintf("restore(%s) -> %d", in.Restore, output.(linOutput).Epoch)
+				}
 				return fmt.Sprintf("read@%s -> %d", in.Member, output.(linOutput).Epoch)
 			case "await":
 				return fmt.Sprintf("await(%d) -> completed", in.Epoch)
@@ -166,6 +174,13 @@ func linOps(ops []history.Op, final *Final) []porcupine.Operation {
 		case o.Kind == history.KindRead && o.Outcome == history.OK:
 			out = append(out, porcupine.Operation{
 				ClientId: o.Client, Input: linInput{Job: o.Job, Kind: "read", Member: o.Member},
+				Output: linOutput{Epoch: o.ReadEpoch}, Call: ts(o.Invoke), Return: ts(o.Complete),
+			})
+		case o.Kind == history.KindRestore && o.Outcome == history.OK && o.Epoch == 0:
+			// A restore of the latest checkpoint (no epoch or pin named)
+			// is the same linearizable read, whatever the task.
+			out = append(out, porcupine.Operation{
+				ClientId: o.Client, Input: linInput{Job: o.Job, Kind: "read", Member: o.Member, Restore: o.Task},
 				Output: linOutput{Epoch: o.ReadEpoch}, Call: ts(o.Invoke), Return: ts(o.Complete),
 			})
 		case o.Kind == history.KindAwait && o.Outcome == history.OK && o.Completed:
@@ -281,10 +296,14 @@ func explainStale(part []porcupine.Operation) string {
 			continue
 		}
 		got := op.Output.(linOutput).Epoch
+		what := "a read through " + in.Member
+		if in.Restore != "" {
+			what = "a restore of task " + in.Restore
+		}
 		for _, d := range known {
 			if d.ret < op.Call && d.epoch > got {
-				return fmt.Sprintf("stale read: a read through %s at %.3fs returned latest checkpoint %d, but epoch %d was known complete at %.3fs, before the read began",
-					in.Member, float64(op.Call)/1e9, got, d.epoch, float64(d.ret)/1e9)
+				return fmt.Sprintf("stale read: %s at %.3fs returned latest checkpoint %d, but epoch %d was known complete at %.3fs, before the read began",
+					what, float64(op.Call)/1e9, got, d.epoch, float64(d.ret)/1e9)
 			}
 		}
 	}
