@@ -9,8 +9,9 @@
 //     checkpoint), awaits and acks, is linearizable (porcupine);
 //   - acks: no acknowledged write lost, no value that was never written,
 //     epochs strictly increasing, no write of a fenced generation accepted;
-//   - gc-safety: no referenced blob deleted or answered 404, every blob
-//     live checkpoints reference (LiveSet) exists at the end;
+//   - gc-safety: no referenced blob deleted or answered 404, no upload
+//     key handed out twice, every blob live checkpoints reference
+//     (LiveSet) exists at the end;
 //   - gc-liveness: after quiescence, grace and two GC cycles the bucket
 //     holds only the blobs live checkpoints reference (LiveSet, not the
 //     store's reference counts), young uploads and garbage inside its

@@ -156,7 +156,9 @@ func protectedDuring(ivs []interval, a, b time.Time) (interval, bool) {
 }
 
 // GCSafety checks that no protected blob was deleted or answered as
-// missing, and that every blob the final state references exists.
+// missing, that no upload key was handed out twice (upload ops answered
+// the same slot key), and that every blob the final state references
+// exists.
 //
 // Deletions come from the S3 proxy's log: every DELETE and every key of a
 // DeleteObjects that reached the S3 server, whatever the answer the member
@@ -204,6 +206,18 @@ func GCSafety(in *Input) Verdict {
 				p.addf("%s of referenced blob %s by %s answered 404 at %s (%s, since %s)", r.Op, k, r.Client, at(t0, r.Start), iv.why, at(t0, iv.from))
 			}
 		}
+	}
+	// Fresh keys: each upload slot's key is handed out once.
+	slots := map[string]history.Op{}
+	for _, o := range in.Ops {
+		if o.Kind != history.KindUpload || o.Key == "" {
+			continue
+		}
+		if first, ok := slots[o.Key]; ok {
+			p.addf("upload key %s handed out twice: to %s/%s generation %d (upload at %s) and to %s/%s generation %d (upload at %s)", o.Key, first.Job, first.Task, first.Gen, at(t0, first.Invoke), o.Job, o.Task, o.Gen, at(t0, o.Invoke))
+			continue
+		}
+		slots[o.Key] = o
 	}
 	for _, o := range in.Ops {
 		if o.Kind != history.KindRestore || o.Key == "" || o.Outcome == history.OK {

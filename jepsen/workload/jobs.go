@@ -598,6 +598,11 @@ func (w *Workload) blobRecord(ctx context.Context, key string) (*wire.Blob, erro
 	return &b, json.NewDecoder(resp.Body).Decode(&b)
 }
 
+// CodeRepeatedKey is the history code of an upload whose slot key the
+// store had already handed out (to this or another upload): the workload
+// does not write it.
+const CodeRepeatedKey = "repeated_key"
+
 // upload uploads a new blob of unique content and returns its key.
 func (wk *worker) upload(ctx context.Context, gen, e uint64) (string, uint64, bool) {
 	w := wk.j.w
@@ -615,7 +620,13 @@ func (wk *worker) upload(ctx context.Context, gen, e uint64) (string, uint64, bo
 	exp := slot.ExpiresAt
 	op.Expires = &exp
 	content := makeContent(slot.Key, size)
-	w.contents.Store(slot.Key, content)
+	if _, dup := w.contents.LoadOrStore(slot.Key, content); dup {
+		// The store handed out a key it had handed out before: keep the
+		// first upload's content (a checkpoint may reference it) and do
+		// not write over it; the checkers report the repeated key.
+		w.h.FinishAs(op, history.Fail, CodeRepeatedKey, fmt.Errorf("upload slot key %s handed out before", slot.Key))
+		return "", 0, false
+	}
 	err = wk.c.PutObject(octx, slot, bytes.NewReader(content), int64(size))
 	w.h.Finish(op, err, true)
 	return slot.Key, size, err == nil
