@@ -24,7 +24,10 @@ import (
 //   - no value never written: every payload and manifest a retained or
 //     pinned checkpoint holds, and every payload a read or restore
 //     returned, is one a worker sent for that job, epoch and task in an
-//     ack that may have taken effect (ok or unknown); blob bytes read back
+//     ack that may have taken effect (ok or unknown), an empty one too
+//     unless the restored task has no inline kind; a restore without a
+//     state manifest of an epoch whose every such ack sent one of blobs
+//     lost it; blob bytes read back
 //     equal what was uploaded, and a restore whose range read failed its
 //     acked CRC32C on every attempt (workload.CodeChecksum) had a GET of
 //     that blob corrupted by the S3 proxy during it; manifests of a completed epoch read twice
@@ -138,14 +141,31 @@ func Acks(in *Input) Verdict {
 				p.addf("restore of job %s task %s read bytes of blob %s whose CRC32C differs from the one acked, on every attempt, and the S3 proxy corrupted no GET of it during the restore: %s", o.Job, o.Task, o.Key, o.Error)
 			}
 		case (o.Kind == history.KindRead || o.Kind == history.KindRestore) && o.Outcome == history.OK && o.ReadEpoch > 0:
-			// A read records the payload whenever it records an epoch, so
-			// its empty payload is one an ack must have sent too; a
-			// restore's empty payload is a task without that kind.
-			if (o.Value != "" || o.Kind == history.KindRead) && !valueSent(o.Job, o.ReadEpoch, o.Task, o.Value) {
+			// A read records the payload whenever it records an epoch, and
+			// a restore the payload of the task's own main kind, so an
+			// empty payload is one an ack must have sent too; exempt are
+			// only restores of a task without an inline kind (map-0, never
+			// acked) or one the workload does not know.
+			if (o.Value != "" || o.Kind == history.KindRead || hasInlineKind(o.Task)) && !valueSent(o.Job, o.ReadEpoch, o.Task, o.Value) {
 				p.addf("%s of job %s task %s returned epoch %d with payload %q, which no ack of that epoch sent", o.Kind, o.Job, o.Task, o.ReadEpoch, short(o.Value))
 			}
 			if o.HasManifest && !manifestSent(o.Job, o.ReadEpoch, o.Task, o.Keys) {
 				p.addf("restore of job %s task %s returned epoch %d with a manifest of %d blobs no ack of that epoch sent", o.Job, o.Task, o.ReadEpoch, len(o.Keys))
+			}
+			// A restore without a manifest lost the acked one when every
+			// ack of that slot that may have taken effect sent a manifest
+			// of blobs (one of none restores as none).
+			if o.Kind == history.KindRestore && !o.HasManifest {
+				acks := sent[slot{o.Job, o.ReadEpoch, o.Task}]
+				lost := len(acks) > 0
+				for _, a := range acks {
+					if !a.HasManifest || len(a.Keys) == 0 {
+						lost = false
+					}
+				}
+				if lost {
+					p.addf("restore of job %s task %s returned epoch %d without a state manifest, but every ack of that epoch sent one of blobs", o.Job, o.Task, o.ReadEpoch)
+				}
 			}
 		case o.Kind == history.KindManifest && o.Outcome == history.OK:
 			k := slot{o.Job, o.Epoch, o.Task}
@@ -261,6 +281,14 @@ func Acks(in *Input) Verdict {
 		}
 	}
 	return p.verdict("acks", fmt.Sprintf("%d ok acks and %d final epochs consistent; no fenced write accepted", nAcks, nEpochs), start)
+}
+
+// hasInlineKind reports whether task is one of the workload's with an
+// inline kind (workload.MainKind of its capabilities), whose restore
+// records that kind's payload, empty or not.
+func hasInlineKind(task string) bool {
+	caps, ok := workload.TaskCaps(task)
+	return ok && workload.MainKind(caps) != ""
 }
 
 // corruptedGet reports whether the S3 proxy flipped bytes of an answer to

@@ -135,9 +135,24 @@ func TestAcksValuesRead(t *testing.T) {
 			steps(step{ack("j", 3, "src-0", "v3", false), 0, 10},
 				step{history.Op{Kind: history.KindZombieAck, Job: "j", Epoch: 3, Task: "src-0", Value: "zombie", Outcome: history.Unknown, Client: 4}, 5, 15},
 				step{restoreOp("j", "src-0", 0, 3, "zombie"), 20, 30}), false, "which no ack of that epoch sent"},
-		// A restore whose plan named no capabilities records no payload.
-		{"restore whose payload was not recorded",
-			steps(step{ack("j", 3, "src-0", "v3", false), 0, 10}, step{restoreOp("j", "src-0", 0, 3, ""), 20, 30}), true, ""},
+		// A restore records the payload of the task's own main kind, so
+		// an empty one of a task with an inline kind was lost (before,
+		// a restore whose plan named no capabilities recorded none and
+		// passed: TestRestoreOfLostStateIsAViolation).
+		{"restore of a task with an inline kind returning no payload",
+			steps(step{ack("j", 3, "src-0", "v3", false), 0, 10}, step{restoreOp("j", "src-0", 0, 3, ""), 20, 30}), false, "which no ack of that epoch sent"},
+		{"restore of a task without an inline kind",
+			steps(step{ack("j", 3, "src-0", "v3", false), 0, 10}, step{restoreOp("j", "map-0", 0, 3, ""), 20, 30}), true, ""},
+		{"restore of a task the workload does not run, without a payload",
+			steps(step{ack("j", 3, "src-0", "v3", false), 0, 10}, step{restoreOp("j", "other", 0, 3, ""), 20, 30}), true, ""},
+		{"restore of a state task that lost its manifest of blobs",
+			steps(step{withManifest(ack("j", 3, "agg-0", "a3", false), "k1"), 0, 10}, step{restoreOp("j", "agg-0", 0, 3, "a3"), 20, 30}), false, "without a state manifest"},
+		{"restore without a manifest where an unknown ack sent one of none",
+			steps(step{withManifest(ack("j", 3, "agg-0", "a3", false), "k1"), 0, 10},
+				step{outcome(withManifest(ack("j", 3, "agg-0", "a3", false)), history.Unknown), 5, 15},
+				step{restoreOp("j", "agg-0", 0, 3, "a3"), 20, 30}), true, ""},
+		{"restore without a manifest where the ack sent one of none",
+			steps(step{withManifest(ack("j", 3, "agg-0", "a3", false)), 0, 10}, step{restoreOp("j", "agg-0", 0, 3, "a3"), 20, 30}), true, ""},
 		{"restore without a payload",
 			steps(step{ack("j", 3, "agg-0", "", false), 0, 10}, step{withManifest(restoreOp("j", "agg-0", 0, 3, ""), "k1"), 20, 30}), false, "manifest of 1 blobs no ack"},
 		{"restore of the manifest an ack sent",

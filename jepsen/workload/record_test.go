@@ -129,3 +129,56 @@ func TestRestoreOfChangedBytesIsAViolation(t *testing.T) {
 		t.Fatalf("control: a range without CRC32C read with other bytes was recorded with code %q and not reported", ops2[1].Code)
 	}
 }
+
+// TestRestoreOfLostStateIsAViolation: a restore of a state task whose
+// latest checkpoint (epoch 1) answers neither the state payload nor the
+// manifest that its only ack of epoch 1 (ok) sent has lost an
+// acknowledged write. The workload records the restore's payload under
+// the kind the store's plan names (Capabilities) and its manifest only
+// when the plan has one, so it records an empty value and no manifest;
+// checker.Acks exempts a restore's empty payload (a task without that
+// kind) and compares manifests only when the restore recorded one. The
+// task's kinds are the workload's own (Tasks), not the store's to say.
+// Fails today.
+func TestRestoreOfLostStateIsAViolation(t *testing.T) {
+	key := "wl-1/agg-1/00000000000000000000000000000002"
+	for _, tc := range []struct {
+		name string
+		plan wire.RestorePlan
+	}{
+		{"state restored without payload or manifest", restorePlan(wire.KindRestore{Status: wire.RestoreRestored})},
+		{"payload restored, manifest lost", restorePlan(wire.KindRestore{Status: wire.RestoreRestored, Payload: []byte("v1")})},
+		{"control: a payload no ack sent", restorePlan(wire.KindRestore{Status: wire.RestoreRestored, Payload: []byte("never-sent")})},
+		{"plan without capabilities", func() wire.RestorePlan {
+			p := restorePlan(wire.KindRestore{Status: wire.RestoreRestored})
+			p.Capabilities = nil
+			return p
+		}()},
+	} {
+		srv := member(t, tc.plan, nil)
+		h := history.New()
+		w, err := workload.New(workload.Config{Members: map[string]string{"n1": srv.URL}}, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		rerr := w.RestoreVia(ctx, srv.URL, "wl-1", "agg-1")
+		cancel()
+		if rerr != nil {
+			t.Fatalf("%s: restore: %v", tc.name, rerr)
+		}
+		ops := append([]history.Op{ackOK(key, start.Add(-time.Second))}, h.Snapshot()...)
+		for i := range ops {
+			ops[i].ID = i
+		}
+		r := ops[1]
+		if r.Outcome != history.OK || r.ReadEpoch != 1 {
+			t.Fatalf("%s: restore recorded %s epoch %d, want ok epoch 1", tc.name, r.Outcome, r.ReadEpoch)
+		}
+		if failed := check(ops); len(failed) == 0 {
+			t.Errorf("%s: the restore of checkpoint 1 returned value %q and has_manifest %v where the ok ack sent %q and a manifest of %v, and every checker passed",
+				tc.name, r.Value, r.HasManifest, "v1", []string{key})
+		}
+	}
+}

@@ -148,6 +148,21 @@ func Tasks(i int) []TaskSpec {
 	return ts
 }
 
+// TaskCaps returns the capabilities of the workload's task id (a task
+// has the same in every job that has it); false for a task the workload
+// does not run.
+func TaskCaps(task string) (wire.Caps, bool) {
+	for i := range 2 {
+		for _, t := range Tasks(i) {
+			if t.ID == task {
+				caps, err := wire.ParseCaps(t.Caps)
+				return caps, err == nil
+			}
+		}
+	}
+	return 0, false
+}
+
 // MainKind is the kind whose inline payload an ack op records as its
 // Value (each task of the workload has at most one inline kind).
 func MainKind(caps wire.Caps) wire.Kind {
@@ -390,7 +405,12 @@ func (w *Workload) restore(ctx context.Context, c *client.Client, id int, job, t
 		return nil, err
 	}
 	op.ReadEpoch = r.Plan.Source.Epoch
-	if r.Plan.Capabilities != nil {
+	// The payload of the task's own main kind (what its acks record), not
+	// of the kinds the plan names: a plan that lost the kind records an
+	// empty value, which the checkers compare with what was acked.
+	if caps, ok := TaskCaps(task); ok {
+		op.Value = string(r.Payload(MainKind(caps)))
+	} else if r.Plan.Capabilities != nil {
 		op.Value = string(r.Payload(MainKind(*r.Plan.Capabilities)))
 	}
 	if m := r.StateManifest(); m != nil {
