@@ -15,11 +15,13 @@ import (
 //   - no lost acknowledged write: every ack answered ok is, at the end, in
 //     an epoch the store still remembers, which holds an ack record of that
 //     task with the content hash the ok answer gave, whatever the epoch's
-//     state (pending, aborted, subsumed or completed); if that epoch is a retained
-//     or pinned checkpoint the store holds exactly the acked payload and
-//     manifest; an ok ack may only have vanished with its epoch being
-//     aborted (by the workload, by a newer attempt, by the completion of a
-//     later epoch) or subsumed by retention. An ack or await that reported
+//     state (pending, aborted, subsumed or completed); if that epoch is a
+//     retained or pinned checkpoint the store holds exactly the acked
+//     payload and manifest, and if it is pending in the job's current
+//     generation the acked manifest (of an ok ack of that generation); an
+//     ok ack may only have vanished with its epoch being aborted (by the
+//     workload, by a newer attempt, by the completion of a later epoch) or
+//     subsumed by retention. An ack or await that reported
 //     the epoch completed must end completed or subsumed, never aborted.
 //   - no value never written: every payload and manifest a retained or
 //     pinned checkpoint holds, and every payload a read or restore
@@ -260,6 +262,17 @@ func Acks(in *Input) Verdict {
 				}
 				if o.Completed && e.State != "completed" && e.State != "subsumed" {
 					p.addf("lost completion: job %s epoch %d was completed by the ack of %s (ok at %s) but ended %s", job, o.Epoch, o.Task, at(t0, o.Complete), e.State)
+				}
+				if e.State == "pending" && e.Generation == jf.Generation && o.Gen == e.Generation && o.HasManifest {
+					// The store's manifest of a pending epoch is the
+					// acked one (read by the runner; not found skipped).
+					tc, ok := e.Tasks[o.Task]
+					switch {
+					case !ok && len(o.Keys) > 0:
+						p.addf("lost ack: job %s pending epoch %d holds no manifest of task %s, but one of %d blobs was acknowledged ok at %s", job, o.Epoch, o.Task, len(o.Keys), at(t0, o.Complete))
+					case ok && (tc.HasManifest || len(o.Keys) > 0) && !sameKeys(tc.Keys, o.Keys):
+						p.addf("lost ack: job %s pending epoch %d holds a manifest of task %s of %d blobs, but one of %d blobs was acknowledged ok at %s", job, o.Epoch, o.Task, len(tc.Keys), len(o.Keys), at(t0, o.Complete))
+					}
 				}
 				if e.State != "completed" {
 					continue // pending, or legitimately aborted or subsumed

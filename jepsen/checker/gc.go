@@ -276,7 +276,9 @@ type Live struct {
 //
 //   - every key of a retained, pinned or pending checkpoint's manifest
 //     (Final.Jobs: each task's restore of a completed epoch, the manifests
-//     acknowledged so far in a pending one; and of Final.Others, the jobs
+//     acknowledged so far in a pending one, as the store answers them and,
+//     for a pending epoch of the job's current generation, as the ok acks
+//     of that generation in the history sent them; and of Final.Others, the jobs
 //     the workload did not create, such as a fault's garbage job). What
 //     else a lineage holds
 //     comes down to these: "a detached lineage is rolled back to its
@@ -333,6 +335,17 @@ func LiveSet(ops []history.Op, f *Final) map[string]Live {
 			}
 		}
 	}
+	// A pending epoch of the current attempt: the manifest each task
+	// acknowledged ok in it, from the history, whatever the store
+	// answered when the final state was read (a manifest it lost must
+	// not drop the keys from the set).
+	for _, pa := range pendingAcks(ops, f) {
+		for _, k := range pa.Keys {
+			if cur, ok := out[k]; !ok || !cur.Certain {
+				out[k] = Live{fmt.Sprintf("%s pending epoch %d's manifest of %s (acknowledged ok)", pa.Job, pa.Epoch, pa.Task), true}
+			}
+		}
+	}
 	for _, h := range workingManifests(ops, f) {
 		n := map[string]int{}
 		first := map[string]history.Op{}
@@ -357,6 +370,31 @@ func LiveSet(ops []history.Op, f *Final) map[string]Live {
 				why = fmt.Sprintf("the working manifest of %s/%s in generation %d if its ack of epoch %d (outcome %s) took effect", h.job, h.task, h.gen, c.Epoch, c.Outcome)
 			}
 			out[k] = Live{why, certain}
+		}
+	}
+	return out
+}
+
+// pendingAcks returns the ok acks with a state manifest of every epoch
+// that ends pending in its job's current generation (Final.Jobs), of that
+// generation: the manifests the epoch's checkpoint-to-be holds.
+func pendingAcks(ops []history.Op, f *Final) []history.Op {
+	type je struct {
+		job   string
+		epoch uint64
+	}
+	pending := map[je]bool{}
+	for job, jf := range f.Jobs {
+		for _, e := range jf.Epochs {
+			if e.State == "pending" && e.Generation == jf.Generation {
+				pending[je{job, e.Epoch}] = true
+			}
+		}
+	}
+	var out []history.Op
+	for _, o := range ops {
+		if o.Kind == history.KindAck && o.Outcome == history.OK && o.HasManifest && pending[je{o.Job, o.Epoch}] && o.Gen == f.Jobs[o.Job].Generation {
+			out = append(out, o)
 		}
 	}
 	return out
