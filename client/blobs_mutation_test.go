@@ -292,6 +292,14 @@ func newPutMember(t *testing.T, put func(n int, body []byte, w http.ResponseWrit
 	return m
 }
 
+// locked runs f holding the lock put runs under: what put recorded is
+// then seen whole.
+func (m *putMember) locked(f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f()
+}
+
 func dropAnswer(w http.ResponseWriter) {
 	conn, _, err := w.(http.Hijacker).Hijack()
 	if err == nil {
@@ -352,9 +360,11 @@ func TestPutObjectOutcomes(t *testing.T) {
 		if (err == nil) != tc.ok || errors.Is(err, client.ErrOutcomeUnknown) != tc.unknown || m.puts.Load() != tc.puts {
 			t.Errorf("%s: %v after %d PUTs; want success %v, outcome unknown %v after %d", tc.name, err, m.puts.Load(), tc.ok, tc.unknown, tc.puts)
 		}
-		if tc.checkBody && !bytes.Equal(last, blobData) {
-			t.Errorf("%s: stored %q", tc.name, last)
-		}
+		m.locked(func() {
+			if tc.checkBody && !bytes.Equal(last, blobData) {
+				t.Errorf("%s: stored %q", tc.name, last)
+			}
+		})
 	}
 }
 
@@ -398,20 +408,23 @@ func TestPutObjectResendsTheSameBytes(t *testing.T) {
 	if err := c.PutObject(ctxT(t), slot, r, 10); err != nil {
 		t.Fatal(err)
 	}
-	if len(bodies) != 2 || string(bodies[0]) != string(blobData[4:14]) || string(bodies[1]) != string(blobData[4:14]) {
-		t.Fatalf("seekable body from offset 4: sent %q, want %q twice", bodies, blobData[4:14])
-	}
-
-	bodies = nil
+	m.locked(func() {
+		if len(bodies) != 2 || string(bodies[0]) != string(blobData[4:14]) || string(bodies[1]) != string(blobData[4:14]) {
+			t.Errorf("seekable body from offset 4: sent %q, want %q twice", bodies, blobData[4:14])
+		}
+		bodies = nil
+	})
 	m.puts.Store(0)
 	before := c.Stats()
 	once := struct{ io.Reader }{bytes.NewReader(blobData)}
 	if err := c.PutObject(ctxT(t), slot, once, int64(len(blobData))); err == nil {
 		t.Fatal("an upload whose answer was lost and whose body cannot be sent again succeeded")
 	}
-	if d := c.Stats().Sub(before); d.ObjectPuts != 1 || len(bodies) != 1 {
-		t.Fatalf("a body that cannot be rewound: %d PUTs sent, %d at the store; want 1", d.ObjectPuts, len(bodies))
-	}
+	m.locked(func() {
+		if d := c.Stats().Sub(before); d.ObjectPuts != 1 || len(bodies) != 1 {
+			t.Errorf("a body that cannot be rewound: %d PUTs sent, %d at the store; want 1", d.ObjectPuts, len(bodies))
+		}
+	})
 }
 
 // TestPutObjectToMetastoreMovesOn: a PUT to the metastore's /v1/objects
@@ -433,9 +446,11 @@ func TestPutObjectToMetastoreMovesOn(t *testing.T) {
 		if err := c.PutObject(ctxT(t), slot, bytes.NewReader(blobData), int64(len(blobData))); err != nil {
 			t.Fatalf("slot on %s: %v", first, err)
 		}
-		if want := "/v1/objects/j/t/k?expires=9&sig=s " + string(blobData); len(got) != 1 || got[0] != want {
-			t.Fatalf("slot on %s: the other endpoint got %q, want %q", first, got, want)
-		}
+		m.locked(func() {
+			if want := "/v1/objects/j/t/k?expires=9&sig=s " + string(blobData); len(got) != 1 || got[0] != want {
+				t.Errorf("slot on %s: the other endpoint got %q, want %q", first, got, want)
+			}
+		})
 	}
 }
 
