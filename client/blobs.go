@@ -66,6 +66,9 @@ func (c *Client) Upload(ctx context.Context, job string, gen uint64, task string
 // landed, and is success. A PUT to the metastore's /v1/objects that
 // cannot reach the member the slot names goes to the client's other
 // endpoints, which forward it to the leader. The body is never closed.
+// When an attempt's answer was lost (the object may exist) and the upload
+// then ends without a definite answer (attempts used up, the body cannot be
+// sent again, or ctx done), the error matches ErrOutcomeUnknown.
 func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader, size int64) error {
 	if size < 0 {
 		return fmt.Errorf("client: PutObject: negative size %d", size)
@@ -134,6 +137,11 @@ func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader,
 			resend = serr == nil
 		}
 		if !retry || !resend {
+			if retry && unknown {
+				// The body cannot be sent again, and an earlier or this
+				// attempt may have landed.
+				return &RetryError{Method: method, Path: u.Path, Attempts: attempt, Unknown: true, Last: err}
+			}
 			return err
 		}
 		if ctx.Err() != nil {
@@ -159,6 +167,9 @@ func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader,
 			after = ae.RetryAfter
 		}
 		if err := c.backoff(ctx, attempt, after); err != nil {
+			if unknown {
+				return &RetryError{Method: method, Path: u.Path, Attempts: attempt, Unknown: true, Last: err}
+			}
 			return fmt.Errorf("metastore: %s %s: %w (last failure: %v)", method, u.Path, err, last)
 		}
 	}
