@@ -283,6 +283,23 @@ func observe(t *testing.T, trans *raft.NetworkTransport) *observedTransport {
 // and has written its member record.
 func startLeader(t *testing.T, tune func(*config.Config)) *Node {
 	t.Helper()
+	n := startAlone(t, tune)
+	n.Lead(nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for n.readyTerm.Load() == 0 || n.fsm.AppliedIndex() == 0 { // barrier done and own record written
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+		time.Sleep(10 * time.Millisecond) // polling, not synchronisation
+	}
+	return n
+}
+
+// startAlone starts a member alone, bootstrapped, with short Raft
+// timeouts (then tune), on a free port, shut down at the test's end; it
+// does not call Lead.
+func startAlone(t *testing.T, tune func(*config.Config)) *Node {
+	t.Helper()
 	var n *Node
 	var f *fsm.FSM
 	for attempt := 0; n == nil; attempt++ {
@@ -309,20 +326,12 @@ func startLeader(t *testing.T, tune func(*config.Config)) *Node {
 			t.Fatal(err)
 		}
 	}
-	n.Lead(nil)
 	t.Cleanup(func() {
 		if err := n.Shutdown(context.Background()); err != nil {
 			t.Error(err)
 		}
 		f.Close()
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for n.readyTerm.Load() == 0 || n.fsm.AppliedIndex() == 0 { // barrier done and own record written
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-		time.Sleep(10 * time.Millisecond) // polling, not synchronisation
-	}
 	return n
 }
 
