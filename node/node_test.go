@@ -559,28 +559,7 @@ func onLeader(t *testing.T, nodes []*testNode, what string, fn func(l *testNode)
 }
 
 func TestThreeNodeCluster(t *testing.T) {
-	log := testLogger(t)
-	var nodes []*testNode
-	withFreePorts(t, 3, func(addrs []string) error {
-		nodes = nil
-		var peers []config.Peer
-		for i, a := range addrs {
-			peers = append(peers, config.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: a})
-		}
-		for i, a := range addrs {
-			tn := newTestNode(t, log, peers[i].ID, t.TempDir())
-			tn.cfg.RaftAddr = a
-			tn.cfg.InitialCluster = peers
-			if err := tn.start(); err != nil {
-				for _, started := range nodes {
-					started.stop()
-				}
-				return err
-			}
-			nodes = append(nodes, tn)
-		}
-		return nil
-	})
+	nodes := startCluster(t, 3, func(*config.Config) {})
 	leader := waitLeader(t, nodes)
 	var follower *testNode
 	for _, tn := range nodes {
