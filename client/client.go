@@ -395,6 +395,13 @@ func (c *Client) do(ctx context.Context, r *request, out any) (*result, error) {
 		if attempt > 1 {
 			c.retries.Add(1)
 		}
+		if err := ctx.Err(); err != nil {
+			// The caller gave up before this attempt was sent.
+			if unknown {
+				return nil, &RetryError{Method: r.method, Path: r.path, Attempts: max(attempt-1, 1), Unknown: true, Last: err}
+			}
+			return nil, fmt.Errorf("metastore: %s %s: %w", r.method, r.path, err)
+		}
 		tried[i] = true
 		res, err := c.attempt(ctx, base, r)
 		if err == nil {

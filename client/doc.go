@@ -50,6 +50,12 @@
 // When the attempts run out the error is a *RetryError matching
 // ErrOutcomeUnknown if a mutation may have been applied (repeat the same
 // call to find out; never assume it failed) and ErrUnavailable otherwise.
+// When the caller's context ends, the error matches the context's error
+// (errors.Is with context.Canceled or context.DeadlineExceeded), and also
+// ErrOutcomeUnknown if an attempt already sent may have been applied; a
+// context error that does not match ErrOutcomeUnknown means the call was
+// not applied (it ended before its request went out: in an ack queue, in a
+// backoff after refusals, or before its first attempt).
 // Any other error answer is an *APIError whose code maps to a sentinel
 // (ErrFenced, ErrConflict, ErrNotFound, ErrEpochNotPending, ErrBlobDeleting,
 // ErrInvalid, ...); errors.Is also matches the fsm package's code sentinels.

@@ -249,8 +249,10 @@ func Load(path string) (*History, error) {
 // failure is Fail (a read changes nothing). For a mutation, only answers
 // that prove the request was not applied are Fail: a 4xx API error, or
 // the client's ErrUnavailable (every attempt was refused before it could
-// take effect). Everything else, ErrOutcomeUnknown, 5xx answers other than
-// those, the caller's deadline, is Unknown.
+// take effect), or the caller's context error alone (the call ended before
+// its request went out). Everything else, ErrOutcomeUnknown (with or
+// without the caller's context error), 5xx answers other than those, an
+// error the client does not describe, is Unknown.
 func Classify(err error, mutation bool) (Outcome, string) {
 	if err == nil {
 		return OK, ""
@@ -279,6 +281,12 @@ func Classify(err error, mutation bool) (Outcome, string) {
 	switch {
 	case errors.Is(err, client.ErrOutcomeUnknown):
 		return Unknown, code
+	case re == nil && ae == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		// The client answers the caller's context error alone only for
+		// a call that ended before its request went out (an ack still
+		// queued, a backoff after refusals); one that may have landed
+		// matches ErrOutcomeUnknown (client package doc).
+		return Fail, code
 	case ae != nil && ae.Status >= 400 && ae.Status < 500:
 		return Fail, code
 	case errors.Is(err, client.ErrUnavailable) && re != nil && !re.Unknown:

@@ -52,8 +52,12 @@ func TestClassify(t *testing.T) {
 		{"internal 500", api(500, wire.CodeInternal, false), true, Unknown},
 		{"proxy 502", api(502, "http_502", true), true, Unknown},
 		{"503 without code", api(503, "", true), true, Unknown},
-		{"caller's deadline", fmt.Errorf("metastore: POST /v1/x: %w", context.DeadlineExceeded), true, Unknown},
-		{"caller canceled", context.Canceled, true, Unknown},
+		// The client returns the context's error alone only for a call
+		// that ended before its request went out.
+		{"caller's deadline before sending", fmt.Errorf("metastore: POST /v1/x: %w", context.DeadlineExceeded), true, Fail},
+		{"caller canceled before sending", context.Canceled, true, Fail},
+		{"caller canceled with an attempt out", &client.RetryError{Unknown: true, Last: context.Canceled}, true, Unknown},
+		{"caller canceled, wrapped unknown", fmt.Errorf("ack: %w: %w", client.ErrOutcomeUnknown, context.Canceled), true, Unknown},
 		{"anything else", errors.New("boom"), true, Unknown},
 		{"read: outcome unknown", client.ErrOutcomeUnknown, false, Fail},
 		{"read: internal", api(500, wire.CodeInternal, false), false, Fail},
@@ -133,6 +137,42 @@ func TestClassifyClientCalls(t *testing.T) {
 		if got, code := Classify(err, true); got != tc.want {
 			t.Errorf("%s: BeginEpoch's error %v classified %s (%s), want %s", tc.mode, err, got, code, tc.want)
 		}
+	}
+}
+
+// TestClassifyCallsGivenUp runs real client calls whose caller gives up:
+// one given up before its request went out is a fail (nothing reached the
+// member), one given up while its request is at the member is unknown.
+func TestClassifyCallsGivenUp(t *testing.T) {
+	var calls atomic.Int64
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		calls.Add(1)
+		arrived <- struct{}{}
+		<-r.Context().Done() // held until the caller gives up
+	}))
+	defer srv.Close()
+	c, err := client.New(client.Config{Endpoints: []string{srv.URL}, DisableDiscovery: true, MaxAttempts: 3,
+		BackoffBase: time.Millisecond, BackoffMax: 2 * time.Millisecond, RequestTimeout: time.Minute,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = c.BeginEpoch(ctx, "j", 1, 1)
+	if got, code := Classify(err, true); got != Fail || calls.Load() != 0 {
+		t.Errorf("begin given up before sending: %v classified %s (%s), %d requests; want fail, none sent", err, got, code, calls.Load())
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { <-arrived; cancel() }()
+	_, err = c.BeginEpoch(ctx, "j", 1, 1)
+	cancel()
+	if got, code := Classify(err, true); got != Unknown || calls.Load() != 1 {
+		t.Errorf("begin given up at the member: %v classified %s (%s), %d requests; want unknown, one sent", err, got, code, calls.Load())
 	}
 }
 
