@@ -175,7 +175,7 @@ func (n *Node) RestoreBackup(ctx context.Context, r io.Reader) (*BackupInfo, err
 	timeout := n.cfg.ApplyTimeout + time.Duration(size/(10<<20))*time.Second
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: size}
 	n.log.Warn("restoring the replicated state from a backup", "backup_index", info.Index, "bytes", info.Size, "created", info.Created)
-	if err := n.raft.Restore(meta, prepared, timeout); err != nil {
+	if err := n.userRestore(meta, prepared, timeout); err != nil {
 		return nil, mapRaftError(err)
 	}
 	n.log.Info("state restored from backup", "backup_index", info.Index)
@@ -184,4 +184,50 @@ func (n *Node) RestoreBackup(ctx context.Context, r io.Reader) (*BackupInfo, err
 	// member check.
 	n.ensureOwnRecord(ctx, n.log)
 	return info, nil
+}
+
+// userRestore installs a prepared snapshot through Raft (Raft.Restore),
+// unless the node is shutting down. Shutdown waits for it before it stops
+// Raft (waitRestores): hashicorp/raft panics ("failed to restore
+// snapshot") when it is shut down while its state machine takes a backup,
+// and cannot stop while it copies one anyway.
+func (n *Node) userRestore(meta *raft.SnapshotMeta, r io.Reader, timeout time.Duration) error {
+	n.restoreMu.Lock()
+	if n.closing.Load() {
+		n.restoreMu.Unlock()
+		return ErrShutdown
+	}
+	n.restores.Add(1)
+	n.restoreMu.Unlock()
+	defer n.restores.Done()
+	return n.raft.Restore(meta, r, timeout)
+}
+
+// waitRestores waits until no backup restore is in Raft; the caller has
+// set closing, so none starts after it. A restore cannot be cut short, so
+// the wait outlasts ctx if it must; it is logged.
+func (n *Node) waitRestores(ctx context.Context) {
+	// Under restoreMu every restore that saw closing unset is counted;
+	// any later one sees it set.
+	done := make(chan struct{})
+	n.restoreMu.Lock()
+	go func() { n.restores.Wait(); close(done) }()
+	n.restoreMu.Unlock()
+	select {
+	case <-done:
+		return
+	default:
+	}
+	n.waitingRestore.Store(true)
+	defer n.waitingRestore.Store(false)
+	n.log.Warn("waiting for the backup restore in progress to finish before Raft stops")
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	start := time.Now()
+	n.log.Warn("the backup restore is still running past the shutdown's deadline; waiting for it: Raft cannot stop during it")
+	<-done
+	n.log.Info("backup restore finished; shutting Raft down", "waited_past_deadline", time.Since(start))
 }

@@ -135,6 +135,14 @@ type Node struct {
 	wg      sync.WaitGroup
 	closing atomic.Bool
 
+	// restores counts the backup restores in Raft (userRestore); restoreMu
+	// orders their start against closing: shutdown takes it after setting
+	// closing and waits for the restores counted (waitRestores).
+	// waitingRestore is set while it waits.
+	restoreMu      sync.Mutex
+	restores       sync.WaitGroup
+	waitingRestore atomic.Bool
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -759,6 +767,8 @@ func (n *Node) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		n.log.Warn("background loops or leader tasks did not stop in time; shutting Raft down anyway")
 	}
+
+	n.waitRestores(ctx)
 
 	n.raft.DeregisterObserver(n.observer)
 	// Raft's shutdown waits for its FSM goroutine, which may be waiting
