@@ -68,7 +68,9 @@ func (c *Client) Upload(ctx context.Context, job string, gen uint64, task string
 // endpoints, which forward it to the leader. The body is never closed.
 // When an attempt's answer was lost (the object may exist) and the upload
 // then ends without a definite answer (attempts used up, the body cannot be
-// sent again, or ctx done), the error matches ErrOutcomeUnknown.
+// sent again, a later attempt refused, or ctx done), the error matches
+// ErrOutcomeUnknown. A context error without ErrOutcomeUnknown means
+// nothing was uploaded.
 func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader, size int64) error {
 	if size < 0 {
 		return fmt.Errorf("client: PutObject: negative size %d", size)
@@ -95,6 +97,13 @@ func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader,
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			c.retries.Add(1)
+		}
+		if err := ctx.Err(); err != nil {
+			// The caller gave up before this attempt was sent.
+			if unknown {
+				return &RetryError{Method: method, Path: target.Path, Attempts: max(attempt-1, 1), Unknown: true, Last: err}
+			}
+			return fmt.Errorf("metastore: %s %s: %w", method, target.Path, err)
 		}
 		u := *target
 		if endpoint >= 0 {
@@ -137,9 +146,11 @@ func (c *Client) PutObject(ctx context.Context, slot UploadSlot, body io.Reader,
 			resend = serr == nil
 		}
 		if !retry || !resend {
-			if retry && unknown {
-				// The body cannot be sent again, and an earlier or this
-				// attempt may have landed.
+			if unknown && (retry || !errors.Is(err, ErrInvalid)) {
+				// The body cannot be sent again, or this attempt was
+				// refused (an expired URL, say), and an earlier or this
+				// attempt may have landed. A malformed request could not
+				// have landed before either.
 				return &RetryError{Method: method, Path: u.Path, Attempts: attempt, Unknown: true, Last: err}
 			}
 			return err
