@@ -509,6 +509,11 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		f.HealthErr = err.Error()
 	}
 	cancel()
+	hctx, cancel = context.WithTimeout(ctx, time.Minute)
+	hashes := finalHashes(hctx, cluster.IDs(c.Serving()), func(ctx context.Context, id string) (cluster.StateHash, error) {
+		return c.StateHash(ctx, c.Member(id))
+	})
+	cancel()
 	for _, m := range c.Members() {
 		if m.Starts() == 0 {
 			continue
@@ -516,9 +521,10 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		mf := checker.MemberFinal{ID: m.ID}
 		mf.LogFindings = checker.ScanLog(m.LogSince(0), expectedPanics...)
 		if m.Serving() {
-			mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			if h, err := c.StateHash(mctx, m); err != nil {
-				mf.HashErr = err.Error()
+			if h, ok := hashes[m.ID]; !ok {
+				mf.HashErr = "not read"
+			} else if h.err != nil {
+				mf.HashErr = h.err.Error()
 			} else {
 				mf.Hash, mf.Index = h.Hash, h.Index
 			}
@@ -526,7 +532,15 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 				OK     bool            `json:"ok"`
 				Report wire.FsckReport `json:"report"`
 			}
-			if err := c.Get(mctx, m, "/v1/fsck?consistency=stale", &fr); err != nil {
+			// A whole-state check; on a loaded machine one attempt may
+			// outlast the HTTP client's timeout: repeated while the minute
+			// lasts.
+			mctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := c.Get(mctx, m, "/v1/fsck?consistency=stale", &fr)
+			for err != nil && mctx.Err() == nil {
+				err = c.Get(mctx, m, "/v1/fsck?consistency=stale", &fr)
+			}
+			if err != nil {
 				mf.FsckErr = err.Error()
 			} else {
 				for _, mm := range fr.Report.Mismatches {
@@ -544,6 +558,40 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 		}
 	}
 	return f
+}
+
+// memberHash is one member's state hash, or why it was not read.
+type memberHash struct {
+	cluster.StateHash
+	err error
+}
+
+// finalHashes reads the state hash of each member of ids, in rounds until
+// a round finds them all at one applied index or ctx ends, and answers the
+// last round. The leader's own tasks may commit an entry between two reads
+// of a round (convergence compares hashes at one index).
+func finalHashes(ctx context.Context, ids []string, read func(context.Context, string) (cluster.StateHash, error)) map[string]memberHash {
+	for {
+		round := map[string]memberHash{}
+		same := true
+		var index uint64
+		for i, id := range ids {
+			h, err := read(ctx, id)
+			round[id] = memberHash{StateHash: h, err: err}
+			if err != nil || (i > 0 && h.Index != index) {
+				same = false
+			}
+			index = h.Index
+		}
+		if same || ctx.Err() != nil {
+			return round
+		}
+		select {
+		case <-ctx.Done():
+			return round
+		case <-time.After(100 * time.Millisecond): // polling, not synchronisation
+		}
+	}
 }
 
 // collect reads the final state of every job through linearizable reads:
