@@ -538,7 +538,11 @@ func (r *Runner) finish(ctx context.Context, c *cluster.Cluster, wres *workload.
 			mctx, cancel := context.WithTimeout(ctx, time.Minute)
 			err := c.Get(mctx, m, "/v1/fsck?consistency=stale", &fr)
 			for err != nil && mctx.Err() == nil {
-				err = c.Get(mctx, m, "/v1/fsck?consistency=stale", &fr)
+				select {
+				case <-mctx.Done():
+				case <-time.After(time.Second): // polling, not synchronisation
+					err = c.Get(mctx, m, "/v1/fsck?consistency=stale", &fr)
+				}
 			}
 			if err != nil {
 				mf.FsckErr = err.Error()
