@@ -76,9 +76,9 @@ func Acks(in *Input) Verdict {
 		}
 		return false
 	}
-	manifestSent := func(job string, epoch uint64, task string, keys []string) bool {
+	manifestSent := func(job string, epoch uint64, task string, keys, refs []string) bool {
 		for _, o := range sent[slot{job, epoch, task}] {
-			if o.HasManifest && sameKeys(o.Keys, keys) {
+			if o.HasManifest && sameManifest(o.Keys, o.Refs, keys, refs) {
 				return true
 			}
 		}
@@ -133,7 +133,7 @@ func Acks(in *Input) Verdict {
 	}
 
 	// Reads and restores return values that were written; blob bytes.
-	manifests := map[slot][]string{}
+	manifests := map[slot]history.Op{}
 	for _, o := range in.Ops {
 		switch {
 		case o.Kind == history.KindRestore && o.Code == workload.CodeContent:
@@ -151,7 +151,7 @@ func Acks(in *Input) Verdict {
 			if (o.Value != "" || o.Kind == history.KindRead || hasInlineKind(o.Task)) && !valueSent(o.Job, o.ReadEpoch, o.Task, o.Value) {
 				p.addf("%s of job %s task %s returned epoch %d with payload %q, which no ack of that epoch sent", o.Kind, o.Job, o.Task, o.ReadEpoch, short(o.Value))
 			}
-			if o.HasManifest && !manifestSent(o.Job, o.ReadEpoch, o.Task, o.Keys) {
+			if o.HasManifest && !manifestSent(o.Job, o.ReadEpoch, o.Task, o.Keys, o.Refs) {
 				p.addf("restore of job %s task %s returned epoch %d with a manifest of %d blobs no ack of that epoch sent", o.Job, o.Task, o.ReadEpoch, len(o.Keys))
 			}
 			// A restore without a manifest lost the acked one when every
@@ -171,11 +171,11 @@ func Acks(in *Input) Verdict {
 			}
 		case o.Kind == history.KindManifest && o.Outcome == history.OK:
 			k := slot{o.Job, o.Epoch, o.Task}
-			if prev, ok := manifests[k]; ok && !sameKeys(prev, o.Keys) {
+			if prev, ok := manifests[k]; ok && !sameManifest(prev.Keys, prev.Refs, o.Keys, o.Refs) {
 				p.addf("the manifest of completed epoch %d of job %s task %s changed between two reads", o.Epoch, o.Job, o.Task)
 			}
-			manifests[k] = o.Keys
-			if !manifestSent(o.Job, o.Epoch, o.Task, o.Keys) {
+			manifests[k] = o
+			if !manifestSent(o.Job, o.Epoch, o.Task, o.Keys, o.Refs) {
 				p.addf("manifest read of job %s epoch %d task %s: %d blobs no ack of that epoch sent", o.Job, o.Epoch, o.Task, len(o.Keys))
 			}
 		}
@@ -226,7 +226,7 @@ func Acks(in *Input) Verdict {
 				if !valueSent(job, e.Epoch, task, tc.Value) {
 					p.addf("job %s: checkpoint %d of task %s holds payload %q, which no ack of that epoch sent", job, e.Epoch, task, short(tc.Value))
 				}
-				if tc.HasManifest && !manifestSent(job, e.Epoch, task, tc.Keys) {
+				if tc.HasManifest && !manifestSent(job, e.Epoch, task, tc.Keys, tc.Refs) {
 					p.addf("job %s: checkpoint %d of task %s holds a manifest of %d blobs no ack of that epoch sent", job, e.Epoch, task, len(tc.Keys))
 				}
 			}
@@ -270,7 +270,7 @@ func Acks(in *Input) Verdict {
 					switch {
 					case !ok && len(o.Keys) > 0:
 						p.addf("lost ack: job %s pending epoch %d holds no manifest of task %s, but one of %d blobs was acknowledged ok at %s", job, o.Epoch, o.Task, len(o.Keys), at(t0, o.Complete))
-					case ok && (tc.HasManifest || len(o.Keys) > 0) && !sameKeys(tc.Keys, o.Keys):
+					case ok && (tc.HasManifest || len(o.Keys) > 0) && !sameManifest(tc.Keys, tc.Refs, o.Keys, o.Refs):
 						p.addf("lost ack: job %s pending epoch %d holds a manifest of task %s of %d blobs, but one of %d blobs was acknowledged ok at %s", job, o.Epoch, o.Task, len(tc.Keys), len(o.Keys), at(t0, o.Complete))
 					}
 				}
@@ -287,7 +287,7 @@ func Acks(in *Input) Verdict {
 				}
 				// A checkpoint without a manifest lost an acked one of
 				// blobs (an acked manifest of none restores as none).
-				if o.HasManifest && (tc.HasManifest || len(o.Keys) > 0) && !sameKeys(tc.Keys, o.Keys) {
+				if o.HasManifest && (tc.HasManifest || len(o.Keys) > 0) && !sameManifest(tc.Keys, tc.Refs, o.Keys, o.Refs) {
 					p.addf("lost ack: job %s checkpoint %d task %s holds a manifest of %d blobs, but one of %d blobs was acknowledged ok at %s", job, o.Epoch, o.Task, len(tc.Keys), len(o.Keys), at(t0, o.Complete))
 				}
 			}

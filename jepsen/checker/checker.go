@@ -76,9 +76,12 @@ func (p *problems) verdict(name, okSummary string, start time.Time) Verdict {
 type TaskCheckpoint struct {
 	// Value is the task's main inline payload (workload.MainKind).
 	Value string `json:"value"`
-	// HasManifest and Keys: the task's state manifest, as blob keys.
+	// HasManifest and Keys: the task's state manifest, as blob keys;
+	// Refs the same manifest whole (history.ManifestRefs; nil: not
+	// recorded).
 	HasManifest bool     `json:"has_manifest"`
 	Keys        []string `json:"keys,omitempty"`
+	Refs        []string `json:"refs,omitempty"`
 }
 
 // EpochFinal is one epoch of a job at the end of the run.
@@ -225,6 +228,16 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// sameManifest reports whether two manifests, as blob keys and whole
+// (history.ManifestRefs), are the same state. Refs missing on either side
+// (not recorded) compare the keys only.
+func sameManifest(aKeys, aRefs, bKeys, bRefs []string) bool {
+	if !sameKeys(aKeys, bKeys) {
+		return false
+	}
+	return aRefs == nil || bRefs == nil || sameKeys(aRefs, bRefs)
 }
 
 func sameKeys(a, b []string) bool {

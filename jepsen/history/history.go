@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/manifests"
 	"github.com/metastore/metastore/wire"
 )
 
@@ -78,6 +80,11 @@ type Op struct {
 	// of every base and segment), an upload's key, a restore's or
 	// manifest read's keys, a pin's checkpoint keys.
 	Keys []string `json:"keys,omitempty"`
+	// Refs is the manifest of Keys whole (ManifestRefs: every base and
+	// segment with its range, checksum and sequence numbers), where Keys
+	// is a state manifest; nil in a history written before it was
+	// recorded.
+	Refs []string `json:"refs,omitempty"`
 	// Commits are the blob keys an ack commits (uploads becoming live).
 	Commits []string `json:"commits,omitempty"`
 	// HasManifest tells whether Keys of an ack or read is a state manifest.
@@ -106,6 +113,21 @@ type Op struct {
 	Code  string `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
 	Note  string `json:"note,omitempty"`
+}
+
+// ManifestRefs lists every base and segment of m with its range, CRC32C and
+// (a segment's) sequence numbers, sorted: two manifests are the same state
+// exactly when their lists are equal. Keys compare only the blobs.
+func ManifestRefs(m manifests.Manifest) []string {
+	refs := make([]string, 0, len(m.Bases)+len(m.Segments))
+	for _, b := range m.Bases {
+		refs = append(refs, fmt.Sprintf("base %s@%d+%d crc %s", b.Key, b.Offset, b.Length, b.CRC32C))
+	}
+	for _, g := range m.Segments {
+		refs = append(refs, fmt.Sprintf("segment %s@%d+%d crc %s seq %d-%d", g.Key, g.Offset, g.Length, g.CRC32C, g.FirstSeq, g.LastSeq))
+	}
+	sort.Strings(refs)
+	return refs
 }
 
 // Done reports whether the operation completed (it has an outcome).

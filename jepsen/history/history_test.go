@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/metastore/metastore/client"
+	"github.com/metastore/metastore/manifests"
 	"github.com/metastore/metastore/wire"
 )
 
@@ -189,5 +191,43 @@ func TestSnapshotInFlight(t *testing.T) {
 	}
 	if !ops[0].Complete.After(ops[0].Invoke) && !ops[0].Complete.Equal(ops[0].Invoke) {
 		t.Fatalf("completion %s before invocation %s", ops[0].Complete, ops[0].Invoke)
+	}
+}
+
+// TestManifestRefsNameEveryField: two manifests have equal refs exactly
+// when they hold the same bases and segments, in any order: a change of
+// offset, length, CRC32C or sequence numbers, or a segment turned base,
+// changes them.
+func TestManifestRefsNameEveryField(t *testing.T) {
+	seg := manifests.Segment{Key: "k", Offset: 1, Length: 2, FirstSeq: 3, LastSeq: 4, CRC32C: "0000000a"}
+	base := manifests.Base{Key: "b", Offset: 0, Length: 9, CRC32C: "0000000b"}
+	m := manifests.Manifest{Bases: []manifests.Base{base}, Segments: []manifests.Segment{seg, {Key: "a", Length: 1, FirstSeq: 5, LastSeq: 5}}}
+	same := manifests.Manifest{Bases: []manifests.Base{base}, Segments: []manifests.Segment{{Key: "a", Length: 1, FirstSeq: 5, LastSeq: 5}, seg}}
+	if a, b := ManifestRefs(m), ManifestRefs(same); !slices.Equal(a, b) {
+		t.Fatalf("the same manifest in another order: %v, %v", a, b)
+	}
+	for name, change := range map[string]func(*manifests.Segment){
+		"offset":    func(s *manifests.Segment) { s.Offset++ },
+		"length":    func(s *manifests.Segment) { s.Length++ },
+		"crc32c":    func(s *manifests.Segment) { s.CRC32C = "0000000c" },
+		"first seq": func(s *manifests.Segment) { s.FirstSeq++ },
+		"last seq":  func(s *manifests.Segment) { s.LastSeq++ },
+		"key":       func(s *manifests.Segment) { s.Key = "k2" },
+	} {
+		s := seg
+		change(&s)
+		other := manifests.Manifest{Bases: m.Bases, Segments: []manifests.Segment{s, m.Segments[1]}}
+		if slices.Equal(ManifestRefs(m), ManifestRefs(other)) {
+			t.Errorf("a segment's %s changed, refs equal", name)
+		}
+	}
+	asBase := manifests.Manifest{Bases: []manifests.Base{base, {Key: "k", Offset: 1, Length: 2, CRC32C: "0000000a"}}, Segments: m.Segments[1:]}
+	if slices.Equal(ManifestRefs(m), ManifestRefs(asBase)) {
+		t.Error("a segment turned base, refs equal")
+	}
+	b2 := m
+	b2.Bases = []manifests.Base{{Key: "b", Offset: 0, Length: 8, CRC32C: "0000000b"}}
+	if slices.Equal(ManifestRefs(m), ManifestRefs(b2)) {
+		t.Error("a base's length changed, refs equal")
 	}
 }

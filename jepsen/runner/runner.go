@@ -700,7 +700,7 @@ func readJob(ctx context.Context, cl *client.Client, job string, tasks func(gen 
 				tc := checker.TaskCheckpoint{Value: string(rs.Payload(workload.MainKind(caps)))}
 				if m := rs.StateManifest(); m != nil {
 					tc.HasManifest = true
-					tc.Keys = m.Blobs()
+					tc.Keys, tc.Refs = m.Blobs(), history.ManifestRefs(*m)
 				}
 				ef.Tasks[t.ID] = tc
 			case wire.EpochPending:
@@ -715,7 +715,7 @@ func readJob(ctx context.Context, cl *client.Client, job string, tasks func(gen 
 					errs = append(errs, fmt.Errorf("manifest %s/%s epoch %d: %w", job, t.ID, e.Epoch, err))
 					continue
 				}
-				ef.Tasks[t.ID] = checker.TaskCheckpoint{HasManifest: true, Keys: m.Blobs()}
+				ef.Tasks[t.ID] = checker.TaskCheckpoint{HasManifest: true, Keys: m.Blobs(), Refs: history.ManifestRefs(*m)}
 			}
 		}
 		jf.Epochs = append(jf.Epochs, ef)

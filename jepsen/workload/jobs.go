@@ -262,7 +262,7 @@ func (j *jobRun) operate(ctx context.Context, e uint64) {
 			m, err := j.oper.EpochManifest(octx, j.name, e, wk.spec.ID)
 			cancel()
 			if err == nil {
-				mop.Keys = manifestKeys(*m)
+				mop.Keys, mop.Refs = manifestKeys(*m), history.ManifestRefs(*m)
 			}
 			w.h.Finish(mop, err, false)
 		}
@@ -390,7 +390,8 @@ func (wk *worker) ack(ctx context.Context, gen, e uint64) {
 		if wk.ts != nil {
 			req.Manifest = wk.ts.Manifest()
 			op.HasManifest = true
-			op.Keys = manifestKeys(wk.ts.Current())
+			cur := wk.ts.Current()
+			op.Keys, op.Refs = manifestKeys(cur), history.ManifestRefs(cur)
 			if req.Manifest != nil {
 				for _, b := range req.Manifest.Blobs {
 					op.Commits = append(op.Commits, b.Key)

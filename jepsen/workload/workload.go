@@ -415,7 +415,7 @@ func (w *Workload) restore(ctx context.Context, c *client.Client, id int, job, t
 	}
 	if m := r.StateManifest(); m != nil {
 		op.HasManifest = true
-		op.Keys = manifestKeys(*m)
+		op.Keys, op.Refs = manifestKeys(*m), history.ManifestRefs(*m)
 	}
 	for _, rg := range r.Ranges() {
 		if err := w.readRange(octx, c, rg); err != nil {
