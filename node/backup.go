@@ -172,6 +172,13 @@ func (n *Node) RestoreBackup(ctx context.Context, r io.Reader) (*BackupInfo, err
 	if _, err := prepared.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
+	// Raft copies the backup into a snapshot of its own, and the state
+	// machine into the file it swaps in; hashicorp/raft stops the process
+	// when the state machine cannot take a restore, so the space for both
+	// copies is checked first.
+	if err := n.disk.Room(2*uint64(size), fmt.Sprintf("restoring a backup of %d bytes (two copies)", size)); err != nil {
+		return nil, err
+	}
 	timeout := n.cfg.ApplyTimeout + time.Duration(size/(10<<20))*time.Second
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: size}
 	n.log.Warn("restoring the replicated state from a backup", "backup_index", info.Index, "bytes", info.Size, "created", info.Created)

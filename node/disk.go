@@ -162,6 +162,21 @@ func (g *DiskGuard) Full(cause error) *DiskFullError {
 	return &DiskFullError{Dir: g.dir, Free: free, MinFree: g.minFree, Cause: cause}
 }
 
+// Room reads the free space now and returns a *DiskFullError (its Cause
+// saying what) when fewer than need bytes beyond the minimum are free;
+// it does not count as a refused write.
+func (g *DiskGuard) Room(need uint64, what string) error {
+	g.mu.Lock()
+	g.refresh(true)
+	free, err := g.free, g.err
+	g.mu.Unlock()
+	if err != nil || free >= need+g.minFree {
+		return nil
+	}
+	return &DiskFullError{Dir: g.dir, Free: free, MinFree: g.minFree,
+		Cause: fmt.Errorf("%s needs %d bytes free beyond the minimum of %d (--min-free-disk)", what, need, g.minFree)}
+}
+
 // Status reads the free space (at most once per diskCheckInterval).
 func (g *DiskGuard) Status() DiskStatus {
 	g.mu.Lock()

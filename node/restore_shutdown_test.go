@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/metastore/metastore/config"
+	"github.com/metastore/metastore/fsm"
 )
 
 // TestShutdownWaitsForABackupRestore: a member shut down while a backup
@@ -58,5 +60,57 @@ func TestShutdownWaitsForABackupRestore(t *testing.T) {
 	}
 	if err := <-stopped; err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+}
+
+// TestRestoreRefusedWithoutRoomForTwoCopies: a backup restore is refused
+// with ErrDiskFull, before anything changes, when the data directory has
+// less than two copies of the prepared state free beyond the minimum (Raft
+// copies it into a snapshot, the state machine into the file it swaps in,
+// and hashicorp/raft stops the process when that second copy fails); with
+// the room it goes ahead.
+func TestRestoreRefusedWithoutRoomForTwoCopies(t *testing.T) {
+	n := startLeader(t, func(*config.Config) {})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var backup bytes.Buffer
+	info, err := n.WriteBackup(ctx, &backup, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A member record written after the backup: a restore removes it.
+	if _, _, err := n.Propose(ctx, fsm.CmdMemberUpsert, fsm.MemberUpsert{ID: "late", RaftAddr: "late.example:1", HTTPAddr: "late.example:2"}); err != nil {
+		t.Fatal(err)
+	}
+	hasLate := func() bool {
+		for _, m := range n.Status().Members {
+			if m.ID == "late" {
+				return true
+			}
+		}
+		return false
+	}
+	setFree := func(free uint64) {
+		n.disk.mu.Lock()
+		n.disk.statfs = func(string) (uint64, error) { return free, nil }
+		n.disk.mu.Unlock()
+	}
+	// The prepared state is about the backup's size: one copy's room is
+	// not enough.
+	setFree(n.disk.minFree + uint64(info.Size))
+	_, err = n.RestoreBackup(ctx, bytes.NewReader(backup.Bytes()))
+	var dfe *DiskFullError
+	if !errors.Is(err, ErrDiskFull) || !errors.As(err, &dfe) || dfe.Cause == nil {
+		t.Fatalf("restore with room for one copy: %v, want a *DiskFullError saying why", err)
+	}
+	if !hasLate() {
+		t.Fatal("a refused restore changed the state: the record written after the backup is gone")
+	}
+	setFree(n.disk.minFree + 4*uint64(info.Size) + 1<<20)
+	if _, err := n.RestoreBackup(ctx, bytes.NewReader(backup.Bytes())); err != nil {
+		t.Fatalf("restore with room: %v", err)
+	}
+	if hasLate() {
+		t.Fatal("the restore kept a record written after the backup")
 	}
 }
