@@ -61,7 +61,7 @@ func EpochTimeouts(p Proposer, f *fsm.FSM, logger *slog.Logger) func(ctx context
 			if len(expired) == maxTimeoutBatch {
 				next = 0
 			} else if at, ok := f.NextDeadline(); ok {
-				next = min(max(time.Until(at), 10*time.Millisecond), idle)
+				next = min(max(at.Sub(p.Now()), 10*time.Millisecond), idle)
 			}
 			timer.Reset(next)
 		}
