@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
+	"math/bits"
 	"slices"
 	"strings"
 )
@@ -185,14 +187,22 @@ type Manifest struct {
 	Segments []Segment `json:"segments"`
 }
 
-// Bytes is the number of bytes a restore of the manifest reads.
+// Bytes is the number of bytes a restore of the manifest reads, or the
+// largest uint64 when that does not fit.
 func (m Manifest) Bytes() uint64 {
 	var n uint64
+	add := func(length uint64) {
+		if sum, carry := bits.Add64(n, length, 0); carry != 0 {
+			n = math.MaxUint64
+		} else {
+			n = sum
+		}
+	}
 	for _, b := range m.Bases {
-		n += b.Length
+		add(b.Length)
 	}
 	for _, s := range m.Segments {
-		n += s.Length
+		add(s.Length)
 	}
 	return n
 }
