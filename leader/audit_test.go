@@ -371,6 +371,11 @@ func TestUnreadableStateProposesNothing(t *testing.T) {
 	if err := h.f.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// A proposal is counted, then refused before it reaches the closed
+	// store.
+	for _, typ := range []fsm.CommandType{fsm.CmdURLKeyInit, fsm.CmdTokenCreate, fsm.CmdSlotKeyInit} {
+		h.failN[typ] = 1 << 30
+	}
 	for _, task := range []struct {
 		name string
 		run  func(*slog.Logger) func(context.Context)
