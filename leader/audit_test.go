@@ -31,11 +31,17 @@ type hooked struct {
 	calls  map[fsm.CommandType]int
 	failN  map[fsm.CommandType]int
 	before map[fsm.CommandType]func()
+	// hang makes proposals of a type wait for their context, as a
+	// proposal does that is never committed (the term ended); entered is
+	// signalled when one starts waiting.
+	hang    map[fsm.CommandType]bool
+	entered chan struct{}
 }
 
 func newHooked(t *testing.T) *hooked {
 	return &hooked{proposer: newProposer(t), nowCh: make(chan struct{}, 1),
-		calls: map[fsm.CommandType]int{}, failN: map[fsm.CommandType]int{}, before: map[fsm.CommandType]func(){}}
+		calls: map[fsm.CommandType]int{}, failN: map[fsm.CommandType]int{}, before: map[fsm.CommandType]func(){},
+		hang: map[fsm.CommandType]bool{}, entered: make(chan struct{}, 1)}
 }
 
 var errLostLeadership = errors.New("not the leader (test)")
@@ -60,7 +66,16 @@ func (h *hooked) Propose(ctx context.Context, typ fsm.CommandType, payload any) 
 	}
 	before := h.before[typ]
 	delete(h.before, typ)
+	hang := h.hang[typ]
 	h.mu.Unlock()
+	if hang {
+		select {
+		case h.entered <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return nil, 0, ctx.Err()
+	}
 	if fail {
 		return nil, 0, errLostLeadership
 	}
@@ -401,5 +416,35 @@ func TestUnreadableStateProposesNothing(t *testing.T) {
 				t.Errorf("%s: %s proposed %d times on an unreadable state", task.name, typ, n)
 			}
 		}
+	}
+}
+
+// TestEpochTimeoutsStopWhileProposing: the task's proposal carries the
+// task's context, so cancelling the task (the term ended) ends a proposal
+// that will never be committed and the task with it.
+func TestEpochTimeoutsStopWhileProposing(t *testing.T) {
+	h := newHooked(t)
+	h.pendingEpoch(t, "j", time.Minute)
+	h.advance(2 * time.Minute)
+	h.hang[fsm.CmdEpochsTimeout] = true
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		leader.EpochTimeouts(h, h.f, nil)(ctx)
+	}()
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task proposed no timeout")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task did not stop with its proposal pending")
+	}
+	if got := h.epochState("j", 1); got != wire.EpochPending {
+		t.Fatalf("epoch is %s, the proposal was never committed", got)
 	}
 }

@@ -44,6 +44,10 @@ func TestDeltaRefLimitExact(t *testing.T) {
 			t.Errorf("%s: size %d, %v; want %d and invalid", name, d.Size(), d.Validate(), MaxDeltaRefs+1)
 		}
 	}
+	// One base is counted too.
+	if d := build(1, 0, MaxDeltaRefs); d.Size() != MaxDeltaRefs+1 || code(d.Validate()) != CodeInvalid {
+		t.Errorf("one base and %d additions: size %d, %v; want invalid", MaxDeltaRefs, d.Size(), d.Validate())
+	}
 }
 
 // TestValidateKeyCharset: every byte of [A-Za-z0-9._-] may appear in a
@@ -130,6 +134,19 @@ func TestBlobsAndSort(t *testing.T) {
 	}
 	if got := m.Bytes(); got != 9 {
 		t.Errorf("Bytes() = %d, want 9", got)
+	}
+}
+
+// TestValidateSeqOrder: a segment's first_seq may equal its last_seq but
+// not exceed it, even by one.
+func TestValidateSeqOrder(t *testing.T) {
+	if err := (Delta{AddSegments: []Segment{seg("a", 0, 1, 7, 7)}}).Validate(); err != nil {
+		t.Errorf("first_seq == last_seq: %v", err)
+	}
+	for _, s := range []Segment{seg("a", 0, 1, 8, 7), seg("a", 0, 1, 1, 0), seg("a", 0, 1, ^uint64(0), ^uint64(0)-1)} {
+		if err := (Delta{AddSegments: []Segment{s}}).Validate(); code(err) != CodeInvalid {
+			t.Errorf("first_seq %d, last_seq %d: %v, want invalid", s.FirstSeq, s.LastSeq, err)
+		}
 	}
 }
 
