@@ -136,12 +136,14 @@ func (c *Collector) logFlagged(obs []fsm.BlobObservation, out *fsm.ObservedResul
 // each key the store answered (found or missing), and the count of keys
 // it could not check. On a store that lists by name prefix (S3), keys
 // made by blobstore.NewKey in one directory within a listing window share
-// one listing (listGroups); the others are HEADed. Listings and HEADs run
+// one listing (listGroups); the others, and the keys of a listing that
+// matched too many objects, are HEADed. Listings and HEADs run
 // VerifyConcurrency at a time.
 func (c *Collector) head(ctx context.Context, keys []string) ([]fsm.BlobObservation, int) {
 	var (
-		out    []fsm.BlobObservation
-		failed int
+		out     []fsm.BlobObservation
+		failed  int
+		tooLong []string
 	)
 	found := func(k string, info blobstore.Info) {
 		out = append(out, fsm.BlobObservation{Key: k, Size: uint64(max(info.Size, 0)), ETag: info.ETag})
@@ -158,6 +160,10 @@ func (c *Collector) head(ctx context.Context, keys []string) ([]fsm.BlobObservat
 		work = append(work, func() func() {
 			seen, err := listObserved(ctx, nl, g)
 			return func() {
+				if errors.Is(err, errListTooLong) {
+					tooLong = append(tooLong, g.keys...)
+					return
+				}
 				if err != nil {
 					// Unobserved still: the next pass tries again.
 					failed += len(g.keys)
@@ -173,22 +179,26 @@ func (c *Collector) head(ctx context.Context, keys []string) ([]fsm.BlobObservat
 			}
 		})
 	}
+	headed := func(k string, info blobstore.Info, err error) {
+		switch {
+		case err == nil:
+			found(k, info)
+		case errors.Is(err, blobstore.ErrNotFound):
+			missing(k)
+		default:
+			failed++
+		}
+	}
 	for _, k := range heads {
 		work = append(work, func() func() {
 			info, err := c.store.Head(ctx, k)
-			return func() {
-				switch {
-				case err == nil:
-					found(k, info)
-				case errors.Is(err, blobstore.ErrNotFound):
-					missing(k)
-				default:
-					failed++
-				}
-			}
+			return func() { headed(k, info, err) }
 		})
 	}
 	runConcurrently(ctx, work)
+	// The keys of a window too long to list are HEADed instead; listed
+	// again, they would fail again in every pass.
+	c.headAll(ctx, tooLong, headed)
 	return out, failed
 }
 
@@ -229,7 +239,7 @@ func listGroups(keys []string) ([]listGroup, []string) {
 
 // errListTooLong ends a listing that matches far more objects than the
 // keys it observes (a directory with a burst of uploads nobody acked): its
-// keys are HEADed by the next pass instead.
+// keys are HEADed instead, in the same pass.
 var errListTooLong = errors.New("gc: observe: listing matches too many objects")
 
 // listObserved lists g's prefix and returns what it found of g's keys.
