@@ -198,6 +198,10 @@ func TestStoreDownEndsTheCycle(t *testing.T) {
 		if rep.Marked != 2 || rep.Deleted != 0 || len(e.store.deleteCalls()) != 1 {
 			t.Fatalf("report %+v after %d Delete calls, want one batch of 2 marked and one call", rep, len(e.store.deleteCalls()))
 		}
+		// Nothing confirmed, nothing to record: no gone entry.
+		if p := e.proposals(fsm.CmdBlobsGone); len(p) != 0 {
+			t.Fatalf("gone entries %+v proposed for no confirmed delete", p)
+		}
 	})
 	t.Run("a whole call failed in a batch of chunks", func(t *testing.T) {
 		e := newEnv(t)
