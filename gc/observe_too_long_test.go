@@ -96,4 +96,11 @@ func TestObserveTooLongListingFallsBackToHead(t *testing.T) {
 			t.Fatalf("%s: %+v", k, b)
 		}
 	}
+	// They were HEADed: the listing stopped at its bound rather than read
+	// the whole window.
+	mu.Lock()
+	defer mu.Unlock()
+	if ops[blobstore.OpHead] != len(acked) {
+		t.Fatalf("%d HEADs (%d listings), want one per blob of the window too long to list", ops[blobstore.OpHead], ops[blobstore.OpList])
+	}
 }
