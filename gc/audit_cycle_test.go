@@ -273,3 +273,25 @@ func TestRefusedMarksEndTheMarking(t *testing.T) {
 		}
 	}
 }
+
+// TestRunOnceWithAnEndedContextRunsNothing: a RunOnce whose context has
+// already ended (the API request gone, leadership lost) runs no cycle,
+// even when none is in progress: nothing is proposed, deleted or recorded.
+func TestRunOnceWithAnEndedContextRunsNothing(t *testing.T) {
+	e := newEnv(t)
+	fill(e)
+	e.clock.Advance(grace)
+	c := e.collector(baseConfig())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// acquire chooses at random between a free slot and an ended context
+	// if it does not look at the context first: try often.
+	for range 50 {
+		if rep, err := c.RunOnce(ctx, RunOptions{}); !errors.Is(err, context.Canceled) || rep != nil {
+			t.Fatalf("RunOnce with an ended context: %+v %v", rep, err)
+		}
+	}
+	if st := c.Status(); st.Totals.Cycles != 0 || st.LastRun != nil || e.proposedCount() != 0 {
+		t.Fatalf("cycles ran with an ended context: %+v, %d proposals", st.Totals, e.proposedCount())
+	}
+}
