@@ -295,3 +295,21 @@ func TestRunOnceWithAnEndedContextRunsNothing(t *testing.T) {
 		t.Fatalf("cycles ran with an ended context: %+v, %d proposals", st.Totals, e.proposedCount())
 	}
 }
+
+// TestIntentExpiresWhenItsLeaseEnds: an intent whose lease ends at the
+// cycle's clock is expired by that cycle (the state machine expires a
+// lease over by the command's time, end included).
+func TestIntentExpiresWhenItsLeaseEnds(t *testing.T) {
+	e := newEnv(t)
+	e.startJob("j", 1)
+	e.intents("lost", 1, t0.Add(time.Hour))
+	c := e.collector(baseConfig())
+	e.clock.Advance(time.Hour - time.Nanosecond)
+	if rep := e.runOnce(c, RunOptions{}); rep.ExpiredIntents != 0 {
+		t.Fatalf("before the lease's end: %+v", rep)
+	}
+	e.clock.Advance(time.Nanosecond)
+	if rep := e.runOnce(c, RunOptions{}); rep.ExpiredIntents != 1 {
+		t.Fatalf("at the lease's end: %+v", rep)
+	}
+}

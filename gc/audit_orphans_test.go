@@ -12,6 +12,7 @@ import (
 
 	"github.com/metastore/metastore/blobstore"
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // brokenListStore is the test store whose listing fails after `after`
@@ -180,5 +181,52 @@ func TestDryRunReportsDeletingAndSchedule(t *testing.T) {
 	// Now the sweep is not due, and a dry run says so.
 	if rep := e.runOnce(c, RunOptions{DryRun: true}); rep.OrphanSweep {
 		t.Fatalf("a dry run swept before the sweep was due: %+v", rep)
+	}
+}
+
+// TestSweepHonoursTheReplicatedCutoff: when the state machine's slot
+// cut-off is ahead of the one this sweep proposes (set by an earlier
+// leader whose clock was ahead), no ack can commit a slot whose lease is
+// behind it, and the sweep deletes its upload.
+func TestSweepHonoursTheReplicatedCutoff(t *testing.T) {
+	e := newEnv(t)
+	e.startJob("j", 1)
+	slotKey := bytes.Repeat([]byte{6}, fsm.SlotKeyLen)
+	e.do(fsm.CmdSlotKeyInit, fsm.SlotKeyInit{Key: slotKey})
+	cfg := baseConfig()
+	e.clock.Advance(3 * time.Hour)
+	now := e.clock.Now()
+	e.do(fsm.CmdSlotCutoff, fsm.SlotCutoff{Until: now.Add(30 * time.Minute)})
+	// The lease ended after this sweep's own cut-off (now - OrphanGrace)
+	// but before the replicated one.
+	k := fsm.NewSlotSigner(slotKey).Keys("j", "t0", 1, now, 9, 1)[0]
+	e.put(k, logSize)
+	e.age(k, t0)
+	if b := e.blob(k); b.State != wire.BlobExpired {
+		t.Fatalf("scenario: the slot reads %s, want expired behind the cut-off", b.State)
+	}
+	c := e.collector(cfg)
+	if rep := e.runOnce(c, RunOptions{Orphans: true}); rep.OrphansDeleted != 1 || e.has(k) {
+		t.Fatalf("sweep %+v: the upload of a slot behind the replicated cut-off kept: %v", rep, e.has(k))
+	}
+}
+
+// TestDryRunSweepReportsOnlyUnknownObjects: a dry run's sweep, which
+// deletes nothing and so never re-checks, reports as orphans only the
+// objects the state machine does not know, however old the others are.
+func TestDryRunSweepReportsOnlyUnknownObjects(t *testing.T) {
+	e := newEnv(t)
+	all, _, _ := fill(e)
+	for _, k := range all {
+		e.age(k, t0.Add(-48*time.Hour))
+	}
+	e.put("orphans/o", 1)
+	e.age("orphans/o", t0.Add(-48*time.Hour))
+	cfg := baseConfig()
+	cfg.BatchSize = 3 // the listing's keys are checked a few at a time
+	c := e.collector(cfg)
+	rep := e.runOnce(c, RunOptions{DryRun: true, Orphans: true})
+	if rep.OrphansDeleted != 1 || !slices.Equal(rep.Orphans, []string{"orphans/o"}) || rep.OrphansListed != len(all)+1 {
+		t.Fatalf("dry run: %d orphans %v of %d listed, want only orphans/o of %d", rep.OrphansDeleted, rep.Orphans, rep.OrphansListed, len(all)+1)
 	}
 }
