@@ -230,3 +230,24 @@ func TestDryRunSweepReportsOnlyUnknownObjects(t *testing.T) {
 		t.Fatalf("dry run: %d orphans %v of %d listed, want only orphans/o of %d", rep.OrphansDeleted, rep.Orphans, rep.OrphansListed, len(all)+1)
 	}
 }
+
+// TestOrphanCountsAreOfConfirmedDeletes: the sweep counts (and adds the
+// listed sizes of) only the orphans the store confirmed deleted; an empty
+// orphan frees 0 bytes.
+func TestOrphanCountsAreOfConfirmedDeletes(t *testing.T) {
+	e := newEnv(t)
+	sizes := map[string]int{"orphans/a": 0, "orphans/b": 5, "orphans/c": 7}
+	for k, n := range sizes {
+		e.put(k, n)
+		e.age(k, t0.Add(-2*time.Hour))
+	}
+	e.store.set(func(s *testStore) { s.failKeys["orphans/c"] = errors.New("AccessDenied") })
+	c := e.collector(baseConfig())
+	rep := e.runOnce(c, RunOptions{Orphans: true})
+	if rep.OrphansDeleted != 2 || rep.BytesFreed != 5 || rep.DeleteErrors != 1 || !e.has("orphans/c") {
+		t.Fatalf("report %+v, want 2 orphans deleted freeing 5 bytes and 1 failure", rep)
+	}
+	if got := counterValue(t, c.m.orphansDeleted); got != 2 {
+		t.Fatalf("orphans deleted metric %v, want 2", got)
+	}
+}
