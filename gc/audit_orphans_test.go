@@ -251,3 +251,41 @@ func TestOrphanCountsAreOfConfirmedDeletes(t *testing.T) {
 		t.Fatalf("orphans deleted metric %v, want 2", got)
 	}
 }
+
+// syntheticListStore lists n old objects that exist nowhere (for a dry
+// run, which deletes nothing) after the store's own.
+type syntheticListStore struct {
+	*testStore
+	n      int
+	listed int
+}
+
+func (s *syntheticListStore) List(ctx context.Context, prefix string, fn func(blobstore.Info) error) error {
+	if err := s.testStore.List(ctx, prefix, fn); err != nil {
+		return err
+	}
+	for i := range s.n {
+		s.listed++
+		if err := fn(blobstore.Info{Key: fmt.Sprintf("orphans/%07d", i), Size: 1, ModTime: t0.Add(-48 * time.Hour)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestOrphanSweepBoundedPerSweep: one sweep takes at most
+// MaxOrphansPerSweep orphans, stops listing there and says it was
+// truncated; the rest waits for the next sweep. A dry run shows it
+// without deleting (the listed objects need not exist).
+func TestOrphanSweepBoundedPerSweep(t *testing.T) {
+	e := newEnv(t)
+	s := &syntheticListStore{testStore: e.store, n: MaxOrphansPerSweep + 5*DefaultBatchSize}
+	c := e.collectorWith(baseConfig(), s)
+	rep := e.runOnce(c, RunOptions{DryRun: true, Orphans: true})
+	if rep.OrphansDeleted != MaxOrphansPerSweep || !rep.Truncated || len(rep.Orphans) != DryRunSample {
+		t.Fatalf("dry run: %d orphans (sample %d), truncated %v; want %d and truncated", rep.OrphansDeleted, len(rep.Orphans), rep.Truncated, MaxOrphansPerSweep)
+	}
+	if s.listed >= s.n {
+		t.Fatalf("the listing went on to the end (%d objects) past the bound", s.listed)
+	}
+}
