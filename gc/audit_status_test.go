@@ -259,3 +259,29 @@ func TestMetricsRegistrationFailureLeavesNothing(t *testing.T) {
 	}
 	c.Close()
 }
+
+// TestStatusReportsItsConfig: Status shows the configuration in force,
+// each field its own, and the cycle-duration histogram counts every cycle
+// but dry runs.
+func TestStatusReportsItsConfig(t *testing.T) {
+	e := newEnv(t)
+	cfg := Config{Interval: 7 * time.Second, Grace: 11 * time.Minute, BatchSize: 13, Rate: 17, TombstoneTTL: 19 * time.Hour,
+		OrphanGrace: 23 * time.Minute, OrphanEvery: 29 * time.Minute, Prefix: "jobs/", DeleteTimeout: 31 * time.Second}
+	c := e.collector(cfg)
+	want := StatusConfig{Interval: fsm.Duration(cfg.Interval), Grace: fsm.Duration(cfg.Grace), BatchSize: cfg.BatchSize, Rate: cfg.Rate,
+		TombstoneTTL: fsm.Duration(cfg.TombstoneTTL), OrphanGrace: fsm.Duration(cfg.OrphanGrace), OrphanEvery: fsm.Duration(cfg.OrphanEvery),
+		Prefix: cfg.Prefix, DeleteTimeout: fsm.Duration(cfg.DeleteTimeout)}
+	if got := c.Status().Config; got != want {
+		t.Fatalf("status config %+v, want %+v", got, want)
+	}
+	e.runOnce(c, RunOptions{})
+	e.runOnce(c, RunOptions{DryRun: true})
+	e.runOnce(c, RunOptions{})
+	var m dto.Metric
+	if err := c.m.duration.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetHistogram().GetSampleCount(); n != 2 {
+		t.Fatalf("cycle durations observed %d times, want 2 (dry runs excluded)", n)
+	}
+}
