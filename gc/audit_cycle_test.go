@@ -313,3 +313,63 @@ func TestIntentExpiresWhenItsLeaseEnds(t *testing.T) {
 		t.Fatalf("at the lease's end: %+v", rep)
 	}
 }
+
+// nilFailureStore reports every key of a Delete failed with no error
+// value, as a store's batch answer may name a key without a message.
+type nilFailureStore struct {
+	*testStore
+}
+
+func (s nilFailureStore) Delete(ctx context.Context, keys []string) (map[string]error, error) {
+	failed := make(map[string]error, len(keys))
+	for _, k := range keys {
+		failed[k] = nil
+	}
+	return failed, nil
+}
+
+// TestKeyNamedFailedWithoutAnErrorIsNotConfirmed: a key the store's answer
+// names as failed, even with no error value, is not recorded gone: it
+// stays deleting, in the store, to be deleted again.
+func TestKeyNamedFailedWithoutAnErrorIsNotConfirmed(t *testing.T) {
+	e := newEnv(t)
+	_, _, unreferenced := fill(e)
+	c := e.collectorWith(baseConfig(), nilFailureStore{e.store})
+	e.clock.Advance(grace)
+	rep := e.runOnce(c, RunOptions{})
+	if rep.Deleted != 0 || rep.DeleteErrors != len(unreferenced) || len(e.proposals(fsm.CmdBlobsGone)) != 0 {
+		t.Fatalf("report %+v, want every key failed and none recorded gone", rep)
+	}
+	for _, k := range unreferenced {
+		if b := e.blob(k); b.State != wire.BlobDeleting {
+			t.Fatalf("%s is %s, want deleting", k, b.State)
+		}
+	}
+}
+
+// TestRefusedExpiriesEndTheExpiry: intents the state machine refuses to
+// expire (the collector's clock is ahead of its proposals' stamp, by
+// which their leases still run) end the expiry for the cycle instead of
+// being proposed again and again.
+func TestRefusedExpiriesEndTheExpiry(t *testing.T) {
+	e := newEnv(t)
+	e.startJob("j", 1)
+	keys := e.intents("lost", 3, t0.Add(30*time.Minute))
+	cfg := baseConfig()
+	cfg.BatchSize = 2
+	c := e.collector(cfg, func(d *Deps) { d.Now = func() time.Time { return e.clock.Now().Add(time.Hour) } })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rep, err := c.RunOnce(ctx, RunOptions{})
+	if err != nil {
+		t.Fatalf("cycle: %v (%+v)", err, rep)
+	}
+	if rep.ExpiredIntents != 0 || len(e.proposals(fsm.CmdIntentsExpire)) != 1 {
+		t.Fatalf("report %+v, %d intents-expire entries; want one refused batch", rep, len(e.proposals(fsm.CmdIntentsExpire)))
+	}
+	for _, k := range keys {
+		if b := e.blob(k); b.State != wire.BlobIntent {
+			t.Fatalf("%s is %s, want a live intent", k, b.State)
+		}
+	}
+}
