@@ -90,6 +90,7 @@ func TestConformance(t *testing.T) {
 		{"BulkListAndBatchDelete", testBulk},
 		{"SizeMismatch", testSizeMismatch},
 		{"UnseekableBody", testUnseekableBody},
+		{"SeekableBodyFromItsOffset", testSeekableBodyFromItsOffset},
 		{"InvalidKeysRejectedEverywhere", testInvalidKeys},
 		{"ConcurrentOverwriteIsAtomic", testAtomicOverwrite},
 		{"CancelledContext", testCancelled},
@@ -428,6 +429,32 @@ func testUnseekableBody(t *testing.T, _ implementation, s blobstore.Store) {
 	}
 	if got := get(t, s, "stream/seg", 0, -1); got != body {
 		t.Fatalf("stream round trip: got %d bytes", len(got))
+	}
+}
+
+// A seekable body is read from where it stands: Put stores the size bytes
+// from its current offset, and size counts the bytes left from there.
+func testSeekableBodyFromItsOffset(t *testing.T, _ implementation, s blobstore.Store) {
+	ctx := context.Background()
+	r := strings.NewReader("header|payload")
+	if _, err := r.Seek(int64(len("header|")), io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "offset", r, int64(len("payload"))); err != nil {
+		t.Fatalf("Put of the rest of a reader: %v", err)
+	}
+	if got := get(t, s, "offset", 0, -1); got != "payload" {
+		t.Fatalf("got %q, want the bytes from the reader's offset", got)
+	}
+	r = strings.NewReader("header|payload")
+	if _, err := r.Seek(int64(len("header|")), io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "offset", r, int64(len("header|payload"))); !errors.Is(err, blobstore.ErrSizeMismatch) {
+		t.Fatalf("Put declaring the whole reader's size from its offset: %v, want ErrSizeMismatch", err)
+	}
+	if got := get(t, s, "offset", 0, -1); got != "payload" {
+		t.Fatalf("after the refused Put got %q", got)
 	}
 }
 
