@@ -26,3 +26,11 @@ func (s *S3) DirectHeadRequest(ctx context.Context, key, id string, attempt int,
 	}
 	return s.dhead.request(ctx, t, s.prefix+key, id, attempt, s.dhead.retryer.MaxAttempts(), at)
 }
+
+// SetPresignClock sets the clock that upload URLs are signed by (before
+// the store presigns concurrently).
+func (s *S3) SetPresignClock(now func() time.Time) { s.direct.now = now }
+
+// CallTimeout is the bound of each store call: S3Config.Timeout, or its
+// default; not positive, no bound.
+func (s *S3) CallTimeout() time.Duration { return s.timeout }
