@@ -691,20 +691,22 @@ func (s *S3) listPage(ctx context.Context, p *s3.ListObjectsV2Paginator) (*s3.Li
 	return p.NextPage(ctx)
 }
 
-// PresignPut presigns a PutObject for key, valid for ttl (at most
-// MaxPresignTTL). The URL does not bind the body, but it is conditional:
-// If-None-Match: * is signed into it (the returned header carries it, and
-// a request without it fails the signature), so it creates the object
-// once and a replay after that is refused (412 PreconditionFailed) by a
-// server with conditional writes (AWS S3, and internal/s3server).
+// PresignPut presigns a PutObject for key, valid for ttl (at least a
+// second, at most MaxPresignTTL). The URL does not bind the body, but it
+// is conditional: If-None-Match: * is signed into it (the returned header
+// carries it, and a request without it fails the signature), so it
+// creates the object once and a replay after that is refused (412
+// PreconditionFailed) by a server with conditional writes (AWS S3, and
+// internal/s3server).
 func (s *S3) PresignPut(ctx context.Context, key string, ttl time.Duration) (u string, h http.Header, err error) {
 	start := time.Now()
 	defer func() { s.observer.observe(OpPresign, 1, err, start) }()
 	if err := ValidateKey(key); err != nil {
 		return "", nil, err
 	}
-	if ttl <= 0 || ttl > MaxPresignTTL {
-		return "", nil, fmt.Errorf("blobstore: s3 presign %q: ttl %s is not in (0, %s]", key, ttl, MaxPresignTTL)
+	if ttl < time.Second || ttl > MaxPresignTTL {
+		// X-Amz-Expires counts whole seconds: a shorter ttl would sign 0.
+		return "", nil, fmt.Errorf("blobstore: s3 presign %q: ttl %s is not in [1s, %s]", key, ttl, MaxPresignTTL)
 	}
 	u, h, err = s.direct.presignPut(ctx, s, s.prefix+key, ttl)
 	if err != nil {
