@@ -529,6 +529,12 @@ func testCancelled(t *testing.T, _ implementation, s blobstore.Store) {
 	if _, err := s.Head(ctx, "c"); !errors.Is(err, context.Canceled) {
 		t.Errorf("Head: %v, want context.Canceled", err)
 	}
+	if rc, err := s.Get(ctx, "c", 0, -1); !errors.Is(err, context.Canceled) {
+		if err == nil {
+			_ = rc.Close()
+		}
+		t.Errorf("Get: %v, want context.Canceled", err)
+	}
 	if err := s.List(ctx, "", func(blobstore.Info) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Errorf("List: %v, want context.Canceled", err)
 	}
