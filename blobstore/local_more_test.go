@@ -181,3 +181,28 @@ func TestLocalPutInProgressIsInvisible(t *testing.T) {
 		t.Fatalf("a/k after the Put: %q", got)
 	}
 }
+
+// A Put whose caller gives up while the body is being copied fails with
+// the context's error and leaves nothing: no object, no temporary file.
+func TestLocalPutCancelledWhileCopying(t *testing.T) {
+	s, root := newLocal(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := &gateReader{r: strings.NewReader("data"), started: make(chan struct{}), release: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(g.release) })
+	defer release()
+	done := make(chan error, 1)
+	go func() { done <- s.Put(ctx, "a/k", g, 4) }()
+	<-g.started
+	cancel()
+	release()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Put cancelled while copying: %v, want context.Canceled", err)
+	}
+	if _, err := s.Head(context.Background(), "a/k"); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("Head(a/k) after the cancelled Put: %v, want ErrNotFound", err)
+	}
+	if got := filesUnder(t, root); len(got) != 0 {
+		t.Fatalf("files under the root after the cancelled Put: %q", got)
+	}
+}
