@@ -56,7 +56,8 @@ func TestNewKeyRandomPart(t *testing.T) {
 
 // TestTimeWindowOfUploadSlotsAndBareNames: an upload slot's name (56 hex
 // digits, fsm.UploadKey) has a window like NewKey's; a name of NewKey's
-// shape with no directory before it is not a key NewKey made.
+// shape with no directory before it, or of its length but not hex, is not
+// a key NewKey made.
 func TestTimeWindowOfUploadSlotsAndBareNames(t *testing.T) {
 	slot := "j/t/" + blobstore.NewBatchID(time.Unix(0, 1<<40)) + "0000002a" + strings.Repeat("0", 16)
 	if p, ok := blobstore.TimeWindow(slot); !ok || p != "j/t/00000100" {
@@ -65,5 +66,10 @@ func TestTimeWindowOfUploadSlotsAndBareNames(t *testing.T) {
 	bare := strings.TrimPrefix(blobstore.NewKey("j", time.Unix(0, 1<<40)), "j/")
 	if p, ok := blobstore.TimeWindow(bare); ok {
 		t.Fatalf("TimeWindow(%q) = %q, true; want false for a name without a directory", bare, p)
+	}
+	for _, name := range []string{strings.Repeat("g", 40), "0123456789abcdef" + strings.Repeat("z", 24), strings.Repeat("-", 56)} {
+		if p, ok := blobstore.TimeWindow("j/t/" + name); ok {
+			t.Errorf("TimeWindow(j/t/%s) = %q, true; want false for a name that is not hex", name, p)
+		}
 	}
 }
