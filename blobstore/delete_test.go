@@ -21,14 +21,14 @@ import (
 
 // deleteFaults is an HTTP transport between a store and the S3 server
 // process. It records the keys of every DeleteObjects request; it answers
-// a request that carries failKey with a 500 InternalError itself (nothing
-// is forwarded, so none of that batch's keys is deleted); and it adds a
-// per-key <Error> to the server's answer for each key of keyErrors, which
-// the server (gofakes3) never reports itself. Every other request goes to
-// the server unchanged.
+// a request that carries one of failKeys with a 500 InternalError itself
+// (nothing is forwarded, so none of that batch's keys is deleted); and it
+// adds a per-key <Error> to the server's answer for each key of keyErrors,
+// which the server (gofakes3) never reports itself. Every other request
+// goes to the server unchanged.
 type deleteFaults struct {
 	next      http.RoundTripper
-	failKey   string            // full object key
+	failKeys  []string          // full object keys
 	keyErrors map[string]string // full object key -> S3 error code
 	// answered, if set, is called after each DeleteObjects answer the
 	// server gave, before the store sees it.
@@ -67,7 +67,7 @@ func (d *deleteFaults) RoundTrip(req *http.Request) (*http.Response, error) {
 		d.loud++
 	}
 	d.mu.Unlock()
-	if slices.Contains(keys, d.failKey) {
+	if slices.ContainsFunc(keys, func(k string) bool { return slices.Contains(d.failKeys, k) }) {
 		msg := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code><Message>injected</Message></Error>`
 		return &http.Response{
 			Status: "500 Internal Server Error", StatusCode: http.StatusInternalServerError, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -156,7 +156,7 @@ func TestS3DeleteBatches(t *testing.T) {
 	t.Setenv("AWS_CA_BUNDLE", "") // the SDK cannot add one to a plain *http.Client
 	endpoint := blobtest.StartS3Server(t, testBucket)
 	ctx := context.Background()
-	faults := &deleteFaults{failKey: "batches/k-1500"}
+	faults := &deleteFaults{failKeys: []string{"batches/k-1500"}}
 	var (
 		mu      sync.Mutex
 		deleted []int
@@ -283,5 +283,34 @@ func TestS3DeleteStopsWhenCallerGivesUp(t *testing.T) {
 	}
 	if got := listKeys(t, s, ""); !slices.Equal(got, []string{"k-2400"}) {
 		t.Fatalf("objects after the Delete: %q, want k-2400 only", got)
+	}
+}
+
+// TestS3DeleteAllBatchesFail: when every DeleteObjects request fails, the
+// Delete fails as a whole with the first request's error (it names the
+// first batch) and no failed map; nothing is deleted.
+func TestS3DeleteAllBatchesFail(t *testing.T) {
+	t.Setenv("AWS_CA_BUNDLE", "")
+	endpoint := blobtest.StartS3Server(t, testBucket)
+	faults := &deleteFaults{failKeys: []string{"allfail/k-0000", "allfail/k-1000"}}
+	s := faultyStore(t, endpoint, "allfail", faults, nil)
+	keys := make([]string, 1500)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k-%04d", i)
+	}
+	put(t, s, "k-0000", "x")
+	put(t, s, "k-1499", "y")
+	failed, err := s.Delete(context.Background(), keys)
+	if err == nil || failed != nil {
+		t.Fatalf("Delete with every batch failing = %v, %v; want an error and no failed map", failed, err)
+	}
+	if !strings.Contains(err.Error(), "1000 keys from k-0000") {
+		t.Fatalf("Delete's error %q does not name the first batch (1000 keys from k-0000)", err)
+	}
+	if batches, _ := faults.sent(); len(batches) != 2 {
+		t.Fatalf("%d DeleteObjects requests, want 2", len(batches))
+	}
+	if got := listKeys(t, s, ""); !slices.Equal(got, []string{"k-0000", "k-1499"}) {
+		t.Fatalf("objects after the failed Delete: %q", got)
 	}
 }
