@@ -2,6 +2,7 @@ package blobstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,31 @@ func TestS3CallTimeoutDefault(t *testing.T) {
 		}
 		if got := s.CallTimeout(); got != want && !(want < 0 && got <= 0) {
 			t.Errorf("Timeout %s: calls bounded by %s, want %s", timeout, got, want)
+		}
+	}
+}
+
+// TestS3ConfigValidateMore: settings TestS3ConfigValidate does not try are
+// refused too: a bucket name with "..", a secret without an access key id,
+// negative attempt and connect timeouts.
+func TestS3ConfigValidateMore(t *testing.T) {
+	ok := blobstore.S3Config{Bucket: "blobs", Region: "eu-west-1"}
+	for name, tc := range map[string]struct {
+		change func(c *blobstore.S3Config)
+		want   string
+	}{
+		"bucket with ..":           {func(c *blobstore.S3Config) { c.Bucket = "my..bucket" }, "invalid bucket name"},
+		"secret alone":             {func(c *blobstore.S3Config) { c.SecretAccessKey = "secret" }, "both"},
+		"negative attempt timeout": {func(c *blobstore.S3Config) { c.AttemptTimeout = -time.Second }, "attempt timeout"},
+		"negative connect timeout": {func(c *blobstore.S3Config) { c.ConnectTimeout = -time.Second }, "connect timeout"},
+	} {
+		c := ok
+		tc.change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate() = %v, want an error about %q", name, err, tc.want)
+		}
+		if _, err := blobstore.NewS3(context.Background(), c); err == nil {
+			t.Errorf("%s: NewS3 accepted an invalid config", name)
 		}
 	}
 }
