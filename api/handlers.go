@@ -461,6 +461,9 @@ func (s *Server) taskAck(r *http.Request) (any, uint64, error) {
 // (TaskAck.Validate), for the ack route and for each ack of a batch
 // (acks.go) alike.
 func (s *Server) ack(ctx context.Context, p *fsm.TaskAck) (any, uint64, error) {
+	if err := checkBlobSizes(p.Manifest); err != nil {
+		return nil, 0, err
+	}
 	// References to another job are refused before anything is proposed,
 	// with the answer the state machine gives at apply (fsm/crossjob.go),
 	// which checks them again.
@@ -551,4 +554,24 @@ func (s *Server) taskRestore(r *http.Request) (any, uint64, error) {
 	}
 	ans, err := s.grantReads(plan) // signed blob reads when auth is on (auth.go)
 	return ans, idx, err
+}
+
+// MaxBlobSize is the largest blob an ack may declare: S3's largest object
+// (5 TiB). The state machine takes any size (its log holds what it took);
+// the API refuses more before anything is proposed, so that no sum of a
+// manifest's ranges nears the integers' bounds.
+const MaxBlobSize = 5 << 40
+
+// checkBlobSizes refuses an ack that declares a blob larger than
+// MaxBlobSize.
+func checkBlobSizes(m *fsm.ManifestAck) error {
+	if m == nil {
+		return nil
+	}
+	for i, b := range m.Blobs {
+		if b.Size > MaxBlobSize {
+			return wire.Errorf(wire.CodeInvalid, fmt.Sprintf("manifest.blobs[%d].size", i), "blob %s declares %d bytes, more than the largest object (%d bytes, 5 TiB)", b.Key, b.Size, uint64(MaxBlobSize))
+		}
+	}
+	return nil
 }

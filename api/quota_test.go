@@ -95,8 +95,9 @@ func TestAckRateAndLiveBytesQuotas(t *testing.T) {
 }
 
 // TestLiveBytesQuotaSizesDoNotWrap: declared sizes whose sum passes 2^64
-// bytes are over any live bytes quota; summed in 64 bits they wrapped to
-// a small number (here 0) and the ack was admitted.
+// bytes never reach the live bytes quota (summed in 64 bits they once
+// wrapped to a small number, here 0, and the ack was admitted): each is
+// above api.MaxBlobSize, refused before the quota.
 func TestLiveBytesQuotaSizesDoNotWrap(t *testing.T) {
 	m := testmember.StartSingleWith(t, func(c *config.Config) { c.QuotaLiveBytes = 150 })
 	j := createJob(t, m.URL, "w", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}})
@@ -110,7 +111,7 @@ func TestLiveBytesQuotaSizesDoNotWrap(t *testing.T) {
 	}
 	r := do(t, "PUT", j.base+"/epochs/1/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{
 		"blobs": blobs, "delta": map[string]any{"add_segments": segs}}})
-	if r.status != http.StatusInsufficientStorage || errorCode(t, string(r.body)) != "quota_exceeded" {
+	if r.status != http.StatusBadRequest || errorCode(t, string(r.body)) != "invalid_argument" {
 		t.Fatalf("ack of 2^64 declared bytes: %d %s", r.status, r.body)
 	}
 }
