@@ -88,6 +88,9 @@ func TestBearerTokenForm(t *testing.T) {
 	if r := send("bearer " + op); r.status != http.StatusOK {
 		t.Fatalf("lower-case scheme: %d %s", r.status, r.body)
 	}
+	if r := send("Bearer \t " + op); r.status != http.StatusOK {
+		t.Fatalf("blanks after the scheme: %d %s", r.status, r.body)
+	}
 	for _, auth := range []string{"Basic " + op, "Token " + op, op, "Bearer" + op} {
 		expectAuthError(t, send(auth), http.StatusUnauthorized, wire.CodeUnauthenticated, "Authorization: "+auth[:6]+"...")
 	}
