@@ -480,6 +480,7 @@ func (s *Server) ack(ctx context.Context, p *fsm.TaskAck) (any, uint64, error) {
 	}
 	v, idx, err := s.apply(ctx, fsm.CmdTaskAck, p)
 	if res, ok := v.(*wire.AckResult); ok && err == nil {
+		s.quotas.ackApplied(p.Job, p.Manifest)
 		s.metrics.observeAck(res)
 		if p.Manifest != nil && len(p.Manifest.Blobs) > 0 && s.gc != nil {
 			// The leader looks at the new blobs in the object store

@@ -113,6 +113,17 @@ func (q *jobQuotas) commitSigned(job string, m *fsm.ManifestAck) {
 	}
 }
 
+// ackApplied closes the signed slots an ack of job committed, once the
+// state machine applied it: an ack it refused commits nothing.
+func (q *jobQuotas) ackApplied(job string, m *fsm.ManifestAck) {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.commitSigned(job, m)
+}
+
 // current is the job's usage: a recent scan plus what was granted since.
 // The caller holds q.mu.
 func (q *jobQuotas) current(job string, now time.Time) (*jobUsage, error) {
@@ -195,7 +206,6 @@ func (q *jobQuotas) admitAck(job string, m *fsm.ManifestAck, now time.Time) erro
 					job, strconv.FormatFloat(q.cfg.QuotaAckRate, 'g', -1, 64), q.cfg.QuotaAckBurst, secs)}
 		}
 	}
-	q.commitSigned(job, m)
 	lim := q.cfg.QuotaLiveBytes
 	if lim == 0 || m == nil || len(m.Blobs) == 0 {
 		return nil
