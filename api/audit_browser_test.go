@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -99,8 +100,11 @@ func TestBrowserMarkedBodiesNeedJSON(t *testing.T) {
 		}
 	}
 	expectError(t, do(t, "GET", m.URL+"/v1/jobs/refused", nil), http.StatusNotFound, wire.CodeNotFound, "")
-	// Declared JSON, streamed, from the console: applied.
-	if status, body := send("streamed", true, map[string]string{"Origin": m.URL, "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}); status != http.StatusOK {
-		t.Fatalf("streamed JSON from the console: %d %s", status, body)
+	// Declared JSON (a +json type, parameters), streamed, from the
+	// console: applied.
+	for i, ct := range []string{"application/json", "application/json; charset=utf-8", "application/merge-patch+json"} {
+		if status, body := send("streamed"+strconv.Itoa(i), true, map[string]string{"Origin": m.URL, "Sec-Fetch-Site": "same-origin", "Content-Type": ct}); status != http.StatusOK {
+			t.Fatalf("streamed %s from the console: %d %s", ct, status, body)
+		}
 	}
 }
