@@ -336,7 +336,8 @@ func (c *clientLimits) admit(key string, now time.Time) (release func(), retryAf
 }
 
 // charge counts n more requests of client key, admitted already (a batch
-// of acks counts as many requests as it holds, acks.go), at most a burst.
+// of acks counts as many requests as it holds, acks.go), with the one
+// admit counted at most a burst.
 // It reports false, charging nothing, and when to retry, when the client
 // is over its rate.
 func (c *clientLimits) charge(key string, n int, now time.Time) (time.Duration, bool) {
@@ -346,7 +347,7 @@ func (c *clientLimits) charge(key string, n int, now time.Time) (time.Duration, 
 	if cl == nil || c.rate == rate.Inf {
 		return 0, true
 	}
-	res := cl.lim.ReserveN(now, min(n, c.burst))
+	res := cl.lim.ReserveN(now, min(n, c.burst-1)) // admit took one
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
 		return d, false
