@@ -19,9 +19,11 @@ import (
 // another owner of the zone could rebind); a request a browser marks
 // Sec-Fetch-Site: same-site, without an Origin (a page of another port
 // or subdomain loading a URL), is refused as cross-origin
-// (docs/openapi.json, "Browser safety"). Found by a mutation audit: the
-// suffix checks loosened and same-site let through survived every API
-// test.
+// (docs/openapi.json, "Browser safety"), and so is a cross-origin GET.
+// Host names compare without case, a trailing dot or IPv6 brackets.
+// Found by a mutation audit: the suffix checks loosened, same-site or
+// cross-origin GETs let through, and names compared raw, survived every
+// API test.
 func TestBrowserHostAndSiteEdges(t *testing.T) {
 	m := testmember.StartSingle(t)
 	port := m.URL[strings.LastIndexByte(m.URL, ':'):]
@@ -33,6 +35,10 @@ func TestBrowserHostAndSiteEdges(t *testing.T) {
 	}
 	for host, want := range map[string]int{
 		"localhost" + port:            http.StatusOK,
+		"LocalHost." + port:           http.StatusOK,
+		"[::1]" + port:                http.StatusOK,
+		"[::1]":                       http.StatusOK,
+		"DB1.Example.Test" + port:     http.StatusOK,
 		"app.localhost" + port:        http.StatusOK,
 		"db1.example.test" + port:     http.StatusOK,
 		"notlocalhost" + port:         http.StatusMisdirectedRequest,
@@ -44,6 +50,13 @@ func TestBrowserHostAndSiteEdges(t *testing.T) {
 			t.Errorf("Host %s: %d, want %d: %s", host, status, want, body)
 		} else if want != http.StatusOK && errorCode(t, body) != string(wire.CodeHostNotAllowed) {
 			t.Errorf("Host %s: %s", host, body)
+		}
+	}
+	// A page of another origin reading with fetch: refused, GET or not.
+	for _, p := range []string{"/v1/snapshot", "/v1/status"} {
+		status, body := browserRequest(t, "GET", m.URL+p, "", "", map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"})
+		if status != http.StatusForbidden || errorCode(t, body) != string(wire.CodeCrossOrigin) {
+			t.Errorf("cross-origin GET %s: %d %.200s", p, status, body)
 		}
 	}
 	for _, site := range []string{"same-site", "cross-site"} {
