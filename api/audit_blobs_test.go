@@ -1,9 +1,13 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +144,49 @@ func TestObjectReadParameters(t *testing.T) {
 			continue
 		}
 		expectError(t, r, http.StatusBadRequest, wire.CodeInvalid, field)
+	}
+}
+
+// TestTruncatedUploadIs400: an upload whose body ends before its
+// Content-Length (the client closed its side early) is the client's
+// error: 400 on Content-Length, not retryable, nothing stored, and the
+// slot still takes the whole upload after. It was 502 unavailable,
+// retryable, "object store: ... unexpected EOF", blaming the store for
+// bad input. Found by a mutation audit of storeError's mapping.
+func TestTruncatedUploadIs400(t *testing.T) {
+	m := startSingle(t)
+	j := createJob(t, m.URL, "short", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}})
+	var ua uploadsAnswer
+	ok(t, "POST", j.base+"/uploads", map[string]any{"generation": j.gen, "task": "agg", "count": 1}, &ua)
+	u, err := url.Parse(ua.Uploads[0].URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 10\r\n\r\n12345", u.RequestURI(), u.Host)
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	r := response{status: resp.StatusCode, header: resp.Header, body: raw}
+	expectError(t, r, http.StatusBadRequest, wire.CodeInvalid, "Content-Length")
+	if e := apiErrorOf(t, r); e.Error.Retryable || !strings.Contains(e.Error.Message, "5 of") {
+		t.Fatalf("truncated upload: %s", raw)
+	}
+	if _, err := m.Store.Get(context.Background(), ua.Uploads[0].Key, 0, -1); err == nil {
+		t.Fatalf("the truncated upload was stored")
+	}
+	if r := putRaw(t, ua.Uploads[0].URL, "0123456789", false); r.status != http.StatusOK {
+		t.Fatalf("the whole upload after: %d %s", r.status, r.body)
 	}
 }

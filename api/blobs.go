@@ -186,10 +186,33 @@ func (s *Server) objectPut(r *http.Request) (any, uint64, error) {
 			return nil, idx, apiErr(http.StatusConflict, wire.CodeFenced, "key", "blob %q is an upload slot of attempt generation %d, superseded by generation %d", key, b.Generation, j.Generation)
 		}
 	}
-	if err := s.store.Put(r.Context(), key, r.Body, r.ContentLength); err != nil {
+	body := &clientBody{Reader: r.Body}
+	if err := s.store.Put(r.Context(), key, body, r.ContentLength); err != nil {
+		if errors.Is(body.err, io.ErrUnexpectedEOF) {
+			// The client's fault, not the store's.
+			return nil, idx, apiErr(http.StatusBadRequest, wire.CodeInvalid, "Content-Length",
+				"the upload's body ended after %d of the %d bytes its Content-Length declares", body.n, r.ContentLength)
+		}
 		return nil, idx, storeError(err)
 	}
 	return wire.ObjectPut{Key: key, Size: r.ContentLength}, idx, nil
+}
+
+// clientBody counts what an upload's body delivered and keeps the error
+// that ended it, other than its end.
+type clientBody struct {
+	io.Reader
+	n   int64
+	err error
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	b.n += int64(n)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
 }
 
 // objectGet streams a range of a live blob: ?offset=N&length=M.
