@@ -114,9 +114,10 @@ func TestUploadAfterLeaseRefused(t *testing.T) {
 
 // TestObjectReadParameters: ?offset and ?length of an object read are
 // non-negative integers; anything else is 400 naming the parameter, not
-// a read of something else. Found by a mutation audit: a negative length
-// read as "to the end", and a malformed offset read as 0, passed every
-// API test.
+// a read of something else; an offset past the end is 416, and an object
+// missing from the store 404. Found by a mutation audit: a negative
+// length read as "to the end", a malformed offset read as 0, and the
+// store's errors answered 5xx, passed every API test.
 func TestObjectReadParameters(t *testing.T) {
 	m := startSingle(t)
 	j := createJob(t, m.URL, "rd", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}})
@@ -145,6 +146,14 @@ func TestObjectReadParameters(t *testing.T) {
 		}
 		expectError(t, r, http.StatusBadRequest, wire.CodeInvalid, field)
 	}
+	// Past the end: 416, naming the offset.
+	expectError(t, do(t, "GET", base+"?offset=11", nil), http.StatusRequestedRangeNotSatisfiable, wire.CodeInvalid, "offset")
+	// A live blob whose object is gone from the store: 404 on key, not a
+	// server error.
+	if failed, err := m.Store.Delete(context.Background(), []string{key}); err != nil || len(failed) != 0 {
+		t.Fatal(failed, err)
+	}
+	expectError(t, do(t, "GET", base, nil), http.StatusNotFound, wire.CodeNotFound, "key")
 }
 
 // TestTruncatedUploadIs400: an upload whose body ends before its
