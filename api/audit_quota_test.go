@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/internal/testmember"
@@ -46,4 +48,24 @@ func TestRefusedAckKeepsSlotsOpen(t *testing.T) {
 	ok(t, "PUT", m.URL+"/v1/jobs/j/epochs/1/acks/t", ack, nil)
 	slots(t, m, "j", 1, 4)
 	refused(1)
+}
+
+// TestLiveBytesAtTheQuotaRefusesUploads: a job whose live blobs hold
+// exactly --quota-live-bytes gets no new upload slots (507 naming the
+// limit): nothing more could be committed. Found by a mutation audit:
+// the check off by one (refusing only above the limit) survived every
+// API test.
+func TestLiveBytesAtTheQuotaRefusesUploads(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) { c.QuotaLiveBytes = 100 })
+	j := createJob(t, m.URL, "full", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}})
+	k := upload(t, j, "agg", strings.Repeat("f", 100))
+	j.begin(t, 1)
+	ok(t, "PUT", j.base+"/epochs/1/acks/agg", map[string]any{"generation": 1, "manifest": map[string]any{
+		"blobs": []map[string]any{{"key": k, "size": 100}},
+		"delta": map[string]any{"add_segments": []map[string]any{{"key": k, "offset": 0, "length": 100, "first_seq": 1, "last_seq": 1}}}}}, nil)
+	waitFor(t, 5*time.Second, "100 live bytes", func() bool { return m.FSM.JobUsage("full").LiveBytes == 100 })
+	r := do(t, "POST", j.base+"/uploads", map[string]any{"generation": 1, "task": "agg", "count": 1})
+	if e := apiErrorOf(t, r); r.status != http.StatusInsufficientStorage || e.Error.Code != wire.CodeQuotaExceeded || !strings.Contains(e.Error.Message, "--quota-live-bytes") {
+		t.Fatalf("uploads with the live bytes at the quota: %d %s", r.status, r.body)
+	}
 }
