@@ -69,3 +69,47 @@ func TestLiveBytesAtTheQuotaRefusesUploads(t *testing.T) {
 		t.Fatalf("uploads with the live bytes at the quota: %d %s", r.status, r.body)
 	}
 }
+
+// TestExpiredSlotsLeaveTheQuota: signed upload slots count against
+// --quota-open-intents until their lease ends, then no more. Found by a
+// mutation audit: grants kept past their lease survived every API test.
+func TestExpiredSlotsLeaveTheQuota(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) {
+		c.QuotaOpenIntents = 4
+		c.UploadLease = time.Second
+	})
+	ok(t, "PUT", m.URL+"/v1/jobs/j", `{}`, nil)
+	ok(t, "POST", m.URL+"/v1/jobs/j/attempts", `{"attempt_id":"a1","tasks":[{"id":"t","capabilities":["state","incremental"]}]}`, nil)
+	ups := slots(t, m, "j", 1, 4)
+	r := do(t, "POST", m.URL+"/v1/jobs/j/uploads", map[string]any{"generation": 1, "task": "t", "count": 1})
+	if r.status != http.StatusInsufficientStorage {
+		t.Fatalf("a slot past the quota: %d %s", r.status, r.body)
+	}
+	waitFor(t, 10*time.Second, "the slots' lease to end", func() bool { return m.Node.Now().After(ups[0].ExpiresAt) })
+	slots(t, m, "j", 1, 4)
+}
+
+// TestRecordedIntentsCountAtOnce: with the orphan sweep off, upload
+// slots are recorded intents, and a request's intents count against
+// --quota-open-intents from the moment they are granted, before the
+// leader reads the job's usage again (it reuses a read for a second).
+// Found by a mutation audit: not tallying them survived every API test.
+// (The mutant is caught when the two requests fall within that second.)
+func TestRecordedIntentsCountAtOnce(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) {
+		c.QuotaOpenIntents = 4
+		c.GCOrphanEvery = 0
+	})
+	ok(t, "PUT", m.URL+"/v1/jobs/j", `{}`, nil)
+	ok(t, "POST", m.URL+"/v1/jobs/j/attempts", `{"attempt_id":"a1","tasks":[{"id":"t","capabilities":["state","incremental"]}]}`, nil)
+	// A first request reads the usage (no intents) and caches it.
+	slots(t, m, "j", 1, 1)
+	slots(t, m, "j", 1, 3)
+	r := do(t, "POST", m.URL+"/v1/jobs/j/uploads", map[string]any{"generation": 1, "task": "t", "count": 1})
+	if e := apiErrorOf(t, r); r.status != http.StatusInsufficientStorage || e.Error.Code != wire.CodeQuotaExceeded {
+		t.Fatalf("a fifth recorded intent with a quota of 4: %d %s", r.status, r.body)
+	}
+	if u, _, err := m.FSM.ScanJobUsage("j"); err != nil || u.Intents != 4 {
+		t.Fatalf("recorded intents: %+v %v", u, err)
+	}
+}
