@@ -113,3 +113,30 @@ func TestRecordedIntentsCountAtOnce(t *testing.T) {
 		t.Fatalf("recorded intents: %+v %v", u, err)
 	}
 }
+
+// TestCommittedIntentsLeaveTheQuota: recorded intents that an ack
+// commits leave --quota-open-intents once the leader reads the job's
+// usage again (at most a second later). Found by a mutation audit:
+// reusing the first read for ever survived every API test.
+func TestCommittedIntentsLeaveTheQuota(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) {
+		c.QuotaOpenIntents = 4
+		c.GCOrphanEvery = 0
+	})
+	ok(t, "PUT", m.URL+"/v1/jobs/j", `{}`, nil)
+	ok(t, "POST", m.URL+"/v1/jobs/j/attempts", `{"attempt_id":"a1","tasks":[{"id":"t","capabilities":["state","incremental"]}]}`, nil)
+	ok(t, "POST", m.URL+"/v1/jobs/j/epochs", `{"generation":1,"epoch":1}`, nil)
+	ups := slots(t, m, "j", 1, 4)
+	var blobs, segs []map[string]any
+	for i, u := range ups {
+		blobs = append(blobs, map[string]any{"key": u.Key, "size": 5})
+		segs = append(segs, map[string]any{"key": u.Key, "offset": 0, "length": 5, "first_seq": i + 1, "last_seq": i + 1})
+	}
+	ok(t, "PUT", m.URL+"/v1/jobs/j/epochs/1/acks/t", map[string]any{"generation": 1, "manifest": map[string]any{"blobs": blobs, "delta": map[string]any{"add_segments": segs}}}, nil)
+	committed := time.Now()
+	if u, _, err := m.FSM.ScanJobUsage("j"); err != nil || u.Intents != 0 {
+		t.Fatalf("intents after the ack: %+v %v", u, err)
+	}
+	waitFor(t, 10*time.Second, "the leader's read of the usage to age", func() bool { return time.Since(committed) > 1100*time.Millisecond })
+	slots(t, m, "j", 1, 4)
+}
