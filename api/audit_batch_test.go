@@ -56,3 +56,33 @@ func TestAckBatchItemsCheckedAsTheirRoute(t *testing.T) {
 		t.Fatalf("epoch 1 after the batches: %d acks, want 1", e.Acked)
 	}
 }
+
+// TestAckBatchScopeOfPrefixTokens: a worker token scoped by a job prefix
+// acks in a batch the jobs its prefix covers, and only those (403 in the
+// result of any other, nothing applied there). Found by a mutation
+// audit: a batch scope check that honoured exact-job tokens only
+// survived every API test (which used an exact-job token).
+func TestAckBatchScopeOfPrefixTokens(t *testing.T) {
+	m, op := startAuthSingle(t, nil)
+	for _, job := range []string{"team-a", "other"} {
+		okTok(t, "PUT", m.URL+"/v1/jobs/"+job, op, []byte(`{}`), nil)
+		okTok(t, "POST", m.URL+"/v1/jobs/"+job+"/attempts", op, []byte(`{"attempt_id":"a1","tasks":[{"id":"a","capabilities":["input"]}]}`), nil)
+		okTok(t, "POST", m.URL+"/v1/jobs/"+job+"/epochs", op, []byte(`{"generation":1,"epoch":1}`), nil)
+	}
+	team, _ := createToken(t, m.URL, op, `{"role":"worker","job_prefix":"team-"}`)
+	x := map[string][]byte{"input": []byte("x")}
+	body, _ := json.Marshal(map[string]any{"acks": []any{batchItem("team-a", 1, "a", 1, x), batchItem("other", 1, "a", 1, x)}})
+	var out wire.AckBatchAnswer
+	okTok(t, "POST", m.URL+"/v1/acks", team, body, &out)
+	if len(out.Results) != 2 || out.Results[0].Status != http.StatusOK ||
+		out.Results[1].Status != http.StatusForbidden || out.Results[1].Error == nil || out.Results[1].Error.Code != wire.CodeForbidden {
+		t.Fatalf("prefix token acking team-a and other: %+v", out.Results)
+	}
+	for job, want := range map[string]int{"team-a": 1, "other": 0} {
+		var e wire.Epoch
+		okTok(t, "GET", m.URL+"/v1/jobs/"+job+"/epochs/1", op, nil, &e)
+		if e.Acked != want {
+			t.Errorf("job %s: %d acks after the batch, want %d", job, e.Acked, want)
+		}
+	}
+}
