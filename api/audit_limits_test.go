@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/internal/testmember"
@@ -39,5 +41,28 @@ func TestAckBatchAboveTheBurst(t *testing.T) {
 	}
 	if status, _, body := get(t, c, m.URL+"/v1/jobs"); status != http.StatusTooManyRequests {
 		t.Fatalf("the request after the batch: %d %s", status, body)
+	}
+}
+
+// TestRateLimitAcrossConnections: a client is its address, not its
+// connection: one that opens a new connection for every request is
+// limited as one that keeps its connection. Found by a mutation audit:
+// keying the limit by the remote address with its port survived every
+// API test (their clients keep their connections alive).
+func TestRateLimitAcrossConnections(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) {
+		c.RateLimit = 0.5 // one token per 2s
+		c.RateBurst = 3
+	})
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.6")}, Timeout: 5 * time.Second}
+	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	limited := 0
+	for range 8 {
+		if status, _, _ := get(t, c, m.URL+"/v1/jobs"); status == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if limited < 4 {
+		t.Fatalf("8 requests on 8 connections with a burst of 3: %d refused", limited)
 	}
 }
