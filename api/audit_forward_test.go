@@ -3,9 +3,11 @@ package api_test
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/metastore/metastore/api"
+	"github.com/metastore/metastore/config"
 	"github.com/metastore/metastore/internal/testmember"
 	"github.com/metastore/metastore/wire"
 )
@@ -47,4 +49,24 @@ func TestForwardedRequestNotForwardedAgain(t *testing.T) {
 	expectError(t, do(t, "GET", leader.URL+"/v1/jobs/twice", nil), http.StatusNotFound, wire.CodeNotFound, "")
 	ok(t, "PUT", follower.URL+"/v1/jobs/twice", nil, nil)
 	ok(t, "GET", leader.URL+"/v1/jobs/twice", nil, nil)
+}
+
+// TestForwardedBodyOverTheLimit: a follower forwarding a body above
+// --max-body-bytes answers 413 body_too_large, as the leader would, not
+// an unknown outcome. Found by a mutation audit: forwardError without its
+// MaxBytesError case survived every API test.
+func TestForwardedBodyOverTheLimit(t *testing.T) {
+	ms := testmember.StartClusterWith(t, 3, func(c *config.Config) { c.MaxBodyBytes = 64 << 10 })
+	leader := testmember.LeaderOf(ms)
+	var follower *testmember.Member
+	for _, m := range ms {
+		if m != leader {
+			follower = m
+			break
+		}
+	}
+	body := `{"config":{"retained":1},"pad":"` + strings.Repeat("p", 100<<10) + `"}`
+	r := do(t, "PUT", follower.URL+"/v1/jobs/big", body)
+	expectError(t, r, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "")
+	expectError(t, do(t, "GET", leader.URL+"/v1/jobs/big", nil), http.StatusNotFound, wire.CodeNotFound, "")
 }
