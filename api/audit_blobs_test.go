@@ -199,3 +199,37 @@ func TestTruncatedUploadIs400(t *testing.T) {
 		t.Fatalf("the whole upload after: %d %s", r.status, r.body)
 	}
 }
+
+// TestStalledUploadIs408: an upload whose body stops arriving is answered
+// 408 request_timeout after --http-transfer-timeout, the client's
+// problem, not 502 blamed on the object store; nothing is stored. Found
+// by a mutation audit: storeError without its case for the body reader's
+// own errors survived every API test.
+func TestStalledUploadIs408(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) { c.TransferTimeout = 300 * time.Millisecond })
+	j := createJob(t, m.URL, "stall", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}})
+	var ua uploadsAnswer
+	ok(t, "POST", j.base+"/uploads", map[string]any{"generation": j.gen, "task": "agg", "count": 1}, &ua)
+	u, err := url.Parse(ua.Uploads[0].URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	// Half the body, then nothing (the connection stays open).
+	fmt.Fprintf(c, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 10\r\n\r\n12345", u.RequestURI(), u.Host)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	expectError(t, response{status: resp.StatusCode, header: resp.Header, body: raw}, http.StatusRequestTimeout, wire.CodeRequestTimeout, "")
+	if _, err := m.Store.Get(context.Background(), ua.Uploads[0].Key, 0, -1); err == nil {
+		t.Fatalf("the stalled upload was stored")
+	}
+}
