@@ -66,3 +66,32 @@ func TestRateLimitAcrossConnections(t *testing.T) {
 		t.Fatalf("8 requests on 8 connections with a burst of 3: %d refused", limited)
 	}
 }
+
+// TestAckBatchOfTwoCountsTwice: a batch of two acks counts as two
+// requests: with a burst of 3, the second such batch is over the rate.
+// Found by a mutation audit: charging batches of two as one request
+// survived every API test (their batches were larger).
+func TestAckBatchOfTwoCountsTwice(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) {
+		c.RateLimit = 0.5 // one token per 2s
+		c.RateBurst = 3
+	})
+	c := clientFrom("127.0.0.7")
+	body, _ := json.Marshal(map[string]any{"acks": []any{batchItem("nojob", 1, "a", 1, nil), batchItem("nojob", 1, "b", 1, nil)}})
+	post := func() int {
+		req, _ := http.NewRequest("POST", m.URL+"/v1/acks", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := post(); s != http.StatusOK {
+		t.Fatalf("first batch of 2 with a burst of 3: %d", s)
+	}
+	if s := post(); s != http.StatusTooManyRequests {
+		t.Fatalf("second batch of 2 with 1 token left: %d, want 429", s)
+	}
+}
