@@ -107,6 +107,7 @@ func TestBrowserMarkedBodiesNeedJSON(t *testing.T) {
 		"same-origin streamed text/plain":   {true, map[string]string{"Origin": m.URL, "Sec-Fetch-Site": "same-origin", "Content-Type": "text/plain"}},
 		"unmarked streamed text/plain":      {true, map[string]string{"Content-Type": "text/plain"}},
 		"same-origin streamed without type": {true, map[string]string{"Origin": m.URL, "Sec-Fetch-Site": "same-origin"}},
+		"JSON with a malformed parameter":   {false, map[string]string{"Content-Type": "application/json; =x"}},
 	} {
 		status, body := send("refused", c.chunked, c.headers)
 		if status != http.StatusUnsupportedMediaType || errorCode(t, body) != string(wire.CodeUnsupportedMediaType) {

@@ -95,3 +95,27 @@ func TestAckBatchOfTwoCountsTwice(t *testing.T) {
 		t.Fatalf("second batch of 2 with 1 token left: %d, want 429", s)
 	}
 }
+
+// TestRetryAfterAtLeastOneSecond: a client over a fast rate waits less
+// than a second for its next token, and is told Retry-After: 1, never 0
+// (which asks for an immediate retry). Found by a mutation audit:
+// rounding the wait down survived every API test (their rates were
+// slower than one a second).
+func TestRetryAfterAtLeastOneSecond(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) {
+		c.RateLimit = 20
+		c.RateBurst = 1
+	})
+	c := clientFrom("127.0.0.8")
+	for range 200 {
+		status, header, body := get(t, c, m.URL+"/v1/jobs")
+		if status != http.StatusTooManyRequests {
+			continue
+		}
+		if header.Get("Retry-After") != "1" {
+			t.Fatalf("Retry-After %q on a wait under a second: %s", header.Get("Retry-After"), body)
+		}
+		return
+	}
+	t.Skip("no request was refused: this machine is slower than 20 requests a second")
+}
