@@ -109,3 +109,30 @@ func TestReadGrantsExpire(t *testing.T) {
 		t.Fatalf("grant %q", g)
 	}
 }
+
+// TestReadGrantsCoverBases: a restore plan grants reads of its
+// manifest's materialized bases as of its changelog segments: a worker
+// restoring from a base reads it without a token. Found by a mutation
+// audit: grants without the bases survived every API test (whose
+// manifests held segments only).
+func TestReadGrantsCoverBases(t *testing.T) {
+	m, op := startAuthSingle(t, nil)
+	okTok(t, "PUT", m.URL+"/v1/jobs/ja", op, []byte("{}"), nil)
+	slot := uploadSlot(t, m.URL, "ja", op)
+	if r := doTok(t, "PUT", slot.URL, "", []byte("base!")); r.status != http.StatusOK {
+		t.Fatalf("signed upload: %d %s", r.status, r.body)
+	}
+	okTok(t, "POST", m.URL+"/v1/jobs/ja/epochs", op, []byte(`{"generation":1,"epoch":1}`), nil)
+	ack := `{"generation":1,"manifest":{"blobs":[{"key":"` + slot.Key + `","size":5}],` +
+		`"delta":{"materialize":{"bases":[{"key":"` + slot.Key + `","offset":0,"length":5}],"truncate_before":0}}}}`
+	okTok(t, "PUT", m.URL+"/v1/jobs/ja/epochs/1/acks/t1", op, []byte(ack), nil)
+	var plan wire.RestoreAnswer
+	okTok(t, "GET", m.URL+"/v1/jobs/ja/tasks/t1/restore", op, nil, &plan)
+	g, ok := plan.ObjectGrants[slot.Key]
+	if !ok {
+		t.Fatalf("no grant for the base %s: %+v", slot.Key, plan.ObjectGrants)
+	}
+	if r := doTok(t, "GET", m.URL+"/v1/objects/"+slot.Key+"?"+g, "", nil); r.status != http.StatusOK || string(r.body) != "base!" {
+		t.Fatalf("read of the base by its grant: %d %s", r.status, r.body)
+	}
+}
