@@ -177,3 +177,33 @@ func TestLiveBytesTalliedOnThePrecisePath(t *testing.T) {
 		t.Fatalf("ack to 180 bytes with a quota of 150: %d %s", r.status, r.body)
 	}
 }
+
+// TestAckRateIsPerJob: --quota-ack-rate bounds each job's acks on its
+// own: a job over its rate does not hold back another's. Found by a
+// mutation audit: one limiter shared by every job survived every API
+// test (which used one job).
+func TestAckRateIsPerJob(t *testing.T) {
+	m := testmember.StartSingleWith(t, func(c *config.Config) {
+		c.QuotaAckRate, c.QuotaAckBurst = 0.001, 2 // two acks, then none for a long while
+	})
+	ackOf := func(j *job, epoch string) response {
+		return do(t, "PUT", j.base+"/epochs/"+epoch+"/acks/src", map[string]any{"generation": j.gen, "payloads": map[string][]byte{"input": []byte("o")}})
+	}
+	a := createJob(t, m.URL, "ja", []taskSpec{{ID: "src", Caps: []string{"input"}}})
+	b := createJob(t, m.URL, "jb", []taskSpec{{ID: "src", Caps: []string{"input"}}})
+	for _, e := range []uint64{1, 2, 3} {
+		a.begin(t, e)
+	}
+	b.begin(t, 1)
+	for _, e := range []string{"1", "2"} {
+		if r := ackOf(a, e); r.status != http.StatusOK {
+			t.Fatalf("job ja's ack %s: %d %s", e, r.status, r.body)
+		}
+	}
+	if r := ackOf(a, "3"); r.status != http.StatusTooManyRequests {
+		t.Fatalf("job ja's third ack: %d %s", r.status, r.body)
+	}
+	if r := ackOf(b, "1"); r.status != http.StatusOK {
+		t.Fatalf("job jb's first ack after ja went over its rate: %d %s", r.status, r.body)
+	}
+}
