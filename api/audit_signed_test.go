@@ -42,6 +42,14 @@ func TestSignaturesAdmitOnlyTheirRoute(t *testing.T) {
 	}
 	expectAuthError(t, doTok(t, "GET", m.URL+"/v1/blobs/"+slot.Key+"?"+q, "", nil),
 		http.StatusUnauthorized, wire.CodeUnauthenticated, "object signature on /v1/blobs/{key}")
+	// A signature without its expiry is a refused signed URL (403 on
+	// sig, saying why), not a missing token.
+	sigOnly := url.Values{"sig": {api.ObjectSignature(key, "GET", slot.Key, exp)}}.Encode()
+	r := doTok(t, "GET", m.URL+"/v1/objects/"+slot.Key+"?"+sigOnly, "", nil)
+	expectAuthError(t, r, http.StatusForbidden, wire.CodeForbidden, "signed URL without expires")
+	if e := apiErrorOf(t, r); e.Error.Field != "sig" || !strings.Contains(e.Error.Message, "expires") {
+		t.Fatalf("signed URL without expires: %s", r.body)
+	}
 
 	// A member's signature over an empty body, on routes other than the
 	// join request.
