@@ -102,3 +102,49 @@ func TestBearerTokenForm(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixTokenScope: a worker token scoped by a job prefix is as
+// restricted as one scoped to a job: the job list shows the jobs its
+// prefix covers, and it names another job as a restore source only with
+// ?pin=. Found by a mutation audit: treating prefix tokens as
+// unrestricted survived every API test.
+func TestPrefixTokenScope(t *testing.T) {
+	m, op := startAuthSingle(t, nil)
+	for _, j := range []string{"team-a", "team-b", "other"} {
+		okTok(t, "PUT", m.URL+"/v1/jobs/"+j, op, []byte(`{"config":{"retained":2}}`), nil)
+		okTok(t, "POST", m.URL+"/v1/jobs/"+j+"/attempts", op,
+			[]byte(`{"attempt_id":"a1","tasks":[{"id":"agg","capabilities":["input"]}]}`), nil)
+	}
+	okTok(t, "POST", m.URL+"/v1/jobs/other/epochs", op, []byte(`{"generation":1,"epoch":1}`), nil)
+	okTok(t, "PUT", m.URL+"/v1/jobs/other/epochs/1/acks/agg", op, []byte(`{"generation":1,"payloads":{"input":"b2Zmc2V0"}}`), nil)
+	okTok(t, "PUT", m.URL+"/v1/jobs/other/epochs/1/pin", op, []byte(`{"name":"sp1"}`), nil)
+	team, _ := createToken(t, m.URL, op, `{"role":"worker","job_prefix":"team-"}`)
+
+	var jobs wire.JobList
+	okTok(t, "GET", m.URL+"/v1/jobs", team, nil, &jobs)
+	var ids []string
+	for _, j := range jobs.Jobs {
+		ids = append(ids, j.ID)
+	}
+	if strings.Join(ids, ",") != "team-a,team-b" {
+		t.Fatalf("the prefix token's job list: %v", ids)
+	}
+	restore := m.URL + "/v1/jobs/team-a/tasks/agg/restore"
+	expectAuthError(t, doTok(t, "GET", restore+"?source_job=other&epoch=1", team, nil), http.StatusForbidden, wire.CodeForbidden, "prefix token restoring another job by epoch")
+	okTok(t, "GET", restore+"?source_job=other&pin=sp1", team, nil, nil)
+}
+
+// TestTokenRevokeForceChecked: ?force of a revocation is true or false;
+// anything else is 400 naming it, and nothing is revoked. Found by a
+// mutation audit: a malformed force read as false survived every API
+// test.
+func TestTokenRevokeForceChecked(t *testing.T) {
+	m, op := startAuthSingle(t, nil)
+	_, acc := createToken(t, m.URL, op, `{"role":"worker","job":"ja"}`)
+	expectError(t, doTok(t, "DELETE", m.URL+"/v1/tokens/"+acc+"?force=maybe", op, nil), http.StatusBadRequest, wire.CodeInvalid, "force")
+	var list wire.TokenList
+	okTok(t, "GET", m.URL+"/v1/tokens", op, nil, &list)
+	if len(list.Tokens) != 2 {
+		t.Fatalf("tokens after a refused revocation: %+v", list.Tokens)
+	}
+}
