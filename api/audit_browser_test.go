@@ -31,7 +31,7 @@ func TestBrowserHostAndSiteEdges(t *testing.T) {
 	// A member advertising a name (the record a member of another host
 	// writes when it joins).
 	if _, _, err := m.Node.Propose(context.Background(), fsm.CmdMemberUpsert,
-		&fsm.MemberUpsert{ID: "n2", RaftAddr: "db1.example.test:7001", HTTPAddr: "db1.example.test:7000"}); err != nil {
+		&fsm.MemberUpsert{ID: "n2", RaftAddr: "raft1.example.test:7001", HTTPAddr: "db1.example.test:7000"}); err != nil {
 		t.Fatal(err)
 	}
 	for host, want := range map[string]int{
@@ -40,6 +40,7 @@ func TestBrowserHostAndSiteEdges(t *testing.T) {
 		"[::1]" + port:                http.StatusOK,
 		"[::1]":                       http.StatusOK,
 		"DB1.Example.Test" + port:     http.StatusOK,
+		"raft1.example.test" + port:   http.StatusOK,
 		"app.localhost" + port:        http.StatusOK,
 		"db1.example.test" + port:     http.StatusOK,
 		"notlocalhost" + port:         http.StatusMisdirectedRequest,
