@@ -56,7 +56,8 @@ func TestRefusedAckKeepsSlotsOpen(t *testing.T) {
 // the check off by one (refusing only above the limit) survived every
 // API test.
 func TestLiveBytesAtTheQuotaRefusesUploads(t *testing.T) {
-	m := testmember.StartSingleWith(t, func(c *config.Config) { c.QuotaLiveBytes = 100 })
+	// The open-intents quota is off: the live bytes quota holds alone.
+	m := testmember.StartSingleWith(t, func(c *config.Config) { c.QuotaLiveBytes, c.QuotaOpenIntents = 100, 0 })
 	j := createJob(t, m.URL, "full", []taskSpec{{ID: "agg", Caps: []string{"state", "incremental"}}})
 	k := upload(t, j, "agg", strings.Repeat("f", 100))
 	j.begin(t, 1)
