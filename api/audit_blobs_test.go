@@ -74,6 +74,11 @@ func TestBlobUploadLimits(t *testing.T) {
 		t.Fatalf("stored %d bytes (%v), want %d", n, ok, len(body))
 	}
 
+	exact := slot()
+	if r := putRaw(t, exact.URL, strings.Repeat("e", int(m.Cfg.MaxBlobBytes)), false); r.status != http.StatusOK {
+		t.Fatalf("upload of exactly --max-blob-bytes: %d %s", r.status, r.body)
+	}
+
 	over := slot()
 	r := putRaw(t, over.URL, strings.Repeat("o", 300<<10), false)
 	expectError(t, r, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "")

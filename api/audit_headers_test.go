@@ -33,6 +33,12 @@ func TestHeaderLimitExact(t *testing.T) {
 	if status != http.StatusRequestHeaderFieldsTooLarge || errorCode(t, string(body)) != string(wire.CodeHeaderTooLarge) {
 		t.Fatalf("headers one byte over the limit: %d %s", status, body)
 	}
+	// The query counts, as part of the request line.
+	long := "GET /v1/status?pad=" + strings.Repeat("q", limit) + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+	status, _, body = sendRaw(t, addr, long)
+	if status != http.StatusRequestHeaderFieldsTooLarge || errorCode(t, string(body)) != string(wire.CodeHeaderTooLarge) {
+		t.Fatalf("a query past the limit: %d %s", status, body)
+	}
 	// A header repeated counts every time it appears.
 	var rep strings.Builder
 	rep.WriteString("GET /v1/status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n")
