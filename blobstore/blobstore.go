@@ -266,7 +266,9 @@ func (e *exactReader) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	if err == io.EOF {
+	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+		// The body ended early (io.ErrUnexpectedEOF: an HTTP client's
+		// upload cut short): the caller's body, not the store, failed.
 		e.err = fmt.Errorf("%w: body ended after %d of %d bytes", ErrSizeMismatch, e.size-e.left, e.size)
 		return n, e.err
 	}
