@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -407,7 +408,9 @@ func restorePlan(t *txn, req RestoreRequest) (*wire.RestorePlan, error) {
 						strings.Compare(a.Key, b.Key), cmp.Compare(a.Offset, b.Offset))
 				})
 				kr.Manifest = m
-				kr.Bytes += int(m.Bytes())
+				// At most the largest int: the state machine takes any
+				// declared size.
+				kr.Bytes += int(min(m.Bytes(), uint64(math.MaxInt-kr.Bytes)))
 				plan.ObjectStoreReads += len(m.Bases) + len(m.Segments)
 				plan.ObjectStoreBytes += m.Bytes()
 				keys := make([]string, 0, len(m.Bases)+len(m.Segments))
