@@ -141,13 +141,13 @@ func (g *DiskGuard) Check() error {
 	}
 	g.mu.Lock()
 	g.refresh(false)
-	free, err := g.free, g.err
+	free, err, minFree := g.free, g.err, g.minFree
 	g.mu.Unlock()
-	if err != nil || g.minFree == 0 || free >= g.minFree {
+	if err != nil || minFree == 0 || free >= minFree {
 		return nil
 	}
 	g.refused.Add(1)
-	return &DiskFullError{Dir: g.dir, Free: free, MinFree: g.minFree}
+	return &DiskFullError{Dir: g.dir, Free: free, MinFree: minFree}
 }
 
 // Full records a write that failed for want of space (cause) and returns
@@ -156,10 +156,10 @@ func (g *DiskGuard) Check() error {
 func (g *DiskGuard) Full(cause error) *DiskFullError {
 	g.mu.Lock()
 	g.refresh(true)
-	free := g.free
+	free, minFree := g.free, g.minFree
 	g.mu.Unlock()
 	g.refused.Add(1)
-	return &DiskFullError{Dir: g.dir, Free: free, MinFree: g.minFree, Cause: cause}
+	return &DiskFullError{Dir: g.dir, Free: free, MinFree: minFree, Cause: cause}
 }
 
 // Room reads the free space now and returns a *DiskFullError (its Cause
@@ -168,13 +168,13 @@ func (g *DiskGuard) Full(cause error) *DiskFullError {
 func (g *DiskGuard) Room(need uint64, what string) error {
 	g.mu.Lock()
 	g.refresh(true)
-	free, err := g.free, g.err
+	free, err, minFree := g.free, g.err, g.minFree
 	g.mu.Unlock()
-	if err != nil || free >= need+g.minFree {
+	if err != nil || free >= need+minFree {
 		return nil
 	}
-	return &DiskFullError{Dir: g.dir, Free: free, MinFree: g.minFree,
-		Cause: fmt.Errorf("%s needs %d bytes free beyond the minimum of %d (--min-free-disk)", what, need, g.minFree)}
+	return &DiskFullError{Dir: g.dir, Free: free, MinFree: minFree,
+		Cause: fmt.Errorf("%s needs %d bytes free beyond the minimum of %d (--min-free-disk)", what, need, minFree)}
 }
 
 // Status reads the free space (at most once per diskCheckInterval).
