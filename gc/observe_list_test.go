@@ -23,19 +23,7 @@ import (
 // cmd/s3server process on loopback.
 func TestObserveListsNewKeys(t *testing.T) {
 	e := newEnv(t)
-	endpoint := blobtest.StartS3Server(t, "obs")
-	cfg := blobtest.Config(endpoint, "obs", "ms")
-	var mu sync.Mutex
-	ops := map[string]int{}
-	cfg.Observer = func(op string, _ int, _ error, _ time.Duration) {
-		mu.Lock()
-		ops[op]++
-		mu.Unlock()
-	}
-	store, err := blobstore.NewS3(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, ops := countedS3(t, "obs")
 	w := e.startJob("j", 100)
 	at := time.Unix(1_800_000_000, 0)
 	var keys []string
@@ -74,9 +62,7 @@ func TestObserveListsNewKeys(t *testing.T) {
 	}
 	e.do(fsm.CmdTaskAck, fsm.TaskAck{Job: w.job, Generation: w.gen, Epoch: 1, Task: w.task, Manifest: &fsm.ManifestAck{Blobs: blobs, Delta: d}})
 
-	mu.Lock()
-	clear(ops)
-	mu.Unlock()
+	ops.reset()
 	cfg2 := baseConfig()
 	cfg2.ObserveBatch = 3
 	c := e.collectorWith(cfg2, store)
@@ -84,9 +70,7 @@ func TestObserveListsNewKeys(t *testing.T) {
 	if err != nil || rep.Observed != len(keys) || rep.Flagged != 2 || rep.Errors != 0 {
 		t.Fatalf("observe: %+v %v; want %d observed, 2 flagged", rep, err, len(keys))
 	}
-	mu.Lock()
-	lists, heads := ops[blobstore.OpList], ops[blobstore.OpHead]
-	mu.Unlock()
+	lists, heads := ops.get(blobstore.OpList), ops.get(blobstore.OpHead)
 	if lists != 1 || heads != 2 {
 		t.Fatalf("%d listings and %d HEADs; want 1 listing for the six keys of one window and 2 HEADs (the lone key, the other shape)", lists, heads)
 	}
@@ -125,4 +109,42 @@ func TestListGroups(t *testing.T) {
 	if len(heads) != 3 {
 		t.Fatalf("HEADs %v, want j/a/old, top and the lone key", heads)
 	}
+}
+
+// opCounts counts a store's calls by operation (a blobstore.Observer).
+type opCounts struct {
+	mu  sync.Mutex
+	ops map[string]int
+}
+
+func (c *opCounts) observe(op string, _ int, _ error, _ time.Duration) {
+	c.mu.Lock()
+	c.ops[op]++
+	c.mu.Unlock()
+}
+
+func (c *opCounts) get(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ops[op]
+}
+
+func (c *opCounts) reset() {
+	c.mu.Lock()
+	clear(c.ops)
+	c.mu.Unlock()
+}
+
+// countedS3 is an S3 store over a cmd/s3server process on loopback with
+// its own bucket, and the count of its calls.
+func countedS3(t *testing.T, bucket string) (*blobstore.S3, *opCounts) {
+	t.Helper()
+	cfg := blobtest.Config(blobtest.StartS3Server(t, bucket), bucket, "ms")
+	ops := &opCounts{ops: map[string]int{}}
+	cfg.Observer = ops.observe
+	store, err := blobstore.NewS3(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, ops
 }

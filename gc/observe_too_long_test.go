@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/metastore/metastore/blobstore"
-	"github.com/metastore/metastore/blobstore/blobtest"
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
 )
@@ -21,19 +20,7 @@ import (
 // store is a cmd/s3server process on loopback (a NameLister).
 func TestObserveTooLongListingFallsBackToHead(t *testing.T) {
 	e := newEnv(t)
-	endpoint := blobtest.StartS3Server(t, "long")
-	cfg := blobtest.Config(endpoint, "long", "ms")
-	var mu sync.Mutex
-	ops := map[string]int{}
-	cfg.Observer = func(op string, _ int, _ error, _ time.Duration) {
-		mu.Lock()
-		ops[op]++
-		mu.Unlock()
-	}
-	store, err := blobstore.NewS3(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, ops := countedS3(t, "long")
 	ctx := context.Background()
 	at := time.Unix(1_800_000_000, 0)
 	acked := []string{blobstore.NewKey("j/t0", at), blobstore.NewKey("j/t0", at.Add(time.Millisecond))}
@@ -87,9 +74,8 @@ func TestObserveTooLongListingFallsBackToHead(t *testing.T) {
 		observed += rep.Observed
 	}
 	if observed != len(acked) {
-		mu.Lock()
 		t.Fatalf("after two passes %d of %d new blobs observed (%d listings, %d HEADs): a window too long to list is listed again by every pass",
-			observed, len(acked), ops[blobstore.OpList], ops[blobstore.OpHead])
+			observed, len(acked), ops.get(blobstore.OpList), ops.get(blobstore.OpHead))
 	}
 	for _, k := range acked {
 		if b := e.blob(k); b.Observed == nil || b.Observed.Missing || b.Observed.Size != 100 || b.Flagged {
@@ -98,9 +84,7 @@ func TestObserveTooLongListingFallsBackToHead(t *testing.T) {
 	}
 	// They were HEADed: the listing stopped at its bound rather than read
 	// the whole window.
-	mu.Lock()
-	defer mu.Unlock()
-	if ops[blobstore.OpHead] != len(acked) {
-		t.Fatalf("%d HEADs (%d listings), want one per blob of the window too long to list", ops[blobstore.OpHead], ops[blobstore.OpList])
+	if heads := ops.get(blobstore.OpHead); heads != len(acked) {
+		t.Fatalf("%d HEADs (%d listings), want one per blob of the window too long to list", heads, ops.get(blobstore.OpList))
 	}
 }
