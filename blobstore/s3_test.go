@@ -248,20 +248,7 @@ func httpPut(t *testing.T, u, body string) int {
 
 func httpPutHeader(t *testing.T, u string, header http.Header, body string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPut, u, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	return do(t, http.MethodPut, u, header, body)
 }
 
 // A store whose server is down, or never answers, fails within a bounded
