@@ -68,6 +68,11 @@ type Collector struct {
 	recent    []RunSample // oldest first, at most RecentRuns
 	totals    Totals
 	lastSweep time.Time // clock of the last orphan sweep (zero: never)
+	// sweepRetryAt is when an orphan sweep that did not finish (its
+	// listing or a delete failed) is tried again, before OrphanEvery
+	// (zero: none pending); sweepFailures counts such sweeps in a row.
+	sweepRetryAt  time.Time
+	sweepFailures int
 
 	hooks hooks
 }
@@ -323,6 +328,10 @@ func (c *Collector) Status() Status {
 		at := c.lastSweep
 		s.LastOrphanSweep = &at
 	}
+	if !c.sweepRetryAt.IsZero() {
+		at := c.sweepRetryAt
+		s.OrphanSweepRetryAt = &at
+	}
 	c.mu.Unlock()
 	cand, del, err := c.counts()
 	if err != nil {
@@ -336,14 +345,19 @@ func (c *Collector) Status() Status {
 // sweep in the last OrphanEvery, by this collector or, as the replicated
 // slot cut-off tells (a sweep proposes its clock minus OrphanGrace), by
 // any leader before it. A new leader thus keeps the cluster's schedule
-// rather than list the whole prefix as soon as it leads.
+// rather than list the whole prefix as soon as it leads. A sweep of this
+// collector that did not finish is due again at its retry time
+// (sweepEnded), whatever the schedule says.
 func (c *Collector) sweepDue(now time.Time) bool {
 	if c.cfg.OrphanEvery <= 0 {
 		return false
 	}
 	c.mu.Lock()
-	last := c.lastSweep
+	last, retry := c.lastSweep, c.sweepRetryAt
 	c.mu.Unlock()
+	if !retry.IsZero() && !now.Before(retry) {
+		return true
+	}
 	if cut, err := c.f.SlotCutoff(); err == nil && !cut.IsZero() {
 		if at := cut.Add(c.cfg.OrphanGrace); at.After(last) {
 			last = at

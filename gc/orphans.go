@@ -13,6 +13,31 @@ import (
 // errEnoughOrphans stops a listing that found MaxOrphansPerSweep orphans.
 var errEnoughOrphans = errors.New("gc: orphan bound reached")
 
+// SweepRetryDelay is the wait before an orphan sweep that did not finish
+// (its listing or a delete failed, or the cycle was refused midway) is
+// tried again; it doubles with each such sweep in a row, up to
+// OrphanEvery. The sweep's cut-off is replicated even when its listing
+// fails, so without the retry the next sweep would wait a whole
+// OrphanEvery after a transient store failure.
+const SweepRetryDelay = time.Minute
+
+// sweepEnded records how a sweep (not a dry run) started at `at` ended:
+// finished, or to be tried again after a growing delay.
+func (c *Collector) sweepEnded(at time.Time, finished bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if finished {
+		c.sweepRetryAt, c.sweepFailures = time.Time{}, 0
+		return
+	}
+	delay := c.cfg.OrphanEvery
+	if c.sweepFailures < 20 {
+		delay = min(delay, SweepRetryDelay<<c.sweepFailures)
+	}
+	c.sweepFailures++
+	c.sweepRetryAt = at.Add(delay)
+}
+
 // sweepOrphans lists the store under Prefix and deletes the objects the
 // state machine does not know that are older than OrphanGrace. Keys are
 // handed out through intents recorded before the upload, or as signed
@@ -28,15 +53,17 @@ var errEnoughOrphans = errors.New("gc: orphan bound reached")
 // every ack, committed before the cut-off and the listing) and only then
 // re-reads which keys are known. An object of a signed name is deleted
 // only when its lease is behind the cut-off.
-func (cy *cycle) sweepOrphans(dry bool) error {
+func (cy *cycle) sweepOrphans(dry bool) (err error) {
 	c := cy.c
 	rep := cy.rep
 	now := c.now()
 	rep.OrphanSweep = true
+	incomplete := false
 	if !dry {
 		c.mu.Lock()
 		c.lastSweep = now
 		c.mu.Unlock()
+		defer func() { c.sweepEnded(now, err == nil && !incomplete) }()
 	}
 	if err := c.verify(cy.ctx); err != nil {
 		return err
@@ -69,7 +96,7 @@ func (cy *cycle) sweepOrphans(dry bool) error {
 		pending = pending[:0]
 		return nil
 	}
-	err := c.store.List(cy.ctx, c.cfg.Prefix, func(info blobstore.Info) error {
+	listErr := c.store.List(cy.ctx, c.cfg.Prefix, func(info blobstore.Info) error {
 		rep.OrphansListed++
 		// An object of unknown age is left alone; a young one may be an
 		// upload in flight.
@@ -92,14 +119,16 @@ func (cy *cycle) sweepOrphans(dry bool) error {
 		return nil
 	})
 	switch {
-	case errors.Is(err, errEnoughOrphans):
+	case errors.Is(listErr, errEnoughOrphans):
 		rep.Truncated = true
-	case err != nil:
+	case listErr != nil:
 		if cerr := cy.ctx.Err(); cerr != nil {
 			return cerr
 		}
-		// What was listed before the failure is still valid.
-		noteErr(rep, fmt.Errorf("gc: orphan sweep: list %q: %w", c.cfg.Prefix, err))
+		// What was listed before the failure is still valid; the rest is
+		// listed again by the sweep's retry.
+		incomplete = true
+		noteErr(rep, fmt.Errorf("gc: orphan sweep: list %q: %w", c.cfg.Prefix, listErr))
 	}
 	if err := flush(); err != nil {
 		return err
@@ -133,6 +162,9 @@ func (cy *cycle) sweepOrphans(dry bool) error {
 			}
 		}
 		confirmed, err := cy.deleteObjects(del)
+		if len(confirmed) < len(del) {
+			incomplete = true
+		}
 		var bytes uint64
 		for _, k := range confirmed {
 			bytes += uint64(max(sizes[k], 0))
@@ -142,6 +174,8 @@ func (cy *cycle) sweepOrphans(dry bool) error {
 		c.m.orphansDeleted.Add(float64(len(confirmed)))
 		c.m.bytesFreed.Add(float64(bytes))
 		if err != nil {
+			// deleteObjects reported the failure; the sweep's retry
+			// deletes the rest.
 			return cy.ctx.Err()
 		}
 	}

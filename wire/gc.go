@@ -137,6 +137,11 @@ type GCStatus struct {
 	Deleting          int `json:"deleting"`
 	// LastOrphanSweep is when the last orphan sweep started.
 	LastOrphanSweep *time.Time `json:"last_orphan_sweep,omitempty"`
+	// OrphanSweepRetryAt is set while an orphan sweep of this member that
+	// did not finish (its listing or a delete failed) waits to be tried
+	// again: from a minute after it, doubling with each failed sweep in a
+	// row, up to the sweep's period.
+	OrphanSweepRetryAt *time.Time `json:"orphan_sweep_retry_at,omitempty"`
 	// Store names the object store.
 	Store  string         `json:"store"`
 	Config GCStatusConfig `json:"config"`

@@ -61,6 +61,9 @@ func runGCStatus(inv *invocation, args []string) int {
 	if st.LastOrphanSweep != nil {
 		sweep = fmtTime(*st.LastOrphanSweep)
 	}
+	if st.OrphanSweepRetryAt != nil {
+		sweep += ", did not finish: tried again at " + fmtTime(*st.OrphanSweepRetryAt)
+	}
 	fmt.Fprintf(tw, "last orphan sweep\t%s\n", sweep)
 	t := st.Totals
 	fmt.Fprintf(tw, "totals\tsince %s: %s (%d failed), %d deleted, %s freed, %d orphans deleted, %d errors\n",

@@ -275,3 +275,16 @@ func TestUsageListsEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestGCStatusShowsASweepRetry: a sweep that did not finish is shown with
+// the time of its retry.
+func TestGCStatusShowsASweepRetry(t *testing.T) {
+	status := strings.Replace(gcStatusJSON, `"pending_candidates":2,`,
+		`"pending_candidates":2,"last_orphan_sweep":"2025-01-02T03:04:05Z","orphan_sweep_retry_at":"2025-01-02T03:05:05Z",`, 1)
+	_, srv := newFakeNode(t, map[string]func(http.ResponseWriter){"GET /v1/gc": answer(200, status)})
+	code, out, errOut := runCmd([]string{"gc", "status", "--addr", srv.URL}, nil)
+	if code != exitOK || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	expectLines(t, out, "last orphan sweep 2025-01-02T03:04:05Z, did not finish: tried again at 2025-01-02T03:05:05Z")
+}
