@@ -146,7 +146,7 @@ func (op *ackOp) decideManifest(t *txn) error {
 		return nil
 	}
 	var err error
-	op.plan, err = planManifest(t, op.j, p.Generation, p.Epoch, op.tk, op.head, m, op.c.Time, op.c.Version >= 2)
+	op.plan, err = planManifest(t, op.j, p.Generation, p.Epoch, op.tk, op.head, m, op.c.Time, op.c.Version >= 2, op.c.Version >= 4)
 	return err
 }
 

@@ -167,7 +167,10 @@ func init() {
 		// Version 2 adds the cross-job and upload-slot rules (crossjob.go);
 		// entries of version 1 are applied by the rules they were written
 		// under. Version 3 is version 2 in MessagePack (payloads.go).
-		CmdTaskAck:       handle("task-ack", 3, 3, ackTask),
+		// Version 4 refuses a manifest change that leaves a base and a
+		// segment at one reference (manifests.Plan); entries of versions 1
+		// to 3 replay without that rule (manifests.PlanSharingRefs).
+		CmdTaskAck:       handle("task-ack", 4, 3, ackTask),
 		CmdEpochAbort:    handle("epoch-abort", 1, 0, applyEpochAbort),
 		CmdEpochPin:      handle("epoch-pin", 1, 0, applyEpochPin),
 		CmdEpochUnpin:    handle("epoch-unpin", 1, 0, applyEpochUnpin),

@@ -321,7 +321,7 @@ func PlanReadsRecords(f *FSM, ack TaskAck, now time.Time) (bool, error) {
 		if err := checkAckingTask(op.tk, &ack); err != nil {
 			return err
 		}
-		_, err := planManifest(t, op.j, ack.Generation, ack.Epoch, op.tk, op.head, ack.Manifest, now, true)
+		_, err := planManifest(t, op.j, ack.Generation, ack.Epoch, op.tk, op.head, ack.Manifest, now, true, true)
 		read = t.cursors[string(bucketRecords)] != nil
 		return err
 	})

@@ -28,7 +28,10 @@ type manifestPlan struct {
 // task-ack version 2 (crossjob.go): another job's checkpoint is a base only
 // when it is pinned, another job's blobs are referenced only when inherited
 // from such a base, and upload slots of an earlier attempt are refused.
-func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, head *lineageRecord, m *ManifestAck, now time.Time, strict bool) (*manifestPlan, error) {
+// distinct applies the rule of task-ack version 4: the manifest left holds
+// no base and segment at one reference (manifests.Plan); entries of earlier
+// versions replay without it (manifests.PlanSharingRefs).
+func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, head *lineageRecord, m *ManifestAck, now time.Time, strict, distinct bool) (*manifestPlan, error) {
 	if m.Delta != nil && !tk.Caps.Incremental() {
 		return nil, ruleErr(wire.CodeInvalid, "manifest.delta", "task %q does not have the incremental capability: send the full manifest", tk.ID)
 	}
@@ -72,7 +75,11 @@ func planManifest(t *txn, j *jobRecord, gen, epoch uint64, tk *taskRecord, head 
 	if err := view.noteUnreferenced(d); err != nil {
 		return nil, err
 	}
-	if p.change, err = manifests.Plan(view, d); err != nil {
+	plan := manifests.Plan
+	if !distinct {
+		plan = manifests.PlanSharingRefs
+	}
+	if p.change, err = plan(view, d); err != nil {
 		return nil, manifestErr("manifest", err)
 	}
 	if strict {

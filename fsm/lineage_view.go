@@ -56,24 +56,29 @@ func (v lineageView) noteUnreferenced(d manifests.Delta) error {
 	if v.lid == 0 || v.read == nil {
 		return nil
 	}
-	note := func(kind byte, ref manifests.Ref) error {
+	note := func(ref manifests.Ref, kinds ...byte) error {
 		b, err := v.t.blob(ref.Key)
 		if err != nil {
 			return err
 		}
 		if b == nil || b.Refs == 0 {
-			v.read[recordID{kind, ref}] = nil
+			for _, kind := range kinds {
+				v.read[recordID{kind, ref}] = nil
+			}
 		}
 		return nil
 	}
+	// A reference the delta adds is looked up as both kinds: present
+	// (manifests.Plan) and at a reference of the other kind (the distinct
+	// rule, task-ack version 4).
 	for _, s := range d.AddSegments {
-		if err := note(kindSegment, s.ID()); err != nil {
+		if err := note(s.ID(), kindSegment, kindBase); err != nil {
 			return err
 		}
 	}
 	if m := d.Materialize; m != nil {
 		for _, b := range m.Bases {
-			if err := note(kindBase, b.ID()); err != nil {
+			if err := note(b.ID(), kindBase, kindSegment); err != nil {
 				return err
 			}
 		}
@@ -93,6 +98,17 @@ func (v lineageView) HasSegment(ref manifests.Ref) (bool, error) {
 		return false, nil
 	}
 	r, err := v.record(kindSegment, ref)
+	if err != nil || r == nil {
+		return false, err
+	}
+	return v.present(r), nil
+}
+
+func (v lineageView) HasBase(ref manifests.Ref) (bool, error) {
+	if v.lid == 0 {
+		return false, nil
+	}
+	r, err := v.record(kindBase, ref)
 	if err != nil || r == nil {
 		return false, err
 	}

@@ -256,6 +256,13 @@ func (v failView) HasSegment(r Ref) (bool, error) {
 	return v.memView.HasSegment(r)
 }
 
+func (v failView) HasBase(r Ref) (bool, error) {
+	if v.fail == "HasBase" {
+		return false, errView
+	}
+	return v.memView.HasBase(r)
+}
+
 func (v failView) SegmentsBefore(seq uint64, fn func(Segment) error) error {
 	if v.fail == "SegmentsBefore" {
 		return errView
@@ -283,6 +290,8 @@ func TestPlanReturnsViewErrors(t *testing.T) {
 		{"SegmentsBefore", Delta{Materialize: &Materialization{TruncateBefore: 5}}},
 		{"HasSegment", Delta{DropSegments: []Ref{{"log", 0}}}},
 		{"HasSegment", Delta{AddSegments: []Segment{seg("log", 1, 1, 2, 2)}}},
+		{"HasBase", Delta{AddSegments: []Segment{seg("log", 1, 1, 2, 2)}}},
+		{"HasSegment", Delta{Materialize: &Materialization{Bases: []Base{{Key: "c", Length: 1}}}}},
 	}
 	for _, tc := range cases {
 		if _, err := Plan(memView{m}, tc.d); err != nil {

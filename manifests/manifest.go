@@ -363,6 +363,8 @@ func sortedBases(bs []Base) []Base {
 type View interface {
 	// HasSegment reports whether the manifest holds the segment.
 	HasSegment(r Ref) (bool, error)
+	// HasBase reports whether the manifest holds a base at r.
+	HasBase(r Ref) (bool, error)
 	// SegmentsBefore calls fn for every segment of the manifest whose
 	// LastSeq is below seq.
 	SegmentsBefore(seq uint64, fn func(Segment) error) error
@@ -381,8 +383,19 @@ type Change struct {
 }
 
 // Plan checks d against the manifest seen through v and returns the change
-// to store. d must have passed Validate.
-func Plan(v View, d Delta) (Change, error) {
+// to store. d must have passed Validate. The manifest it leaves holds each
+// reference once, as Validate asks of a whole one: an added segment at a
+// base the manifest keeps, or a materialization's base at a segment it
+// keeps, is refused (already_in_manifest).
+func Plan(v View, d Delta) (Change, error) { return plan(v, d, true) }
+
+// PlanSharingRefs is Plan without the rule that keeps a base and a segment
+// off one reference: the rules the state machine applied to acks before
+// task-ack version 4, kept so that the entries written under them replay
+// as they were applied. Nothing else calls it.
+func PlanSharingRefs(v View, d Delta) (Change, error) { return plan(v, d, false) }
+
+func plan(v View, d Delta, distinct bool) (Change, error) {
 	var c Change
 	truncated := map[Ref]bool{}
 	if m := d.Materialize; m != nil {
@@ -428,7 +441,46 @@ func Plan(v View, d Delta) (Change, error) {
 		}
 		c.AddSegments = append(c.AddSegments, s)
 	}
+	if distinct {
+		if err := checkDistinct(v, d, dropped); err != nil {
+			return Change{}, err
+		}
+	}
 	return c, nil
+}
+
+// checkDistinct refuses a delta that leaves a base and a segment at one
+// reference: without a materialization, an added segment at a present
+// base; with one, a new base at a present segment the delta keeps (not
+// truncated, not dropped). Validate has checked the delta's own
+// references against each other. It looks up each reference the delta
+// adds, never the whole manifest.
+func checkDistinct(v View, d Delta, dropped map[Ref]bool) error {
+	if m := d.Materialize; m != nil {
+		for _, b := range m.Bases {
+			if dropped[b.ID()] {
+				continue
+			}
+			ok, err := v.HasSegment(b.ID())
+			if err != nil {
+				return err
+			}
+			if ok {
+				return errf(CodeAlreadyPresent, b.ID().String(), "new base is at a segment the manifest keeps")
+			}
+		}
+		return nil
+	}
+	for _, s := range d.AddSegments {
+		ok, err := v.HasBase(s.ID())
+		if err != nil {
+			return err
+		}
+		if ok {
+			return errf(CodeAlreadyPresent, s.ID().String(), "added segment is at a base of the manifest")
+		}
+	}
+	return nil
 }
 
 // CheckRanges checks every added reference against the size of its blob;
@@ -499,6 +551,10 @@ type memView struct{ m Manifest }
 
 func (v memView) HasSegment(r Ref) (bool, error) {
 	return slices.ContainsFunc(v.m.Segments, func(s Segment) bool { return s.ID() == r }), nil
+}
+
+func (v memView) HasBase(r Ref) (bool, error) {
+	return slices.ContainsFunc(v.m.Bases, func(b Base) bool { return b.ID() == r }), nil
 }
 
 func (v memView) SegmentsBefore(seq uint64, fn func(Segment) error) error {

@@ -50,7 +50,8 @@ const (
 	// CodeTooManyPending (409): the job has MaxPendingEpochs epochs pending.
 	CodeTooManyPending Code = "too_many_pending"
 	// CodeManifestMismatch (409): a manifest delta does not apply to the
-	// stored manifest (a segment added twice, one removed that is absent).
+	// stored manifest (a segment added twice, one removed that is absent,
+	// a base and a segment left at one reference).
 	CodeManifestMismatch Code = "manifest_mismatch"
 	// CodeBlobUnknown (409): a manifest references a key with no upload
 	// intent and no record.
