@@ -450,27 +450,59 @@ func (cy *cycle) run(opts RunOptions, resumeOnly bool) error {
 	return nil
 }
 
-// expireIntents turns intents whose lease ended into candidates.
+// expireIntents turns intents whose lease ended into candidates. The
+// state machine ends each lease entry it is given, an upload batch's
+// whether or not a key of it was left unused (a batch whose every key an
+// ack committed expires none), and keeps only an entry whose lease moved.
+// So how many keys a proposal expired says nothing about the entries
+// behind it: the cycle goes on until the index lists nothing past the
+// entries it kept.
 func (cy *cycle) expireIntents() error {
 	c := cy.c
+	proposed := map[string]bool{}
+	kept := map[string]bool{} // proposed, and still listed
 	for {
 		if err := cy.ctx.Err(); err != nil {
 			return err
 		}
 		now := c.now()
-		keys, err := c.f.ExpiredIntents(now, c.cfg.BatchSize)
-		if err != nil || len(keys) == 0 {
+		keptBefore := len(kept)
+		limit := keptBefore + c.cfg.BatchSize
+		keys, err := c.f.ExpiredIntents(now, limit)
+		if err != nil {
 			return err
 		}
-		expired, err := c.proposeKeys(cy.ctx, fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: keys})
+		fresh := make([]string, 0, c.cfg.BatchSize)
+		more := false // listed entries left for the next proposal
+		for _, k := range keys {
+			switch {
+			case proposed[k]:
+				kept[k] = true
+			case len(fresh) < c.cfg.BatchSize:
+				fresh = append(fresh, k)
+			default:
+				more = true
+			}
+		}
+		end := len(keys) < limit && !more
+		if len(fresh) == 0 {
+			// Every entry listed was proposed and kept: list past the
+			// ones found this time, if the listing was cut at its limit.
+			if end || len(kept) == keptBefore {
+				return nil
+			}
+			continue
+		}
+		for _, k := range fresh {
+			proposed[k] = true
+		}
+		expired, err := c.proposeKeys(cy.ctx, fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: fresh})
 		if err != nil {
 			return err
 		}
 		cy.rep.ExpiredIntents += len(expired)
 		c.m.expiredIntents.Add(float64(len(expired)))
-		if len(expired) == 0 || len(keys) < c.cfg.BatchSize {
-			// Nothing more, or only entries the state machine will not
-			// expire (their lease moved): leave them.
+		if end {
 			return nil
 		}
 	}
