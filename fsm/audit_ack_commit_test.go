@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/metastore/metastore/fsm"
 	"github.com/metastore/metastore/manifests"
@@ -39,6 +40,30 @@ func TestAuditAckCommitChecks(t *testing.T) {
 				t.Fatalf("%v, want a refusal naming manifest.blobs", re)
 			}
 		})
+	}
+	h.fsck()
+}
+
+// TestAuditAckLiveBlobCommittedAgain: a blob already live may be listed
+// again in a later ack's commits at its size: the commit changes nothing
+// of the blob, and the ack's new segment of it takes its reference.
+func TestAuditAckLiveBlobCommittedAgain(t *testing.T) {
+	h := oneIncrementalTask(t, "c", 2, "c/t/a")
+	commit := []fsm.BlobCommit{{Key: "c/t/a", Size: 20, Checksum: "sha256:aa"}}
+	h.begin("c", 1, 1)
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, auditAck("c", 1, 1, &fsm.ManifestAck{Blobs: commit,
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{auditSeg("c/t/a", 0, 1)}}})))
+	first, _, err := h.f.Blob("c/t/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.advance(time.Minute)
+	h.begin("c", 1, 2)
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, auditAck("c", 1, 2, &fsm.ManifestAck{Blobs: commit,
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{auditSeg("c/t/a", 10, 2)}}})))
+	b, _, err := h.f.Blob("c/t/a")
+	if err != nil || b.State != wire.BlobLive || b.Size != 20 || b.Checksum != "sha256:aa" || b.Refs != 2 || !b.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("blob committed again: %+v %v, want live, size 20, two references, as first committed (%+v)", b, err, first)
 	}
 	h.fsck()
 }
