@@ -102,3 +102,22 @@ func TestAuditCrossJobBaseNeedsAManifest(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditCrossJobNewAttemptInheritsNothing: the first ack of a new
+// attempt that names no base starts from an empty manifest, so a blob of
+// job B that the previous attempt's fork inherited is foreign to it: the
+// early check refuses it as apply does.
+func TestAuditCrossJobNewAttemptInheritsNothing(t *testing.T) {
+	h := crossJobWorld(t, true)
+	h.pin("jobB", 1, "sp")
+	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "jobA", Generation: 1, Epoch: 1, Task: "agg-0", Manifest: &fsm.ManifestAck{
+		Base:  &fsm.BaseRef{Job: "jobB", Task: "agg-0", Epoch: 1},
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "jobB/agg-0/log", Offset: 50, Length: 10, FirstSeq: 3, LastSeq: 3}}}}}))
+	h.start("jobA", "a2", task(t, "agg-0", "state", "incremental"))
+	h.begin("jobA", 2, 2)
+	re := refusedAlike(t, h, "a new attempt's first ack", fsm.TaskAck{Job: "jobA", Generation: 2, Epoch: 2, Task: "agg-0", Manifest: &fsm.ManifestAck{
+		Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: "jobB/agg-0/log", Offset: 70, Length: 10, FirstSeq: 4, LastSeq: 4}}}}})
+	if !strings.Contains(re.Message, `blob "jobB/agg-0/log" is not known to job "jobA"`) {
+		t.Fatalf("refused with %v", re)
+	}
+}
