@@ -54,7 +54,8 @@ func TestAuditCrossJobEveryPlaceOfAKey(t *testing.T) {
 // TestAuditCrossJobForkHoldsOnlyTheSavepoint: a fork from job B's
 // savepoint may add ranges of the blobs that savepoint's manifest holds,
 // a base's blob as a segment's, but not of a blob B's lineage dropped
-// before it (still live for B's older checkpoint).
+// before it (still live for B's older checkpoint); a fork from that
+// older savepoint may.
 func TestAuditCrossJobForkHoldsOnlyTheSavepoint(t *testing.T) {
 	h := crossJobWorld(t, true)
 	h.intents("jobB", 1, "jobB/agg-0/base")
@@ -62,14 +63,20 @@ func TestAuditCrossJobForkHoldsOnlyTheSavepoint(t *testing.T) {
 	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "jobB", Generation: 1, Epoch: 2, Task: "agg-0", Manifest: &fsm.ManifestAck{
 		Blobs: []fsm.BlobCommit{{Key: "jobB/agg-0/base", Size: 1000}},
 		Delta: &manifests.Delta{Materialize: &manifests.Materialization{Bases: []manifests.Base{{Key: "jobB/agg-0/base", Offset: 0, Length: 1000}}, TruncateBefore: 3}}}}))
+	h.pin("jobB", 1, "sp1")
 	h.pin("jobB", 2, "sp2")
 	if n := h.refsOf([]string{"jobB/agg-0/log"})["jobB/agg-0/log"]; n != 1 {
 		t.Fatalf("jobB/agg-0/log has %d references, want epoch 1's", n)
 	}
-	fork := func(key string) fsm.TaskAck {
+	forkAt := func(epoch uint64, key string) fsm.TaskAck {
 		return fsm.TaskAck{Job: "jobA", Generation: 1, Epoch: 1, Task: "agg-0", Manifest: &fsm.ManifestAck{
-			Base:  &fsm.BaseRef{Job: "jobB", Task: "agg-0", Epoch: 2},
+			Base:  &fsm.BaseRef{Job: "jobB", Task: "agg-0", Epoch: epoch},
 			Delta: &manifests.Delta{AddSegments: []manifests.Segment{{Key: key, Offset: 500, Length: 10, FirstSeq: 3, LastSeq: 3}}}}}
+	}
+	fork := func(key string) fsm.TaskAck { return forkAt(2, key) }
+	// Epoch 1's manifest, which epoch 2 dropped the blob from, holds it.
+	if old := forkAt(1, "jobB/agg-0/log"); h.f.CheckCrossJob(&old) != nil {
+		t.Fatalf("early check of a fork from epoch 1 adding a range of its blob: %v", h.f.CheckCrossJob(&old))
 	}
 	re := refusedAlike(t, h, "a blob the savepoint dropped", fork("jobB/agg-0/log"))
 	if !strings.Contains(re.Message, `blob "jobB/agg-0/log" is not known to job "jobA"`) {
