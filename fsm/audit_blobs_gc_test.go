@@ -84,3 +84,40 @@ func TestAuditBlobLifecycleIndexes(t *testing.T) {
 	}
 	h.fsck()
 }
+
+// TestAuditCollectorListsHonourMax: the collector's lists (intents due,
+// GC candidates, deletions) return at most the number asked for.
+func TestAuditCollectorListsHonourMax(t *testing.T) {
+	h := newBatchHarness(t)
+	keys := []string{"u/t/a", "u/t/b", "u/t/c"}
+	h.intents("u", 1, keys...)
+	h.advance(2 * time.Hour)
+	for n := 1; n <= 3; n++ {
+		if due, err := h.f.ExpiredIntents(h.now, n); err != nil || len(due) != n {
+			t.Fatalf("ExpiredIntents(max %d) = %v %v", n, due, err)
+		}
+	}
+	mustOK(t, h.mustApply(fsm.CmdIntentsExpire, fsm.BlobKeys{Keys: keys}))
+	for n := 1; n <= 3; n++ {
+		if c, err := h.f.GCCandidates(h.now, n); err != nil || len(c) != n {
+			t.Fatalf("GCCandidates(max %d) = %v %v", n, c, err)
+		}
+	}
+	if got := h.markKeys(0, keys...); !slices.Equal(got, keys) {
+		t.Fatalf("marked %v, want %v", got, keys)
+	}
+	for n := 1; n <= 3; n++ {
+		if d, err := h.f.Deleting(n); err != nil || len(d) != n {
+			t.Fatalf("Deleting(max %d) = %v %v", n, d, err)
+		}
+	}
+}
+
+// TestAuditSlotKeyLength: a slot key of any length but 32 bytes is
+// refused, a longer one as a shorter one.
+func TestAuditSlotKeyLength(t *testing.T) {
+	h := newHarness(t)
+	for _, n := range []int{fsm.SlotKeyLen - 1, fsm.SlotKeyLen + 1} {
+		h.reject(wire.ErrInvalid, fsm.CmdSlotKeyInit, fsm.SlotKeyInit{Key: make([]byte, n)})
+	}
+}
