@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/metastore/metastore/fsm"
+	"github.com/metastore/metastore/wire"
 )
 
 // Audit of the consistency checks of the derived state in memory
@@ -87,5 +88,40 @@ func TestAuditFsckReportsAwaitingNotLive(t *testing.T) {
 	}
 	if p := fsckProblems(t, h); !hasProblem(p, `blob "u/t/a" is expired and awaits observation`) {
 		t.Fatalf("fsck problems %q, want the expired blob awaiting observation", p)
+	}
+}
+
+// TestAuditBatchWithABadBitmapIsCorrupt: an upload batch whose bitmap
+// does not have a bit per key is corrupt: reading one of its keys is an
+// error, not an intent.
+func TestAuditBatchWithABadBitmapIsCorrupt(t *testing.T) {
+	h := newBatchHarness(t)
+	keys := h.batch("u", 1, "t", testBatch, 3)
+	if err := h.f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	err := fsm.RawUpdate(h.f, func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("upload_batches"))
+		js, err := fsm.RecordJSON("upload_batches", b.Get([]byte(testBatch)))
+		if err != nil {
+			return err
+		}
+		var rec map[string]any
+		if err := json.Unmarshal(js, &rec); err != nil {
+			return err
+		}
+		rec["used"] = []byte{0, 0}
+		js, _ = json.Marshal(rec)
+		raw, err := fsm.StoredRecord("upload_batches", js)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(testBatch), raw)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _, err := h.f.Blob(keys[0]); err == nil || isRule(err, wire.ErrNotFound) {
+		t.Fatalf("a key of a batch with a bad bitmap reads as %+v (%v), want a corrupt-state error", b, err)
 	}
 }
