@@ -157,6 +157,22 @@ func TestAuditFsckReportsEachInconsistency(t *testing.T) {
 			}
 			return err
 		}},
+		{name: "intent without its lease entry", problem: "blob " + intent.key + " is an upload intent without its lease entry", plant: func(tx *bolt.Tx) error {
+			n, err := deleteSuffix(tx, "blob_leases", intent.key)
+			if err == nil && n != 1 {
+				t.Errorf("%d lease entries of %s", n, intent.key)
+			}
+			return err
+		}},
+		{name: "lease entry naming nothing", problem: "lease entry of alpha/op/none names no upload intent or batch", plant: func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("blob_leases")).Put(append(make([]byte, 8), "alpha/op/none"...), nil)
+		}},
+		{name: "lease entry of a live blob", problem: "lease entry of " + referenced.key + " names no upload intent or batch", plant: func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("blob_leases")).Put(append(make([]byte, 8), referenced.key...), nil)
+		}},
+		{name: "short lease entry", problem: `lease entry "abc" is too short`, plant: func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("blob_leases")).Put([]byte("abc"), nil)
+		}},
 		{name: "record of an unused batch key", problem: "blob " + batchKey(1) + " is live but an unused key of upload batch " + batchID, plant: func(tx *bolt.Tx) error {
 			b := tx.Bucket([]byte("blobs"))
 			return b.Put([]byte(batchKey(1)), bytes.Clone(b.Get([]byte(unreferenced.key))))

@@ -86,7 +86,7 @@ func PrepareRestore(r io.Reader, w io.Writer, dir string) (uint64, error) {
 // findings as an error.
 func checkBackupContent(db *bolt.DB) error {
 	rep := &FsckReport{}
-	if err := db.View(func(tx *bolt.Tx) error { return (&txn{tx: tx}).fsck(rep) }); err != nil {
+	if err := db.View(func(tx *bolt.Tx) error { return (&txn{tx: tx}).fsck(rep, false) }); err != nil {
 		return fmt.Errorf("consistency check: %w", err)
 	}
 	if rep.OK() {

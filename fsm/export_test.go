@@ -153,7 +153,7 @@ func TryApply(f *FSM, data []byte) (tr Trial, err error) {
 		return tr, err
 	}
 	tr.Fsck = &FsckReport{Mismatches: []RefMismatch{}, Problems: []string{}}
-	return tr, t.fsck(tr.Fsck)
+	return tr, t.fsck(tr.Fsck, true)
 }
 
 // BlobRefs reads the reference count of every blob record.

@@ -22,7 +22,7 @@ type (
 // difference, with other inconsistencies of the blob indexes.
 func (f *FSM) Fsck() (*FsckReport, error) {
 	rep := &FsckReport{Mismatches: []RefMismatch{}, Problems: []string{}}
-	idx, err := f.view(func(t *txn) error { return t.fsck(rep) })
+	idx, err := f.view(func(t *txn) error { return t.fsck(rep, true) })
 	rep.Index = idx
 	if err != nil {
 		return rep, err
@@ -57,8 +57,10 @@ func (f *FSM) checkDerived(mu *sync.Mutex, rep *FsckReport, check func(*txn, *Fs
 }
 
 // fsck fills rep with the check of the state visible in t, its findings
-// sorted.
-func (t *txn) fsck(rep *FsckReport) error {
+// sorted. leases adds the check of the intents' lease index (fsckLeases),
+// whose faults leave an upload uncollected but stop nothing: a backup's
+// check (checkBackupContent) leaves it out.
+func (t *txn) fsck(rep *FsckReport, leases bool) error {
 	defer func() {
 		sort.Slice(rep.Mismatches, func(i, j int) bool { return rep.Mismatches[i].Key < rep.Mismatches[j].Key })
 		sort.Strings(rep.Problems)
@@ -109,6 +111,8 @@ func (t *txn) fsck(rep *FsckReport) error {
 		switch {
 		case b.State == blobIntent && b.LeaseUntil == nil:
 			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is an upload intent without a lease", b.Key))
+		case leases && b.State == blobIntent && !t.has(bucketBlobLeases, timeKey(*b.LeaseUntil, b.Key)):
+			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is an upload intent without its lease entry (the collector would never expire it)", b.Key))
 		case b.State == blobGone && b.GoneAt == nil:
 			rep.Problems = append(rep.Problems, fmt.Sprintf("blob %s is gone without the time it went", b.Key))
 		case wantCandidate && b.UnreferencedAt == nil:
@@ -128,6 +132,11 @@ func (t *txn) fsck(rep *FsckReport) error {
 	}
 	if err := t.fsckBatches(rep); err != nil {
 		return err
+	}
+	if leases {
+		if err := t.fsckLeases(rep); err != nil {
+			return err
+		}
 	}
 	if err := t.fsckEncoding(rep); err != nil {
 		return err
@@ -175,6 +184,37 @@ func (t *txn) fsckBatches(rep *FsckReport) error {
 			}
 		}
 		return nil
+	})
+}
+
+// fsckLeases checks that every lease entry names what the collector's
+// expiry ends: an upload intent's record of that lease, or an upload
+// batch whose lease entry it is. An entry naming nothing is listed by
+// every expiry and never ended.
+func (t *txn) fsckLeases(rep *FsckReport) error {
+	return t.scan(bucketBlobLeases, nil, func(k, _ []byte) (bool, error) {
+		if len(k) < 8 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("lease entry %q is too short", k))
+			return true, nil
+		}
+		key := string(k[8:])
+		if id, i, ok := parseBatchKey(key); ok && i == 0 {
+			ub, err := t.uploadBatch(id)
+			if err != nil {
+				return false, err
+			}
+			if ub != nil && string(ub.leaseKey()) == string(k) {
+				return true, nil
+			}
+		}
+		b, err := t.storedBlob(key)
+		if err != nil {
+			return false, err
+		}
+		if b == nil || b.State != blobIntent || b.LeaseUntil == nil || string(timeKey(*b.LeaseUntil, key)) != string(k) {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("lease entry of %s names no upload intent or batch of that lease", key))
+		}
+		return true, nil
 	})
 }
 
