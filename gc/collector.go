@@ -453,10 +453,11 @@ func (cy *cycle) run(opts RunOptions, resumeOnly bool) error {
 // expireIntents turns intents whose lease ended into candidates. The
 // state machine ends each lease entry it is given, an upload batch's
 // whether or not a key of it was left unused (a batch whose every key an
-// ack committed expires none), and keeps only an entry whose lease moved.
-// So how many keys a proposal expired says nothing about the entries
-// behind it: the cycle goes on until the index lists nothing past the
-// entries it kept.
+// ack committed expires none), and keeps only an entry it refuses (the
+// proposal's stamp is before the lease's end: the collector's clock runs
+// ahead of the proposer's). So how many keys a proposal expired says
+// nothing about the entries behind it: the cycle goes on until the index
+// lists nothing past the entries it kept.
 func (cy *cycle) expireIntents() error {
 	c := cy.c
 	proposed := map[string]bool{}
