@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/metastore/metastore/fsm"
-	"github.com/metastore/metastore/manifests"
-	"github.com/metastore/metastore/wire"
 )
 
 // Audit of the observations (observe.go, unobserved.go).
@@ -16,20 +14,7 @@ import (
 // size and the record keeps the observed one; the list of blobs awaiting
 // observation holds at most the number asked for.
 func TestAuditObservationOfASmallerObject(t *testing.T) {
-	h := newHarness(t)
-	keys := []string{"j/t/a", "j/t/b", "j/t/c"}
-	h.putJob("j", wire.JobConfig{})
-	h.start("j", "a1", task(t, "t", "state", "incremental"))
-	h.intents("j", 1, keys...)
-	h.begin("j", 1, 1)
-	var segs []manifests.Segment
-	var blobs []fsm.BlobCommit
-	for i, k := range keys {
-		segs = append(segs, manifests.Segment{Key: k, Offset: 0, Length: 10, FirstSeq: uint64(i + 1), LastSeq: uint64(i + 1)})
-		blobs = append(blobs, fsm.BlobCommit{Key: k, Size: 10})
-	}
-	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t",
-		Manifest: &fsm.ManifestAck{Blobs: blobs, Delta: &manifests.Delta{AddSegments: segs}}}))
+	h, keys := threeBlobsAwaitingObservation(t)
 	for n := 1; n <= 3; n++ {
 		got, err := h.f.Unobserved(n)
 		if err != nil || !slices.Equal(got, keys[:n]) {

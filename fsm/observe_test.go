@@ -46,11 +46,10 @@ func TestObservationBatchedWithItsAck(t *testing.T) {
 	}
 }
 
-// TestObservationOfObservedBlobKeepsOthers: an observation of a blob no
-// longer waiting to be observed (observed already, or a key without a
-// record) changes nothing: the blobs still waiting, those whose keys sort
-// right after it included, stay in the queue, unobserved.
-func TestObservationOfObservedBlobKeepsOthers(t *testing.T) {
+// threeBlobsAwaitingObservation is a state whose one ack committed
+// three 10-byte blobs (j/t/a, j/t/b, j/t/c), none observed yet.
+func threeBlobsAwaitingObservation(t *testing.T) (*harness, []string) {
+	t.Helper()
 	h := newHarness(t)
 	keys := []string{"j/t/a", "j/t/b", "j/t/c"}
 	h.putJob("j", wire.JobConfig{})
@@ -65,6 +64,15 @@ func TestObservationOfObservedBlobKeepsOthers(t *testing.T) {
 	}
 	mustOK(t, h.mustApply(fsm.CmdTaskAck, fsm.TaskAck{Job: "j", Generation: 1, Epoch: 1, Task: "t",
 		Manifest: &fsm.ManifestAck{Blobs: blobs, Delta: &manifests.Delta{AddSegments: segs}}}))
+	return h, keys
+}
+
+// TestObservationOfObservedBlobKeepsOthers: an observation of a blob no
+// longer waiting to be observed (observed already, or a key without a
+// record) changes nothing: the blobs still waiting, those whose keys sort
+// right after it included, stay in the queue, unobserved.
+func TestObservationOfObservedBlobKeepsOthers(t *testing.T) {
+	h, keys := threeBlobsAwaitingObservation(t)
 	observe := func(key string) {
 		t.Helper()
 		mustOK(t, h.mustApply(fsm.CmdBlobsObserved, fsm.BlobsObserved{Blobs: []fsm.BlobObservation{{Key: key, Size: 10, ETag: "e-" + key}}}))
