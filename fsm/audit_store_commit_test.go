@@ -3,7 +3,6 @@ package fsm_test
 import (
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,13 +27,7 @@ func TestAuditBatchAfterFailedCommitWaits(t *testing.T) {
 	h.f.SetCommitPolicy(fsm.CommitPolicy{Interval: time.Hour, MaxEntries: 1 << 30})
 
 	const tasks = 4000
-	var specs []wire.Task
-	for i := range tasks {
-		specs = append(specs, task(t, fmt.Sprintf("t%04d", i), "state"))
-	}
-	h.putJob("big", wire.JobConfig{Retained: 2})
-	h.start("big", "a1", specs...)
-	h.begin("big", 1, 1)
+	specs := beginBigJob(t, h, tasks)
 	if err := h.f.Flush(); err != nil {
 		t.Fatal(err)
 	}

@@ -37,13 +37,7 @@ func TestApplyWaitsForSpace(t *testing.T) {
 	defer func() { h.f.Close() }()
 
 	const tasks = 4000
-	var specs []wire.Task
-	for i := range tasks {
-		specs = append(specs, task(t, fmt.Sprintf("t%04d", i), "state"))
-	}
-	h.putJob("big", wire.JobConfig{Retained: 2})
-	h.start("big", "a1", specs...)
-	h.begin("big", 1, 1)
+	specs := beginBigJob(t, h, tasks)
 
 	// Leave little room, then ack tasks until an apply blocks.
 	filler := fillFS(t, mnt, 2<<20)
@@ -172,4 +166,19 @@ func waitUntil(t *testing.T, timeout time.Duration, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// beginBigJob creates job "big" of n state tasks (t0000...) and begins
+// its epoch 1: n acks to come, each a record of its own. It returns the
+// tasks.
+func beginBigJob(t *testing.T, h *harness, n int) []wire.Task {
+	t.Helper()
+	var specs []wire.Task
+	for i := range n {
+		specs = append(specs, task(t, fmt.Sprintf("t%04d", i), "state"))
+	}
+	h.putJob("big", wire.JobConfig{Retained: 2})
+	h.start("big", "a1", specs...)
+	h.begin("big", 1, 1)
+	return specs
 }
