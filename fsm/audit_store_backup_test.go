@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/metastore/metastore/fsm"
 )
 
@@ -64,5 +66,26 @@ func TestAuditBackupRefusesForeignFile(t *testing.T) {
 	}
 	if out.Len() != 0 {
 		t.Fatalf("PrepareRestore wrote %d bytes for a refused snapshot", out.Len())
+	}
+}
+
+// TestBackupWithALeaseIndexFaultRestores: the backup's content check
+// leaves out the lease index (fsckLeases): a stale lease entry leaves an
+// upload uncollected and stops no member, so a backup holding one is
+// restored, while the member's own fsck reports it.
+func TestBackupWithALeaseIndexFaultRestores(t *testing.T) {
+	src := newHarness(t)
+	fillEverythingAndDelete(src)
+	if err := fsm.RawUpdate(src.f, func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("blob_leases")).Put(append(make([]byte, 8), "alpha/op/none"...), nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := src.f.Fsck(); err != nil || len(rep.Problems) != 1 {
+		t.Fatalf("fsck of the source: %+v %v, want the stale lease entry", rep, err)
+	}
+	var out bytes.Buffer
+	if _, err := fsm.PrepareRestore(bytes.NewReader(snapshotOf(t, src.f)), &out, t.TempDir()); err != nil {
+		t.Fatalf("a backup with a stale lease entry refused: %v", err)
 	}
 }
